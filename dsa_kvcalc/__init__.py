@@ -1,0 +1,1 @@
+"""dsa-kvcalc: capacity calculator for serving DeepSeek-Sparse-Attention models on vLLM."""

@@ -1,0 +1,3 @@
+from dsa_kvcalc.cli import main
+
+main()
