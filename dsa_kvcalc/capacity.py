@@ -141,11 +141,13 @@ def grid(limit: int) -> list[int]:
 
 
 def cudagraph_logits_rows(recipe: Recipe) -> int:
-    """Decode rows whose logits the graph pool holds: the largest FULL decode graph, at most the decode worst case."""
+    """Decode rows whose logits the graph pool holds: the largest FULL graph of a uniform decode batch
+    (a multiple of 1 + k tokens), at most the decode worst case."""
     if recipe.cudagraph_mode not in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
         return 0
     worst = decode_rows(recipe)
-    return max((s for s in capture_sizes(recipe) if s <= worst), default=0)
+    per_seq = 1 + recipe.num_speculative_tokens
+    return max((s for s in capture_sizes(recipe) if s <= worst and s % per_seq == 0), default=0)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,130 @@
+"""The figures of vLLM PR #62860 (shared/seeds/vllm-pr-62860-dsa-decode-logits.txt) and the H200 measurements of
+DeepGEMM 2.8.2 (shared/design/deepgemm-on-h200.md), byte for byte. Every expected number here comes from those
+texts or is multiplied out by hand in the comment beside it, never from the code under test."""
+
+from pathlib import Path
+
+import pytest
+
+from dsa_kvcalc import capacity
+from dsa_kvcalc.catalog import BACKENDS, LAYOUTS, MIB
+from dsa_kvcalc.recipe import load_recipe
+
+SEED = Path(__file__).parent.parent / "recipes" / "deepseek-v4.1-flash-4xb200-dep4.yaml"
+
+
+@pytest.fixture(scope="module")
+def seed_plan():
+    return capacity.plan(load_recipe(SEED))
+
+
+def test_auto_reserves_1536_rows_of_bf16_plus_fp32_copy(seed_plan):
+    logits = seed_plan.backend("auto").decode_logits
+    assert (logits.rows, logits.padded_columns, logits.bytes_per_element) == (1536, 1_049_088, 6)
+    assert logits.bytes == 9_668_395_008  # the seed: 1536 rows x 1M x 6 B
+    assert seed_plan.backend("auto").reserved_bytes == 9_668_395_008
+
+
+def test_deep_select_reads_bf16_directly(seed_plan):
+    logits = seed_plan.backend("deep_select").decode_logits
+    assert (logits.bytes_per_element, logits.bytes) == (2, 3_222_798_336)
+
+
+def test_every_other_backend_pays_the_fp32_copy(seed_plan):
+    for name in ("persistent", "cooperative", "flashinfer", "torch"):
+        assert seed_plan.backend(name).decode_logits.bytes == 9_668_395_008
+
+
+def test_the_oom_allocation_is_the_fp32_copy_of_131_decodes():
+    recipe = load_recipe(SEED)
+    auto = next(b for b in BACKENDS if b.name == "auto")
+    logits = capacity.decode_logits(recipe, auto, rows=131 * 6)
+    # "Tried to allocate 3.07 GiB": 786 rows x 1,049,088 columns x 4 B
+    assert logits.copy_bytes == 3_298_332_672
+
+
+def test_aligning_the_width_adds_4_5_and_1_5_mib(seed_plan):
+    # 1536 rows x (1,049,088 - 1,048,576) columns x 6 B = 4.5 MiB; x 2 B = 1.5 MiB
+    assert seed_plan.backend("auto").decode_logits.alignment_bytes == 4.5 * MIB
+    assert seed_plan.backend("deep_select").decode_logits.alignment_bytes == 1.5 * MIB
+
+
+def test_cuda_graph_difference_is_the_fp32_copy_at_1536_rows(seed_plan):
+    auto, deep_select = seed_plan.backend("auto"), seed_plan.backend("deep_select")
+    assert auto.cudagraph_logits_rows == 1536
+    # 1536 x 1,049,088 x 4 B = 6,445,596,672 B (6.00 GiB); the seed measured 18.40 - 12.39 = 6.01 GiB
+    assert auto.cudagraph_logits_bytes - deep_select.cudagraph_logits_bytes == 6_445_596_672
+
+
+def test_deep_select_graphs_follow_from_auto_graphs_alone():
+    recipe = load_recipe(SEED, ["memory.cudagraph_gib=18.40"])
+    graphs_gib = capacity.plan(recipe).backend("deep_select").cudagraph.bytes / 2**30
+    assert graphs_gib == pytest.approx(12.39, abs=0.01)  # measured in the seed
+
+
+def test_vllm_default_capture_size_would_not_reach_1536_rows():
+    recipe = load_recipe(SEED, ["compilation-config.max_cudagraph_capture_size=null"])
+    # min(256 sequences x 6 tokens x 2, 1024 on SM100) = 1024; the largest n x 6 <= 1024 on the grid is 168 x 6
+    assert capacity.cudagraph_logits_rows(recipe) == 1008
+
+
+def test_seed_recipe_reproduces_the_seed_kv_table(seed_plan):
+    """The recipe's memory block was derived from this table (see its comments): this checks the chain of
+    arithmetic end to end, within one 256-token block plus the 0.01 GiB rounding of the seed's figures."""
+    expected = {"auto": (41_050_274, 36_636_372), "deep_select": (48_253_887, 48_163_989)}
+    for name, (before, after) in expected.items():
+        backend = seed_plan.backend(name)
+        assert backend.kv_cache_tokens_before_fix == pytest.approx(before, abs=12_000)
+        assert backend.kv_cache_tokens == pytest.approx(after, abs=12_000)
+
+
+def test_unfixed_vllm_runs_out_near_the_seed_decode_count(seed_plan):
+    oom = seed_plan.backend("auto").oom_before_fix
+    # 0.03 x 178.35 GiB = 5.35 GiB free, 6 rows x 1,049,088 x 6 B = 36 MiB a decode -> 152 decodes; the seed's rank
+    # died at 131 with 3.04 GiB free after 1.54 GiB of BF16 logits (4.58 GiB): the assumption is stated, not fitted.
+    assert oom.at_risk and 131 <= oom.max_decodes <= 160
+    assert not seed_plan.backend("deep_select").oom_before_fix.at_risk
+
+
+def test_same_recipe_on_h200_is_fp32_256_padded_without_copy():
+    plan = capacity.plan(load_recipe(SEED, ["gpu=H200", "memory={}"]))
+    logits = plan.backend("auto").decode_logits
+    assert (logits.logits_dtype, logits.padded_columns, logits.bytes_per_element, logits.copy_bytes_per_element) == (
+        "fp32", 1_048_576, 4, 0)
+    assert logits.bytes == 1536 * 1_048_576 * 4
+    assert not plan.backend("deep_select").available
+
+
+@pytest.mark.parametrize("columns, stride", [(4096, 4096), (4097, 4352), (5000, 5120), (1_048_576, 1_048_576)])
+def test_sm90_padding_matches_deepgemm_on_the_h200(columns, stride):
+    # Row strides measured on an H200 with DeepGEMM 2.8.2 (shared/design/deepgemm-on-h200.md)
+    assert capacity.padded_columns(columns, LAYOUTS[("2.8", "sm90")]) == stride
+
+
+@pytest.mark.parametrize("columns, stride", [(384, 1536), (1000, 1536), (1536, 1536), (1537, 3072),
+                                             (1_048_576, 1_049_088)])
+def test_sm100_padding_holds_whole_384_splits_at_1024_byte_strides(columns, stride):
+    # lcm(384, 512) = 1536 columns (deepinfer-gemm 2.8.2 csrc/apis/attention.hpp); nested alignment would give 512
+    # for 384, which is not a whole number of splits
+    assert capacity.padded_columns(columns, LAYOUTS[("2.8", "sm100")]) == stride
+
+
+def test_older_deepgemm_pads_fp32_to_256_on_blackwell_too():
+    plan = capacity.plan(load_recipe(SEED, ["deepgemm=2.6.1", "memory={}"]))
+    logits = plan.backend("auto").decode_logits
+    assert (logits.logits_dtype, logits.padded_columns, logits.bytes_per_element) == ("fp32", 1_048_576, 4)
+
+
+def test_deep_select_with_dcp_needs_the_fp32_copy():
+    plan = capacity.plan(load_recipe(SEED, ["decode-context-parallel-size=2", "memory={}"]))
+    assert plan.backend("deep_select").decode_logits.bytes_per_element == 6
+
+
+def test_deepinfer_sizes_logits_over_compressed_keys_in_bf16():
+    plan = capacity.plan(load_recipe(SEED, ["engine=deepinfer", "memory={}"]))
+    (only,) = plan.backends
+    # DeepInfer: 256 x (1 + 5) rows, max_kv_len = 1,048,576 // 4 = 262,144 (a multiple of 1536? no: 262,656)
+    assert only.decode_logits.rows == 1536
+    assert only.decode_logits.columns == 262_144
+    assert only.decode_logits.padded_columns == 262_656  # 171 x 1536
+    assert only.decode_logits.bytes_per_element == 2
