@@ -88,33 +88,38 @@ def plan(
 
 @app.command()
 def models():
-    """List the model catalog."""
+    """List the model catalog, with sources."""
     from rich.console import Console
     from rich.table import Table
 
     from dsa_kvcalc.catalog import GIB, MODELS
 
-    table = Table("model", "layers", "index topk", "KV B/token (fp8)", "KV B/token (bf16)", "checkpoint GiB",
-                  "max len", "source")
+    table = Table("model", "layers", "index topk", "KV B/token fp8", "KV B/token bf16", "checkpoint GiB", "max len")
     for m in MODELS:
         table.add_row(m.name, str(m.num_layers), str(m.index_topk), f"{m.kv_bytes_per_token['fp8']:,}",
                       f"{m.kv_bytes_per_token['bf16']:,}", f"{m.checkpoint_bytes / GIB:.1f}",
-                      f"{m.max_position_embeddings:,}", m.source)
-    Console().print(table)
+                      f"{m.max_position_embeddings:,}")
+    console = Console()
+    console.print(table)
+    for m in MODELS:
+        console.print(f"{m.name}: {m.source}; KV: {m.kv_note}", highlight=False)
 
 
 @app.command()
 def gpus():
-    """List the GPU catalog."""
+    """List the GPU catalog, with sources."""
     from rich.console import Console
     from rich.table import Table
 
     from dsa_kvcalc.catalog import GIB, GPUS
 
-    table = Table("gpu", "arch", "total memory (torch)", "bytes", "source")
+    table = Table("gpu", "arch", "total memory (torch)", "bytes")
     for g in GPUS:
-        table.add_row(g.name, g.arch, f"{g.total_memory_bytes / GIB:.2f} GiB", f"{g.total_memory_bytes:,}", g.source)
-    Console().print(table)
+        table.add_row(g.name, g.arch, f"{g.total_memory_bytes / GIB:.2f} GiB", f"{g.total_memory_bytes:,}")
+    console = Console()
+    console.print(table)
+    for g in GPUS:
+        console.print(f"{g.name}: {g.source}", highlight=False)
 
 
 @app.command()

@@ -1,0 +1,187 @@
+"""The command line as a user meets it: exit codes, one-line errors, the JSON contract, formats, --output."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from dsa_kvcalc.cli import app
+
+RECIPES = Path(__file__).parent.parent / "recipes"
+SEED = RECIPES / "deepseek-v4.1-flash-4xb200-dep4.yaml"
+runner = CliRunner()
+
+
+def run(*args):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+def write(tmp_path, text, name="recipe.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+BASE = "model: DeepSeek-V3.2\ngpu: H200\ntensor-parallel-size: 8\n"
+
+
+@pytest.mark.parametrize("text, field", [
+    ("model: DeepSeek-V3.2\ngpu: H200\nmax-num-seqs: [1\n", "YAML error"),
+    ("model: Llama-3\ngpu: H200\n", "model:"),
+    ("model: DeepSeek-V3.2\ngpu: H300\n", "gpu:"),
+    (BASE + "max-num-seqs: many\n", "max-num-seqs:"),
+    (BASE + "max-num-seqs: 0\n", "max-num-seqs:"),
+    (BASE + "max-num-seqs: -4\n", "max-num-seqs:"),
+    (BASE + "max-model-len: 0\n", "max-model-len:"),
+    (BASE + "max-model-len: 4M\n", "max-model-len:"),  # beyond the model's 163,840
+    (BASE + "gpu-memory-utilization: 0\n", "gpu-memory-utilization:"),
+    (BASE + "gpu-memory-utilization: 1.2\n", "gpu-memory-utilization:"),
+    (BASE + "tensor-parallel-size: 2.5\n", "tensor-parallel-size:"),
+    (BASE + "enable-expert-parallel: maybe\n", "enable-expert-parallel:"),
+    (BASE + "speculative-config:\n  num_speculative_tokens: -1\n", "speculative-config.num_speculative_tokens:"),
+    (BASE + "speculative-config: '{not json'\n", "speculative-config:"),
+    (BASE + "compilation-config:\n  cudagraph_mode: SOMETIMES\n", "compilation-config.cudagraph_mode:"),
+    (BASE + "kv-cache-memory-bytes: -5\n", "kv-cache-memory-bytes:"),
+    (BASE + "memory:\n  weights_gib: -1\n", "memory.weights_gib:"),
+    (BASE + "memory:\n  weights: 40\n", "memory.weights:"),
+    (BASE + "memory:\n  cudagraph_gib: {fast: 3}\n", "memory.cudagraph_gib.fast:"),
+    (BASE + "env:\n  VLLM_SPARSE_INDEXER_MAX_LOGITS_MB: 0\n", "env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB:"),
+    (BASE + "max-num-seq: 256\n", "max-num-seq: unknown key (did you mean max-num-seqs?)"),
+    (BASE + "deepgemm: '2.7'\n", "deepgemm:"),
+    (BASE + "pipeline-parallel-size: 2\n", "pipeline-parallel-size:"),
+    ("gpu: H200\n", "model: missing"),
+    ("- a\n- list\n", "recipe:"),
+    ("model: DeepSeek-V3.2\ngpu: H100\n", "model: deepseek-ai/DeepSeek-V3.2 needs"),  # 671B on one 80 GB GPU
+])
+def test_bad_input_is_one_line_naming_the_field(tmp_path, text, field):
+    result = run("plan", write(tmp_path, text))
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], result.output
+
+
+def test_missing_recipe_file(tmp_path):
+    result = run("plan", tmp_path / "nope.yaml")
+    assert result.exit_code == 2 and "no such file" in result.output
+
+
+def test_bad_set_override_names_it():
+    result = run("plan", SEED, "--set", "max-num-seqs")
+    assert result.exit_code == 2 and result.output.startswith("error: --set:")
+
+
+def test_json_contract(tmp_path):
+    result = run("plan", SEED, "--format", "json")
+    assert result.exit_code == 0
+    data = json.loads(result.output)
+    assert data["gpu"] == {"name": "B200", "arch": "sm100", "total_memory_bytes": 182631 * 2**20}
+    assert data["recipe"]["max-num-seqs"] == 256 and data["recipe"]["max-model-len"] == 1_048_576
+    fields = {"backend", "available", "reason", "decode_logits", "prefill_budget_bytes", "reserved_bytes",
+              "reserved_bytes_before_fix", "cudagraph_logits_bytes", "kv_cache_bytes", "kv_cache_tokens",
+              "max_concurrency", "kv_cache_tokens_before_fix"}
+    for backend in data["backends"]:
+        assert fields <= set(backend)
+        if backend["available"]:
+            assert set(backend["decode_logits"]) >= {"rows", "padded_columns", "bytes_per_element", "bytes"}
+            for key in ("reserved_bytes", "kv_cache_bytes", "kv_cache_tokens", "kv_cache_tokens_before_fix"):
+                assert type(backend[key]) is int
+    aiter = next(b for b in data["backends"] if b["backend"] == "aiter")
+    assert aiter["available"] is False and "gfx942" in aiter["reason"]
+
+
+def test_set_overrides_any_key_like_a_vllm_flag():
+    result = run("plan", SEED, "--format", "json", "--set", "max-num-seqs=128",
+                 "--set", "speculative_config.num_speculative_tokens=3", "--set", "max-model-len=128k")
+    data = json.loads(result.output)
+    auto = next(b for b in data["backends"] if b["backend"] == "auto")
+    # 128 x (1 + 3) rows; 128k = 128,000 columns, padded to 84 x 1536 = 129,024
+    assert auto["decode_logits"]["rows"] == 512
+    assert auto["decode_logits"]["padded_columns"] == 129_024
+
+
+def test_vllm_serve_config_loads_as_is_with_underscores(tmp_path):
+    text = ("model: deepseek-ai/DeepSeek-V3.2\ngpu: h200\ntensor_parallel_size: 8\nmax_num_seqs: 64\n"
+            "port: 8000\nserved-model-name: ds\ntrust-remote-code: true\n")
+    result = run("plan", write(tmp_path, text), "--format", "json")
+    data = json.loads(result.output)
+    assert data["recipe"]["max-num-seqs"] == 64
+    assert data["ignored_keys"] == ["port", "served-model-name", "trust-remote-code"]
+
+
+def test_vllm_defaults_where_absent(tmp_path):
+    data = json.loads(run("plan", write(tmp_path, BASE), "--format", "json").output)["recipe"]
+    assert (data["max-num-seqs"], data["max-num-batched-tokens"], data["max-model-len"],
+            data["gpu-memory-utilization"]) == (1024, 8192, 163_840, 0.92)
+
+
+def test_local_config_json_is_a_model(tmp_path):
+    config = {"num_hidden_layers": 61, "hidden_size": 7168, "index_n_heads": 64, "index_head_dim": 128,
+              "index_topk": 2048, "n_routed_experts": 256, "moe_intermediate_size": 2048, "first_k_dense_replace": 3,
+              "num_nextn_predict_layers": 1, "max_position_embeddings": 163840, "vocab_size": 129280}
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    text = "model: model\ngpu: H200\ntensor-parallel-size: 8\nkv-cache-dtype: fp8\n"
+    data = json.loads(run("plan", write(tmp_path, text), "--format", "json").output)
+    assert data["model"]["kv_bytes_per_token"] == 61 * (656 + 132)  # 48,068 (capacity-model.md §4)
+
+
+def test_output_is_written_atomically_and_only_when_asked(tmp_path):
+    target = tmp_path / "plan.json"
+    result = run("plan", SEED, "--format", "json", "--output", target)
+    assert result.exit_code == 0 and result.output == ""
+    assert json.loads(target.read_text())["backends"]
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+    failed = run("plan", tmp_path / "missing.yaml", "--format", "json", "--output", target)
+    assert failed.exit_code == 2 and json.loads(target.read_text())["backends"]  # the old file stays whole
+
+
+def test_csv_has_one_row_per_backend():
+    rows = list(csv.DictReader(io.StringIO(run("plan", SEED, "--format", "csv").output)))
+    assert [r["backend"] for r in rows] == ["auto", "persistent", "cooperative", "deep_select", "flashinfer", "torch",
+                                            "aiter"]
+    assert rows[0]["decode_logits.bytes"] == "9668395008"
+
+
+def test_markdown_and_table_show_the_backends():
+    markdown = run("plan", SEED, "--format", "markdown").output
+    assert "| rows | 1,536 |" in markdown and "deep_select" in markdown
+    table = run("plan", SEED).output
+    assert "1,049,088" in table and "unavailable: aiter" in table
+
+
+def test_explain_substitutes_the_numbers():
+    text = run("plan", SEED, "--explain").output
+    assert "min(256, 8192) x 6 = 1,536" in text
+    assert "1,536 x 1,049,088 x 6 = 9,668,395,008 B" in text
+
+
+def test_models_gpus_schema():
+    assert "DeepSeek-V4.1-Flash" in run("models").output
+    assert "gfx950" in run("gpus").output
+    schema = json.loads(run("schema").output)
+    assert schema["required"] == ["model", "gpu"]
+    # every bundled recipe's keys are known to the schema
+    for recipe in RECIPES.glob("*.yaml"):
+        assert set(yaml.safe_load(recipe.read_text())) <= set(schema["properties"])
+
+
+def test_plan_never_imports_torch():
+    code = ("import sys; from dsa_kvcalc.cli import app\n"
+            "try: app(['plan', sys.argv[1], '--format', 'json'])\nexcept SystemExit: pass\n"
+            "assert 'torch' not in sys.modules and 'deep_gemm' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code, str(SEED)], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_bundled_recipe_plans(recipe):
+    result = run("plan", recipe, "--format", "json")
+    assert result.exit_code == 0
+    assert any(b["available"] and b["kv_cache_tokens"] > 0 for b in json.loads(result.output)["backends"])
