@@ -388,14 +388,15 @@ def build_recipe(raw: dict, recipe_dir: Path = Path(".")) -> Recipe:
     ignored = []
     for name, value in raw.items():
         key = canonical(name)
+        shown = str(name) if str(name).isprintable() else repr(name)
         if key in values:
-            raise RecipeError(str(name), "given twice (as dashes and underscores)")
+            raise RecipeError(shown, "given twice (as dashes and underscores)")
         if key in IGNORED_VLLM_KEYS:
             ignored.append(key)
         elif key not in ALL_KEYS:
             hint = difflib.get_close_matches(key, list(ALL_KEYS) + sorted(IGNORED_VLLM_KEYS), n=1)
             suggestion = f" (did you mean {hint[0]}?)" if hint else ""
-            raise RecipeError(str(name), f"unknown key{suggestion}")
+            raise RecipeError(shown, f"unknown key{suggestion}")
         elif value is not None:
             values[key] = check_value(ALL_KEYS[key], value)
     for required in ("model", "gpu"):
