@@ -272,7 +272,9 @@ def plan(recipe: Recipe) -> Plan:
         reserved_before = recipe.prefill_budget_bytes
         if recipe.engine == "deepinfer":  # its profile run measures the decode logits: nothing is missed
             reserved = reserved_before = dl.bytes
-        headroom = headrooms.get(backend.name, headrooms.get("*", recipe.prefill_budget_bytes))
+        # A headroom measured on one backend holds for those with the same working set (the same bytes per element).
+        alike = [h for b, h in headrooms.items() if b in logits and logits[b].bytes_per_element == dl.bytes_per_element]
+        headroom = headrooms.get(backend.name, alike[0] if alike else headrooms.get("*", recipe.prefill_budget_bytes))
         peak = memory.peak_activation.bytes + max(0, reserved - max(headroom, reserved_before))
         graphs = Term(measured_graphs[backend.name], True) if backend.name in measured_graphs else Term(
             graphs_other + graph_logits[backend.name] if graph_rows else graphs_other, measured_on is not None)
