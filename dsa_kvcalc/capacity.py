@@ -238,7 +238,8 @@ def kv_tokens(recipe: Recipe, kv_bytes: int, kv_bytes_per_token: int) -> int:
     return blocks * block * recipe.decode_context_parallel_size
 
 
-def plan(recipe: Recipe) -> Plan:
+def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
+    """Every backend, or those named in `only` (a sweep computes only the backends it shows)."""
     memory = rank_memory(recipe)
     if memory.weights.bytes + memory.non_torch.bytes >= memory.requested_bytes:
         key = "memory.weights_gib" if memory.weights.measured else "model"
@@ -266,7 +267,7 @@ def plan(recipe: Recipe) -> Plan:
     fixed = memory.weights.bytes + memory.non_torch.bytes
 
     plans = []
-    for backend in backends:
+    for backend in (b for b in backends if only is None or b.name in only):
         dl = logits[backend.name]
         reserved = max(recipe.prefill_budget_bytes, dl.bytes)
         reserved_before = recipe.prefill_budget_bytes

@@ -4,6 +4,7 @@ Every problem is a RecipeError naming the key; everything past load_recipe() tru
 """
 
 import difflib
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -255,6 +256,7 @@ def find_model(name: str, recipe_dir: Path) -> Model:
     raise RecipeError("model", f"unknown model {name!r} (not in the catalog, not a config.json); known: {known}")
 
 
+@functools.cache  # a sweep builds the recipe once per point: read the file once
 def model_from_hf_config(path: Path) -> Model:
     """A Hugging Face config.json of a DSA model, turned into a catalog entry (weights estimated from its shape)."""
     try:
@@ -339,9 +341,15 @@ def set_override(raw: dict, assignment: str) -> None:
         value = yaml.safe_load(text) if text.strip() else None
     except yaml.YAMLError:
         value = text
+    set_value(raw, path, value)
+
+
+def set_value(raw: dict, path: str, value) -> None:
+    """Put a parsed value at a dotted key. The mappings on the way are copied: a shallow copy of raw is enough
+    to leave the original untouched (sweep applies each point this way)."""
     *parents, last = [part.strip() for part in path.strip().split(".")]
     if not last:
-        raise RecipeError("--set", f"expected key=value, got {assignment!r}")
+        raise RecipeError("--set", f"no key name in {path.strip()!r}")
     node = raw
     for part in parents:
         part_key = next((k for k in node if canonical(k) == canonical(part)), canonical(part))

@@ -1,0 +1,364 @@
+"""Calibration: a vLLM startup log's measured terms set against plan() for the same recipe, and the recipe `memory`
+block that makes plan() reproduce the log. Pure: takes a LogReading and a raw recipe, returns data.
+
+The log is read as vLLM before PR #62860 (all public logs so far): its peak activation is the base peak, so plan's
+"tokens before fix" is the column that must reproduce the log's KV tokens. A second log of the same deployment after
+#62860 gives the indexer headroom: headroom = reserved - (KV bytes before - KV bytes after).
+"""
+
+import re
+from dataclasses import dataclass, field, replace
+
+from dsa_kvcalc import capacity
+from dsa_kvcalc.catalog import GIB, GPUS
+from dsa_kvcalc.recipe import Recipe, RecipeError, build_recipe, canonical
+from dsa_kvcalc.vllm_log import LogReading, RankReading
+
+# Engine arguments of the non-default args line that the recipe takes (vLLM's spelling).
+RECIPE_ARGS = ("model", "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel",
+               "decode_context_parallel_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
+               "gpu_memory_utilization", "kv_cache_dtype", "kv_cache_memory_bytes", "speculative_config",
+               "compilation_config", "enforce_eager")
+PRINT_ROUNDING_BYTES = GIB // 200  # the log prints GiB with two decimals: each term is within 0.005 GiB
+GPU_MATCH_BYTES = GIB // 20  # a logged total memory names a catalog GPU within 0.05 GiB
+MEMORY_LINES = "Model loading took, Actual usage is ..., Available KV cache memory, Estimated CUDA graph memory"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The sizing rank's terms in bytes (None where the log printed nothing), and the engine's KV figures."""
+
+    rank: str
+    ranks: int
+    version: str | None
+    weights_bytes: int | None
+    peak_activation_bytes: int | None
+    non_torch_bytes: int | None
+    cudagraph_bytes: int | None  # the estimate the KV sizing subtracted
+    available_kv_bytes: int | None
+    total_memory_bytes: int | None
+    approximate_total_memory_bytes: int | None  # graphs estimate / (utilisation - utilisation without graphs)
+    kv_tokens: int | None
+    max_model_len: int | None
+    max_concurrency: float | None
+    disagreements: list[str]
+
+
+@dataclass(frozen=True)
+class TermRow:
+    term: str
+    unit: str  # bytes, B/token or tokens
+    log: int | None
+    plan: int | None
+    source: str  # where the calibrated value comes from
+
+
+@dataclass(frozen=True)
+class Headroom:
+    backend: str
+    reserved_bytes: int
+    kv_bytes_before: int
+    kv_bytes_after: int
+    headroom_bytes: int
+    kv_source: str
+    after_tokens_log: int | None
+    after_tokens_plan: int
+
+
+@dataclass(frozen=True)
+class Calibration:
+    recipe: Recipe
+    raw_recipe: dict  # the recipe as read (--recipe, or the log's engine arguments) with the calibrated memory block
+    recipe_source: str
+    measured: Measured
+    rows: list[TermRow]
+    memory: dict  # the memory block written: term name -> bytes (per backend where the recipe keys it)
+    kv_tokens_calibrated: int
+    kv_bytes_per_token_implied: int | None
+    notes: list[str]
+    headroom: Headroom | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def gib_bytes(value: float | None) -> int | None:
+    return None if value is None else round(value * GIB)
+
+
+def sizing_rank(reading: LogReading) -> RankReading | None:
+    """vLLM sizes the KV cache on the worker with the least memory left: the rank with the smallest Available KV."""
+    with_kv = [r for r in reading.ranks if r.available_kv_gib is not None]
+    if with_kv:
+        return min(with_kv, key=lambda r: r.available_kv_gib)
+    return next((r for r in reading.ranks if r.weights_gib is not None or r.consumed_gib is not None), None)
+
+
+def measure(reading: LogReading) -> Measured:
+    rank = sizing_rank(reading)
+    if rank is None:
+        found = sorted({name for r in reading.ranks for name, v in vars(r).items() if v is not None and name != "rank"})
+        found += ["non-default args"] if reading.engine_args else []
+        have = f" (found only: {', '.join(found)})" if found else ""
+        raise RecipeError("log", f"no memory terms: none of {MEMORY_LINES}{have}; nothing to calibrate")
+
+    def first(name: str):
+        value = getattr(rank, name)
+        return value if value is not None else next(
+            (getattr(r, name) for r in reading.ranks if getattr(r, name) is not None), None)
+
+    weights = rank.weights_gib
+    non_torch = rank.non_torch_gib
+    if non_torch is None and rank.consumed_gib is not None and weights is not None:
+        non_torch = rank.consumed_gib - weights
+    disagreements = []
+    for name, unit in (("weights_gib", "GiB"), ("available_kv_gib", "GiB"), ("peak_activation_gib", "GiB"),
+                       ("kv_tokens", "tokens")):
+        values = sorted({getattr(r, name) for r in reading.ranks if getattr(r, name) is not None})
+        if len(values) > 1:
+            disagreements.append(f"ranks disagree on {name.removesuffix('_gib').replace('_', ' ')}: {values[0]:,} - "
+                                 f"{values[-1]:,} {unit}; using {rank.rank or 'the unprefixed process'} (least "
+                                 f"Available KV) and the first KV tokens line")
+    return Measured(
+        rank=rank.rank, ranks=len(reading.ranks), version=first("version"),
+        weights_bytes=gib_bytes(weights), peak_activation_bytes=gib_bytes(rank.peak_activation_gib),
+        non_torch_bytes=gib_bytes(non_torch), cudagraph_bytes=gib_bytes(first("cudagraph_estimated_gib")),
+        available_kv_bytes=gib_bytes(rank.available_kv_gib), total_memory_bytes=gib_bytes(first("total_memory_gib")),
+        approximate_total_memory_bytes=approximate_total(rank),
+        kv_tokens=first("kv_tokens"), max_model_len=first("max_model_len"), max_concurrency=first("max_concurrency"),
+        disagreements=disagreements)
+
+
+def approximate_total(rank: RankReading) -> int | None:
+    """vLLM prints the utilisation that would leave the same KV without graph profiling (4 decimals): the gap is
+    graphs / total memory, which gives the device's memory to within about 1 %."""
+    if None in (rank.cudagraph_estimated_gib, rank.gpu_memory_utilization, rank.utilization_without_graphs):
+        return None
+    gap = rank.gpu_memory_utilization - rank.utilization_without_graphs
+    return round(rank.cudagraph_estimated_gib / gap * GIB) if gap > 0 else None
+
+
+def model_name(value: str) -> str:
+    """A Hugging Face cache path (.../models--deepseek-ai--DeepSeek-V3.2/snapshots/...) names its repository."""
+    match = re.search(r"models--([^/]+?)--([^/]+)", value)
+    return f"{match[1]}/{match[2]}" if match else value
+
+
+def recipe_from_log(reading: LogReading) -> tuple[dict, list[str]]:
+    """The raw recipe the log's engine arguments describe (vLLM's keys), and notes on what could not be read."""
+    args = reading.engine_args
+    if args is None:
+        return {}, ["the log has no non-default args line: every engine argument is vLLM's default or --set"]
+    raw = {canonical(k): v for k, v in args.values.items() if k in RECIPE_ARGS}
+    if isinstance(raw.get("model"), str):
+        raw["model"] = model_name(raw["model"])
+    notes = []
+    if args.truncated:
+        notes.append(f"the non-default args line is cut short: read {len(args.values)} arguments, the last one is lost "
+                     f"(check the recipe, or give --recipe)")
+    unread = [k for k in args.unreadable if k in RECIPE_ARGS]
+    if unread:
+        notes.append(f"not readable as literals, left at their defaults: {', '.join(unread)}")
+    rank = sizing_rank(reading)
+    if "max-model-len" not in raw and rank is not None and rank.max_model_len:
+        raw["max-model-len"] = rank.max_model_len
+    return raw, notes
+
+
+def gpu_from_memory(total_bytes: int | None) -> str | None:
+    if total_bytes is None:
+        return None
+    return next((g.name for g in GPUS if abs(g.total_memory_bytes - total_bytes) <= GPU_MATCH_BYTES), None)
+
+
+def require(raw: dict, measured: Measured) -> dict:
+    """model and gpu, or one line saying which is missing and how to give it."""
+    raw = dict(raw)
+    if "gpu" not in raw:
+        gpu = gpu_from_memory(measured.total_memory_bytes)
+        if gpu is None:
+            seen = (f"its device has {measured.total_memory_bytes / GIB:.2f} GiB, no catalog GPU"
+                    if measured.total_memory_bytes else "no total-memory line")
+            raise RecipeError("gpu", f"the log does not name the GPU ({seen}); give --set gpu=NAME")
+        raw["gpu"] = gpu
+    if "model" not in raw:
+        raise RecipeError("model", "the log names no model (no non-default args line); give --set model=NAME "
+                                   "or --recipe")
+    return raw
+
+
+def kv_target_bytes(recipe: Recipe, kv_per_token: int, measured: Measured) -> tuple[int | None, bool | None]:
+    """The KV bytes plan must reach: the logged tokens at the catalog's bytes per token when they agree with the
+    logged Available KV memory (exact to the block, unlike the two-decimal GiB), else the logged memory."""
+    tokens = measured.kv_tokens
+    available = measured.available_kv_bytes
+    if tokens is None:
+        return available, None
+    tokens_bytes = tokens * kv_per_token // recipe.decode_context_parallel_size
+    if available is None:
+        return tokens_bytes, None
+    agrees = abs(tokens_bytes - available) <= PRINT_ROUNDING_BYTES + recipe.model.kv_block_size * kv_per_token
+    return (tokens_bytes if agrees else available), agrees
+
+
+def mismatch_notes(recipe: Recipe, measured: Measured, kv_per_token: int, implied: int) -> list[str]:
+    model, block = recipe.model, recipe.model.kv_block_size
+    notes = [f"KV bytes per token: the log implies {implied:,} B (Available KV {measured.available_kv_bytes / GIB:.2f} "
+             f"GiB / {measured.kv_tokens:,} tokens); the catalog has {kv_per_token:,} B for {model.name} with "
+             f"{recipe.kv_cache_format} KV: plan cannot reproduce the tokens with the catalog's figure"]
+    mtp = model.mtp_kv_bytes_per_token[recipe.kv_cache_format]
+    if mtp and abs(abs(implied - kv_per_token) - mtp) <= mtp // 10:
+        notes.append(f"the gap is one MTP draft layer ({mtp:,} B/token): vLLM allocates its KV layer when MTP "
+                     f"speculation is on; set speculative-config to match the deployment")
+    if measured.kv_tokens % block:
+        notes.append(f"{measured.kv_tokens:,} tokens is not whole {block}-token blocks: vLLM printed max concurrency x "
+                     f"max-model-len (several KV-cache groups), so per-request state is spread over the tokens")
+    if recipe.decode_context_parallel_size > 1:
+        notes.append(f"DCP {recipe.decode_context_parallel_size}: the logged tokens are logical (x DCP) per rank")
+    return notes
+
+
+def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) -> Calibration:
+    measured = measure(reading)
+    if measured.weights_bytes is None:
+        raise RecipeError("log", f"no weights term (Model loading took / Actual usage): found a rank "
+                                 f"({measured.rank or 'unprefixed'}) with Available KV only; nothing to calibrate")
+    raw = require(raw, measured)
+    notes: list[str] = []
+    recipe = build_recipe(raw, recipe_dir)
+    estimate = capacity.plan(recipe)
+    selected = estimate.backend(recipe.topk_backend)
+    kv_per_token = estimate.memory.kv_bytes_per_token
+    block_bytes = recipe.model.kv_block_size * kv_per_token
+
+    if measured.total_memory_bytes and abs(measured.total_memory_bytes - recipe.gpu.total_memory_bytes) > GPU_MATCH_BYTES:
+        notes.append(f"the log's device has {measured.total_memory_bytes / GIB:.2f} GiB; {recipe.gpu.name} in the "
+                     f"catalog has {recipe.gpu.total_memory_bytes / GIB:.2f} GiB: the derived terms absorb the gap")
+    approximate = measured.approximate_total_memory_bytes
+    if measured.total_memory_bytes is None and approximate and abs(approximate / recipe.gpu.total_memory_bytes - 1) > 0.02:
+        notes.append(f"the log's device has about {approximate / GIB:.1f} GiB (CUDA graph estimate / utilisation "
+                     f"gap), not {recipe.gpu.name}'s {recipe.gpu.total_memory_bytes / GIB:.2f} GiB: the derived terms "
+                     f"absorb the gap; is the gpu right?")
+    graphs = measured.cudagraph_bytes
+    if graphs is None:
+        graphs = 0
+        notes.append("no CUDA graph estimate in the log: this vLLM sized the KV cache without subtracting graphs "
+                     "(before v0.21, or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); CUDA graphs calibrated to 0")
+    target, agrees = kv_target_bytes(recipe, kv_per_token, measured)
+    if target is None:
+        raise RecipeError("log", "no Available KV cache memory or GPU KV cache size (cut short before the KV cache was "
+                                 "sized?): calibrating needs the KV the other terms left")
+    implied = None
+    if measured.available_kv_bytes is not None and measured.kv_tokens:
+        implied = round(measured.available_kv_bytes * recipe.decode_context_parallel_size / measured.kv_tokens)
+    if agrees is False:
+        notes += mismatch_notes(recipe, measured, kv_per_token, implied)
+
+    weights = measured.weights_bytes
+    activation, non_torch = measured.peak_activation_bytes, measured.non_torch_bytes
+    sources = {"weights": "log", "cudagraph": "log" if measured.cudagraph_bytes is not None else "log (none)"}
+    residual = estimate.memory.requested_bytes - weights - graphs - target  # activation + non-torch, by identity
+    if residual < 0:
+        raise RecipeError("gpu", f"the log's weights, CUDA graphs and KV ({(weights + graphs + target) / GIB:.2f} GiB) "
+                                 f"exceed what {recipe.gpu.name} at gpu-memory-utilization "
+                                 f"{recipe.gpu_memory_utilization} allows ({estimate.memory.requested_bytes / GIB:.2f} "
+                                 f"GiB): is the gpu right?")
+    if activation is not None and non_torch is not None:
+        gap = residual - activation - non_torch
+        if abs(gap) <= 4 * PRINT_ROUNDING_BYTES + block_bytes:
+            activation += gap
+            notes.append(f"peak activation adjusted by {gap / 2**20:+.1f} MiB: the log's terms are rounded to "
+                         f"0.01 GiB; the adjustment makes them add up to its KV tokens")
+        else:
+            notes.append(f"the logged terms leave {gap / GIB:+.2f} GiB unexplained on {recipe.gpu.name} at "
+                         f"gpu-memory-utilization {recipe.gpu_memory_utilization}: check the gpu and the utilisation")
+        sources |= {"peak_activation": "log", "non_torch": "log"}
+    elif activation is not None:
+        non_torch = max(residual - activation, 0)
+        sources |= {"peak_activation": "log", "non_torch": "derived: requested - logged terms - KV"}
+    elif non_torch is not None:
+        activation = max(residual - non_torch, 0)
+        sources |= {"peak_activation": "derived: requested - logged terms - KV", "non_torch": "log"}
+    else:
+        estimate_non_torch = estimate.memory.non_torch.bytes
+        activation = max(residual - estimate_non_torch, 0)
+        non_torch = residual - activation
+        sources |= {"peak_activation": "derived: requested - weights - graphs - KV - non-torch estimate",
+                    "non_torch": "plan's estimate (the log gives only the sum with activation)"}
+        notes.append(f"the log gives peak activation + non-torch only as a sum ({residual / GIB:.2f} GiB, from "
+                     f"vLLM's sizing identity); split with plan's non-torch estimate")
+
+    memory = {"weights": weights, "peak_activation": activation, "non_torch": non_torch,
+              "cudagraph": {recipe.topk_backend: graphs}}
+    memory = {term: value for term, value in memory.items() if value is not None}
+    calibrated_raw = with_memory(raw, memory)
+    calibrated = capacity.plan(build_recipe(calibrated_raw, recipe_dir))
+    tokens = calibrated.backend(recipe.topk_backend).kv_cache_tokens_before_fix
+
+    rows = [
+        TermRow("weights", "bytes", weights, estimate.memory.weights.bytes, sources["weights"]),
+        TermRow("peak activation", "bytes", measured.peak_activation_bytes, estimate.memory.peak_activation.bytes,
+                sources["peak_activation"]),
+        TermRow("non-torch", "bytes", measured.non_torch_bytes, estimate.memory.non_torch.bytes, sources["non_torch"]),
+        TermRow("CUDA graphs", "bytes", measured.cudagraph_bytes, selected.cudagraph.bytes, sources["cudagraph"]),
+        TermRow("KV memory", "bytes", measured.available_kv_bytes, selected.kv_cache_bytes_before_fix, "log"),
+        TermRow("KV bytes per token", "B/token", implied, kv_per_token, "catalog"),
+        TermRow("KV tokens", "tokens", measured.kv_tokens, selected.kv_cache_tokens_before_fix, "log"),
+    ]
+    return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
+                       measured=measured, rows=rows, memory=memory, kv_tokens_calibrated=tokens,
+                       kv_bytes_per_token_implied=implied, notes=notes, warnings=measured.disagreements)
+
+
+def with_memory(raw: dict, memory: dict) -> dict:
+    """raw with its memory block's terms replaced by the calibrated ones (in bytes); other terms kept."""
+    block = {k: v for k, v in (raw.get("memory") or {}).items()
+             if re.sub(r"_(gib|bytes)$", "", str(k)) not in memory}
+    return {**raw, "memory": block | {f"{term}_bytes": value for term, value in memory.items()}}
+
+
+def measured_kv_bytes(recipe: Recipe, rank: Measured) -> tuple[int, str]:
+    if rank.available_kv_bytes is not None:
+        return rank.available_kv_bytes, "Available KV cache memory"
+    kv_per_token = capacity.rank_memory(recipe).kv_bytes_per_token
+    return (rank.kv_tokens * kv_per_token // recipe.decode_context_parallel_size,
+            f"GPU KV cache size x {kv_per_token:,} B/token (catalog)")
+
+
+def indexer_headroom(recipe: Recipe, before: Measured, after: Measured) -> Headroom:
+    """What the #62860 reservation found already live inside the indexer: the reservation minus the KV it cost."""
+    for name, rank in (("log", before), ("--after", after)):
+        if rank.available_kv_bytes is None and rank.kv_tokens is None:
+            raise RecipeError(name, "no Available KV cache memory or GPU KV cache size: the headroom needs both logs' KV")
+    both_memory = before.available_kv_bytes is not None and after.available_kv_bytes is not None
+    if not both_memory:  # compare like with like: tokens x bytes per token in both
+        before, after = replace(before, available_kv_bytes=None), replace(after, available_kv_bytes=None)
+    kv_before, source = measured_kv_bytes(recipe, before)
+    kv_after, _ = measured_kv_bytes(recipe, after)
+    reserved = capacity.plan(recipe).backend(recipe.topk_backend).reserved_bytes
+    headroom = reserved - (kv_before - kv_after)
+    if not 0 <= headroom <= reserved:
+        raise RecipeError("--after", f"the KV cache changed by {(kv_before - kv_after) / GIB:.2f} GiB against a "
+                                     f"reservation of {reserved / GIB:.2f} GiB: not the same deployment before and "
+                                     f"after vLLM #62860?")
+    return Headroom(recipe.topk_backend, reserved, kv_before, kv_after, headroom, source, after.kv_tokens, 0)
+
+
+def calibrate_pair(reading: LogReading, after_reading: LogReading, raw: dict, recipe_source: str,
+                   recipe_dir) -> Calibration:
+    """Calibrate on the log before #62860, then derive the indexer headroom from the log after it."""
+    result = calibrate(reading, raw, recipe_source, recipe_dir)
+    headroom = indexer_headroom(result.recipe, result.measured, measure_kv(after_reading))
+    memory = result.memory | {"indexer_headroom": {headroom.backend: headroom.headroom_bytes}}
+    raw_recipe = with_memory(result.raw_recipe, memory)
+    after_tokens = capacity.plan(build_recipe(raw_recipe, recipe_dir)).backend(headroom.backend).kv_cache_tokens
+    return replace(result, raw_recipe=raw_recipe, memory=memory,
+                   headroom=replace(headroom, after_tokens_plan=after_tokens))
+
+
+def measure_kv(reading: LogReading) -> Measured:
+    """The after log needs only its KV figures."""
+    rank = sizing_rank(reading) or next((r for r in reading.ranks if r.kv_tokens is not None), None)
+    if rank is None:
+        raise RecipeError("--after", "no Available KV cache memory or GPU KV cache size in the log")
+    tokens = rank.kv_tokens or next((r.kv_tokens for r in reading.ranks if r.kv_tokens is not None), None)
+    return Measured(rank.rank, len(reading.ranks), rank.version, None, None, None, None,
+                    gib_bytes(rank.available_kv_gib), None, None, tokens, rank.max_model_len, rank.max_concurrency, [])

@@ -1,0 +1,297 @@
+"""The live pass of verify --gpu: DeepGEMM's paged MQA logits on the local GPU, measured with torch's allocator
+statistics. The only module that imports torch and deep_gemm, and only inside its functions."""
+
+import contextlib
+import datetime
+import sys
+import time
+
+from dsa_kvcalc import capacity, verify
+from dsa_kvcalc.verify import INSTALL, Unavailable
+
+BLOCK_KV = 64  # tokens per KV-cache block: the only size DeepGEMM's SM90 kernel takes
+CONTEXT_CAP = 2048  # real context lengths stay short: the allocation depends on max_context_len only
+REFERENCE_ROWS = 4
+UE8M0_ONE = 127  # a UE8M0 scale byte of 2^0
+TOPK_KERNEL = "torch.topk (reference: vLLM's indexer top-k kernels are not installed here)"
+
+
+def probe() -> dict:
+    """The local GPU, torch and DeepGEMM, or Unavailable with what to install."""
+    try:
+        import torch
+    except ImportError:
+        raise Unavailable(f"verify --gpu needs torch and DeepGEMM; torch is not installed: {INSTALL}") from None
+    if not torch.cuda.is_available():
+        raise Unavailable(f"verify --gpu needs a CUDA GPU; torch {torch.__version__} sees none")
+    free_bytes, total_bytes = torch.cuda.mem_get_info()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # DeepGEMM prints on import; stdout carries the report
+            import deep_gemm
+    except Exception as error:  # a missing package or a build that does not load: both mean reinstall
+        problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise Unavailable(f"DeepGEMM does not import ({problem}): {INSTALL}") from None
+    props = torch.cuda.get_device_properties(0)
+    return {"gpu_name": props.name, "compute_capability": [props.major, props.minor],
+            "total_memory_bytes": total_bytes, "free_at_start_bytes": free_bytes,
+            "cuda_context_bytes": total_bytes - free_bytes, "torch_version": torch.__version__,
+            "deepgemm_version": getattr(deep_gemm, "__version__", "unknown"),
+            "entry_points": [name for name in (verify.ENTRY_POINTS["2.8"], verify.LEGACY_ENTRY_POINT)
+                             if hasattr(deep_gemm, name)]}
+
+
+def make_inputs(request: dict) -> dict:
+    """Synthetic FP8 queries, weights and a small paged FP8 KV cache (values, then one scale per token, per block)
+    for request['batch'] sequences of next_n rows each, with real contexts of at most CONTEXT_CAP tokens."""
+    import torch
+
+    batch, next_n, heads, dim = request["batch"], request["next_n"], request["heads"], request["head_dim"]
+    mx = request["mx_inputs"]
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    cap = min(request["max_context_len"], CONTEXT_CAP)
+    sequence = torch.arange(batch, device="cuda")
+    longest = next_n + sequence * 7919 % max(cap - next_n + 1, 1)
+    longest[-1] = cap
+    contexts = (longest[:, None] - torch.arange(next_n - 1, -1, -1, device="cuda")[None, :]).int().contiguous()
+    blocks = capacity.align(cap, 256) // BLOCK_KV  # the kernel reads block ids up to the context rounded up to 256
+    kv = torch.empty(blocks, BLOCK_KV, 1, dim + 4, dtype=torch.uint8, device="cuda")
+    flat = kv.view(blocks, -1)
+    flat[:, :BLOCK_KV * dim] = torch.randn(blocks, BLOCK_KV * dim, device="cuda", generator=generator).to(
+        torch.float8_e4m3fn).view(torch.uint8)
+    if mx:
+        flat[:, BLOCK_KV * dim:] = UE8M0_ONE
+    else:
+        scales = torch.rand(blocks, BLOCK_KV, device="cuda", generator=generator) * 0.01 + 0.001
+        flat[:, BLOCK_KV * dim:] = scales.view(torch.uint8)
+    q = torch.randn(batch, next_n, heads, dim, device="cuda", generator=generator).to(torch.float8_e4m3fn)
+    return {
+        "q": q,
+        "q_sf": torch.full((batch, next_n, heads), UE8M0_ONE * 0x01010101, dtype=torch.int32, device="cuda")
+        if mx else None,
+        "kv": kv,
+        "weights": torch.randn(batch * next_n, heads, device="cuda", generator=generator).to(
+            torch.bfloat16 if mx else torch.float32),
+        "contexts": contexts,
+        "block_table": ((sequence[:, None] + torch.arange(blocks, device="cuda")[None, :]) % blocks).int(),
+        "indices": sequence.int() if mx else None,
+    }
+
+
+def indexer_logits(request: dict, inputs: dict, batch: int):
+    """DeepGEMM's schedule metadata and paged MQA logits for the first `batch` sequences, then the FP32 upcast
+    where the backend reads FP32 (as vLLM's as_fp32_logits: same shape and strides)."""
+    import deep_gemm
+    import torch
+
+    rows = batch * request["next_n"]
+    contexts, block_table = inputs["contexts"][:batch], inputs["block_table"][:batch]
+    q, weights = inputs["q"][:batch], inputs["weights"][:rows]
+    if request["mx_inputs"]:
+        indices = inputs["indices"][:batch]
+        meta = deep_gemm.get_paged_mqa_logits_metadata(contexts, BLOCK_KV, deep_gemm.get_num_sms(), indices)
+        logits = deep_gemm.fp8_fp4_paged_mqa_logits((q, inputs["q_sf"][:batch]), inputs["kv"], weights, contexts,
+                                                    block_table, meta, request["max_context_len"], indices)
+    elif request["entry_point"] == verify.ENTRY_POINTS["2.8"]:
+        meta = deep_gemm.get_paged_mqa_logits_metadata(contexts, BLOCK_KV, deep_gemm.get_num_sms())
+        logits = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), inputs["kv"], weights, contexts, block_table, meta,
+                                                    request["max_context_len"])
+    else:
+        meta = deep_gemm.get_paged_mqa_logits_metadata(contexts, BLOCK_KV, deep_gemm.get_num_sms())
+        logits = deep_gemm.fp8_paged_mqa_logits(q, inputs["kv"], weights, contexts, block_table, meta,
+                                                request["max_context_len"], False)
+    copy = None
+    if request["fp32_copy"]:
+        copy = torch.empty_strided(logits.shape, logits.stride(), dtype=torch.float32, device=logits.device)
+        copy.copy_(logits)
+    return logits, copy
+
+
+def reference_check(request: dict, inputs: dict, logits) -> dict:
+    """A few rows against plain torch from the same FP8 inputs, inside each row's context only."""
+    import torch
+
+    dim, next_n = request["head_dim"], request["next_n"]
+    flat = inputs["kv"].view(inputs["kv"].size(0), -1)
+    values = flat[:, :BLOCK_KV * dim].view(torch.float8_e4m3fn).float().view(-1, BLOCK_KV, dim)
+    scales = (torch.ones(values.shape[:2], device="cuda") if request["mx_inputs"]
+              else flat[:, BLOCK_KV * dim:].contiguous().view(torch.float32))
+    rows = sorted({0, 1 % request["rows"], request["rows"] // 2, request["rows"] - 1})[:REFERENCE_ROWS]
+    got, want = [], []
+    for row in rows:
+        sequence, token = divmod(row, next_n)
+        context = int(inputs["contexts"][sequence, token])
+        ids = inputs["block_table"][sequence, :-(-context // BLOCK_KV)].long()
+        keys = (values[ids] * scales[ids][..., None]).view(-1, dim)[:context]
+        scores = inputs["q"][sequence, token].float() @ keys.T  # [heads, context]
+        want.append((scores.relu() * inputs["weights"][row].float()[:, None]).sum(0))
+        got.append(logits[row, :context].float())
+    x, y = torch.cat(got).double(), torch.cat(want).double()
+    diff = float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
+    return {"rows": rows, "diff": diff, "max_abs_error": float((x - y).abs().max()),
+            "max_abs_reference": float(y.abs().max())}
+
+
+def measure_pass(request: dict) -> dict:
+    """The indexer's decode working set at request['rows'] rows: logits, FP32 copy, top-k; allocator statistics."""
+    import torch
+
+    inputs = make_inputs(request)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    logits, copy = indexer_logits(request, inputs, request["batch"])
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    window = min(request["max_context_len"], capacity.align(int(inputs["contexts"].max()), 256))
+    scores = (logits if copy is None else copy)[:, :window].float()
+    outside = torch.arange(window, device="cuda")[None, :] >= inputs["contexts"].view(-1, 1)
+    torch.topk(scores.masked_fill(outside, float("-inf")), min(request["topk"], window), dim=-1)
+    torch.cuda.synchronize()
+    return {
+        "rows": logits.size(0), "batch": request["batch"], "next_n": request["next_n"], "heads": request["heads"],
+        "logits_dtype": {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(logits.dtype, str(logits.dtype)),
+        "columns": logits.size(1), "row_stride": logits.stride(0),
+        "storage_bytes": logits.untyped_storage().nbytes(),
+        "fp32_copy": copy is not None,
+        "copy_storage_bytes": 0 if copy is None else copy.untyped_storage().nbytes(),
+        "peak_bytes": peak,
+        "topk": {"kernel": TOPK_KERNEL, "k": min(request["topk"], window), "window_columns": window,
+                 "extra_peak_bytes": torch.cuda.max_memory_allocated() - base - peak},
+        "reference": reference_check(request, inputs, logits),
+    }
+
+
+def out_of_memory(error: Exception) -> bool:
+    import torch
+
+    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error)
+
+
+def reproduce_oom(request: dict, oom: dict, per_decode: int) -> dict:
+    """Leave oom['free_bytes'] free (ballast for the rest), run the decode indexer at growing decode counts (doubling,
+    then bisection) until the allocation fails; then leave oom['fixed_free_bytes'] and run the worst case."""
+    import torch
+
+    search = {**request, "batch": oom["max_search_decodes"] * per_decode // request["next_n"]}
+    inputs = make_inputs(search)
+
+    def leave_free(free_bytes: int):
+        torch.cuda.empty_cache()
+        ballast_bytes = capacity.align(max(torch.cuda.mem_get_info()[0] - free_bytes, 0), verify.GRANULE_BYTES)
+        ballast = torch.empty(ballast_bytes, dtype=torch.uint8, device="cuda")
+        return ballast, torch.cuda.mem_get_info()[0]
+
+    def fits(decodes: int) -> bool:
+        try:
+            logits, copy = indexer_logits(search, inputs, decodes * per_decode // request["next_n"])
+            torch.cuda.synchronize()
+            del logits, copy
+            return True
+        except (torch.cuda.OutOfMemoryError, RuntimeError) as error:
+            if not out_of_memory(error):
+                raise
+            return False
+        finally:
+            torch.cuda.empty_cache()
+
+    ballast, free_left = leave_free(oom["free_bytes"])
+    attempts, fit, failed = [], 0, None
+    decodes = 1
+    while decodes <= oom["max_search_decodes"] and failed is None:
+        ok = fits(decodes)
+        attempts.append([decodes, ok])
+        fit, failed = (decodes, None) if ok else (fit, decodes)
+        decodes *= 2
+    while failed is not None and failed - fit > 1:
+        middle = (fit + failed) // 2
+        ok = fits(middle)
+        attempts.append([middle, ok])
+        fit, failed = (middle, failed) if ok else (fit, middle)
+    del ballast
+    ballast, fixed_left = leave_free(oom["fixed_free_bytes"])
+    fixed_ok = fits(oom["worst_decodes"])
+    del ballast
+    torch.cuda.empty_cache()
+    return {"free_target_bytes": oom["free_bytes"], "free_left_bytes": free_left, "attempts": attempts,
+            "first_failing_decodes": failed, "fixed_free_left_bytes": fixed_left,
+            "worst_decodes": oom["worst_decodes"], "fixed_ok": fixed_ok}
+
+
+def live_memory(env: dict) -> dict:
+    """vLLM's non-torch memory: what the process holds on the GPU beyond torch's reserved pool (CUDA context,
+    DeepGEMM's JIT modules and workspaces)."""
+    import torch
+
+    free_bytes, total_bytes = torch.cuda.mem_get_info()
+    return {"total_memory_bytes": total_bytes, "free_at_start_bytes": env["free_at_start_bytes"],
+            "cuda_context_bytes": env["cuda_context_bytes"],
+            "non_torch_bytes": total_bytes - free_bytes - torch.cuda.memory_reserved()}
+
+
+def run_verify(shapes: list, backends: list[str], env: dict, target, profile: bool, reproduce: bool) -> dict:
+    """Every shape through the live pass, compared with plan; the report verify prints (as JSON)."""
+    import torch
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": {"name": env["gpu_name"], "compute_capability": ".".join(map(str, env["compute_capability"])),
+                "total_memory_bytes": env["total_memory_bytes"], "catalog_gpu": target.gpu.name,
+                "arch": target.gpu.arch},
+        "torch_version": env["torch_version"],
+        "deepgemm": {"version": env["deepgemm_version"], "entry_points": env["entry_points"],
+                     "layout": verify.layout_name(target.release, target.gpu.arch)},
+        "top_k_kernel": TOPK_KERNEL,
+        "notes": list(target.notes),
+        "shapes": [],
+    }
+    entry_point = env["entry_points"][0]
+    with console.status("DeepGEMM: starting", spinner="dots") as status:
+        for shape in shapes:
+            plan, named_plan = capacity.plan(shape.planned), capacity.plan(shape.named)
+            names = backends or [b.backend for b in named_plan.backends if b.available]
+            passes = {}
+            results = []
+            for name in names:
+                b = plan.backend(name)
+                if not b.available:
+                    results.append(verify.backend_result(shape, plan, named_plan, name, None, env["deepgemm_version"]))
+                    continue
+                dl = b.decode_logits
+                if dl.copy_bytes_per_element not in passes:
+                    request = verify.pass_request(shape.planned, dl, dl.rows, entry_point)
+                    rows = verify.rows_that_fit(dl, torch.cuda.mem_get_info()[0], request["next_n"])
+                    request = verify.pass_request(shape.planned, dl, rows, entry_point)
+                    status.update(f"{shape.name}: paged MQA logits, {rows:,} rows x {dl.columns:,} columns "
+                                  f"(DeepGEMM compiles its kernels on first use: seconds)")
+                    started = time.monotonic()
+                    passes[dl.copy_bytes_per_element] = measure_pass(request)
+                    torch.cuda.empty_cache()
+                    console.log(f"{shape.name}: {rows:,} x {dl.columns:,} {dl.logits_dtype} in "
+                                f"{time.monotonic() - started:.1f} s")
+                results.append(verify.backend_result(shape, plan, named_plan, name, passes[dl.copy_bytes_per_element],
+                                                     env["deepgemm_version"]))
+            entry = {"name": shape.name, "recipe": shape.planned.resolved(), "recipe_gpu": shape.named.gpu.name,
+                     "notes": list(shape.notes), "measured": list(passes.values()), "backends": results}
+            ran = [r["backend"] for r in results if r["agree"] is not None]
+            main = next((name for name in ran if plan.backend(name).selected), ran[0] if ran else None)
+            if profile and main:
+                entry["profile"] = verify.profile_replay(plan, main, passes[plan.backend(main).decode_logits
+                                                                     .copy_bytes_per_element], live_memory(env))
+            if reproduce and main:
+                b = plan.backend(main)
+                if b.oom_before_fix.at_risk:
+                    oom = verify.oom_request(plan, main)
+                    per_decode = 1 + shape.planned.num_speculative_tokens
+                    request = verify.pass_request(shape.planned, b.decode_logits, per_decode, entry_point)
+                    status.update(f"{shape.name}: reproducing the out-of-memory error (ballast leaves "
+                                  f"{oom['free_bytes']:,} B free)")
+                    entry["reproduce_oom"] = verify.oom_verdict(plan, main, reproduce_oom(request, oom, per_decode))
+                    console.log(f"{shape.name}: {entry['reproduce_oom']['verdict']}")
+                else:
+                    entry["reproduce_oom_skipped"] = (f"not at risk: {b.oom_before_fix.max_decodes:,} decodes fit, "
+                                                      f"max-num-seqs is {shape.planned.max_num_seqs}")
+            report["shapes"].append(entry)
+    report["exit_code"] = verify.exit_code(report)
+    return report

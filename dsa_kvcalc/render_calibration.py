@@ -1,0 +1,101 @@
+"""Rendering a Calibration: the JSON contract, the text table, and the calibrated recipe YAML. No arithmetic of its own
+beyond differences and unit conversion for display."""
+
+import json
+
+import yaml
+
+from dsa_kvcalc.calibrate import Calibration, TermRow
+from dsa_kvcalc.catalog import GIB
+
+CARRIED = ("carried over unchanged by plan: weights, non-torch, and the CUDA-graph memory besides the indexer logits; "
+           "re-derived: the decode logits, the #62860 reservation and its effect on the peak (through the indexer "
+           "headroom), the graphs' logits for other top-k backends, KV bytes and tokens. Peak activation is carried "
+           "over too: it grows with max-num-batched-tokens, which plan does not rescale")
+
+
+def shown(row: TermRow, value: int | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / GIB:.2f} GiB" if row.unit == "bytes" else f"{value:,}"
+
+
+def difference(row: TermRow) -> str:
+    if row.log is None or row.plan is None:
+        return ""
+    gap = row.plan - row.log
+    text = f"{gap / GIB:+.2f} GiB" if row.unit == "bytes" else f"{gap:+,}"
+    return text + (f" ({gap / row.log:+.1%})" if row.log else "")
+
+
+def summary(c: Calibration) -> list[str]:
+    m, r = c.measured, c.recipe
+    log_tokens = m.kv_tokens
+    lines = [
+        f"log: vLLM {m.version or 'version not printed'}; {m.ranks} process(es) printed memory lines; sizing rank "
+        f"{m.rank or '(unprefixed)'}",
+        f"recipe ({c.recipe_source}): {r.model.name} on {r.gpu.name}, TP{r.tensor_parallel_size} "
+        f"DP{r.data_parallel_size}{' EP' if r.enable_expert_parallel else ''}, max-num-seqs {r.max_num_seqs}, "
+        f"max-model-len {r.max_model_len:,}, {r.num_speculative_tokens} spec tokens, gpu-memory-utilization "
+        f"{r.gpu_memory_utilization}, kv-cache-dtype {r.kv_cache_dtype}, top-k backend {r.topk_backend}",
+    ]
+    if log_tokens is not None:
+        gap = c.kv_tokens_calibrated - log_tokens
+        block = r.model.kv_block_size * r.decode_context_parallel_size
+        verdict = "within one block" if abs(gap) < block else f"off by more than one {block}-token block"
+        lines.append(f"calibrated plan (tokens before fix, {r.topk_backend}): {c.kv_tokens_calibrated:,} KV tokens vs "
+                     f"the log's {log_tokens:,} ({gap:+,}: {verdict})")
+    if c.headroom:
+        h = c.headroom
+        lines.append(
+            f"indexer headroom ({h.backend}) = reserved {h.reserved_bytes / GIB:.2f} GiB - (KV before "
+            f"{h.kv_bytes_before / GIB:.2f} - KV after {h.kv_bytes_after / GIB:.2f} GiB) = "
+            f"{h.headroom_bytes / GIB:.2f} GiB (KV from {h.kv_source})")
+        if h.after_tokens_log is not None:
+            lines.append(f"calibrated plan after #62860: {h.after_tokens_plan:,} KV tokens vs the after log's "
+                         f"{h.after_tokens_log:,} ({h.after_tokens_plan - h.after_tokens_log:+,})")
+    return lines
+
+
+def render_text(c: Calibration) -> str:
+    header = ("term", "log", "plan (same recipe)", "plan - log", "calibrated from")
+    rows = [(row.term, shown(row, row.log), shown(row, row.plan), difference(row), row.source) for row in c.rows]
+    widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
+    table = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
+    notes = [f"note: {n}" for n in c.notes] + [f"warning: {w}" for w in c.warnings] + [f"note: {CARRIED}"]
+    return "\n".join(summary(c) + [""] + table + [""] + notes) + "\n"
+
+
+def calibration_json(c: Calibration) -> dict:
+    m = c.measured
+    return {
+        "log": {"version": m.version, "sizing_rank": m.rank, "ranks": m.ranks,
+                "weights_bytes": m.weights_bytes, "peak_activation_bytes": m.peak_activation_bytes,
+                "non_torch_bytes": m.non_torch_bytes, "cudagraph_bytes": m.cudagraph_bytes,
+                "available_kv_bytes": m.available_kv_bytes, "total_memory_bytes": m.total_memory_bytes,
+                "kv_tokens": m.kv_tokens, "max_model_len": m.max_model_len, "max_concurrency": m.max_concurrency},
+        "recipe": c.recipe.resolved(),
+        "recipe_source": c.recipe_source,
+        "terms": [{"term": row.term, "unit": row.unit, "log": row.log, "plan": row.plan,
+                   "difference": None if row.log is None or row.plan is None else row.plan - row.log,
+                   "calibrated_from": row.source} for row in c.rows],
+        "memory_bytes": c.memory,
+        "kv_bytes_per_token_implied": c.kv_bytes_per_token_implied,
+        "kv_tokens_calibrated": c.kv_tokens_calibrated,
+        "headroom": None if c.headroom is None else vars(c.headroom),
+        "notes": c.notes,
+        "warnings": c.warnings,
+    }
+
+
+def render_json(c: Calibration) -> str:
+    return json.dumps(calibration_json(c), indent=2) + "\n"
+
+
+def recipe_yaml(c: Calibration, log_name: str) -> str:
+    header = [f"# Calibrated by dsa-kvcalc calibrate from {log_name} (vLLM {c.measured.version or '?'}, rank "
+              f"{c.measured.rank or 'unprefixed'}); memory terms in bytes, per rank:"]
+    header += [f"#   {row.term}: {row.source}" for row in c.rows[:4]]
+    if c.headroom:
+        header.append(f"#   indexer headroom ({c.headroom.backend}): reserved - (KV before - KV after #62860)")
+    return "\n".join(header) + "\n" + yaml.safe_dump(c.raw_recipe, sort_keys=False)

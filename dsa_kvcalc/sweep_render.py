@@ -1,0 +1,94 @@
+"""Rendering sweep rows (CSV and JSON lines, streamed; a rich table) and recommendations. No arithmetic of its own."""
+
+import csv
+import io
+import itertools
+import json
+
+from dsa_kvcalc.render import gib
+from dsa_kvcalc.sweep import Candidate
+
+
+def csv_lines(rows):
+    """The header comes from the rows up to the first available backend's (whose fields are complete), plus the
+    error column; those rows wait, the rest stream through."""
+    waiting = []
+    for row in rows:
+        waiting.append(row)
+        if row.get("available"):
+            break
+    fields = list(dict.fromkeys([*(key for row in waiting for key in row), "error"]))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for row in itertools.chain(waiting, rows):
+        writer.writerow(row)
+        yield out.getvalue()
+        out.seek(0)
+        out.truncate()
+
+
+def jsonl_lines(rows):
+    for row in rows:
+        yield json.dumps(row) + "\n"
+
+
+def table_cells(keys: list[str], row: dict, notes: dict[str, int]) -> list[str]:
+    """One table row; errors and unavailable backends become numbered notes under the table."""
+    varied = [str(row[key]) for key in keys]
+    if "error" in row:
+        return [*varied, f"error [{notes.setdefault(row['error'], len(notes) + 1)}]", "", "", "", ""]
+    if not row["available"]:
+        note = notes.setdefault(f"{row['backend']} unavailable: {row['reason']}", len(notes) + 1)
+        return [*varied, row["backend"], f"unavailable [{note}]", "", "", ""]
+    risk = f">{row['oom_before_fix.max_decodes']} decodes" if row["oom_before_fix.at_risk"] else "no"
+    return [*varied, row["backend"], gib(row["reserved_bytes"]), f"{row['kv_cache_tokens']:,}",
+            f"{row['max_concurrency']:.2f}x", risk]
+
+
+def render_table(keys: list[str], rows, console) -> None:
+    from rich.table import Table
+
+    grid = Table(caption="reserved: the decode-logits reservation after vLLM #62860; OOM before fix: concurrent "
+                         "decodes above which a vLLM without it runs out of memory", caption_justify="left")
+    notes: dict[str, int] = {}
+    cells = [table_cells(keys, row, notes) for row in rows]
+    labels = (*keys, "backend", "reserved GiB", "KV tokens/rank", "max concurrency", "OOM before fix")
+    for i, label in enumerate(labels):  # values keep their width; long labels wrap
+        grid.add_column(label, justify="left" if label == "backend" else "right", overflow="fold",
+                        min_width=max((len(line[i]) for line in cells), default=1))
+    for line in cells:
+        grid.add_row(*line)
+    console.print(grid)
+    for note, number in notes.items():
+        console.print(f"[{number}] {note}", highlight=False, markup=False)
+
+
+def render_recommendation(candidates: list[Candidate], target_concurrency: int, min_kv_tokens: int,
+                          data_parallel_size: int, console) -> None:
+    from rich.table import Table
+
+    console.print(
+        f"Targets, per rank (one vLLM engine; with data-parallel-size {data_parallel_size} the deployment holds "
+        f"{data_parallel_size}x): max-num-seqs >= {target_concurrency} so that {target_concurrency} requests run at "
+        f"once; a KV cache of >= {min_kv_tokens:,} tokens ({min_kv_tokens // target_concurrency:,} per request at "
+        f"that concurrency); no decode-logits OOM on a vLLM without #62860 (so the answer holds with or without "
+        f"it); max-num-seqs <= max-num-batched-tokens (vLLM's rule). Preferred: the largest max-num-seqs, then the "
+        f"most spec tokens, then the most KV tokens.", highlight=False)
+    grid = Table("backend", "spec tokens", "largest max-num-seqs", "KV tokens/rank", "max concurrency",
+                 "what stops the next step up")
+    for c in candidates:
+        if c.max_num_seqs is None:
+            grid.add_row(c.backend, str(c.spec_tokens), "none", "", "", f"at {target_concurrency}: " + "; ".join(c.stops))
+        else:
+            grid.add_row(c.backend, str(c.spec_tokens), str(c.max_num_seqs), f"{c.kv_cache_tokens:,}",
+                         f"{c.max_concurrency:.2f}x", f"at {c.max_num_seqs + 1}: " + "; ".join(c.stops))
+    console.print(grid)
+    best = candidates[0] if candidates and candidates[0].max_num_seqs is not None else None
+    if best is None:
+        console.print("No setting meets the targets: see why above.", highlight=False)
+        return
+    console.print(
+        f"Recommended: max-num-seqs {best.max_num_seqs}, speculative-config.num_speculative_tokens "
+        f"{best.spec_tokens}, sparse-indexer-topk-backend {best.backend}: {best.kv_cache_tokens:,} KV tokens per "
+        f"rank. One more sequence fails: {'; '.join(best.stops)}.", highlight=False)

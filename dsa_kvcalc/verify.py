@@ -1,0 +1,304 @@
+"""verify --gpu without the GPU: the shapes to check, what plan predicts for them, and the verdict on what the live
+pass (gpu.py) measured. Pure: measured dicts in, verdict out. Rendering is in verify_render.py."""
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsa_kvcalc import capacity
+from dsa_kvcalc.capacity import DecodeLogits, Plan
+from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS, LAYOUTS, MIB, Gpu
+from dsa_kvcalc.recipe import Recipe, RecipeError, build_recipe, find_gpu, read_yaml
+
+INSTALL = "pip install 'dsa-kvcalc[gpu]'"
+RECIPES_DIR = Path(__file__).parent / "recipes"
+DEEPGEMM_ARCHS = ("sm90", "sm100", "sm103")
+ENTRY_POINTS = {"2.8": "fp8_fp4_paged_mqa_logits"}  # every older release: the legacy fp8_paged_mqa_logits
+LEGACY_ENTRY_POINT = "fp8_paged_mqa_logits"
+GRANULE_BYTES = 2 * MIB  # CUDA and PyTorch's caching allocator hand out large blocks in whole 2 MiB granules
+REFERENCE_TOLERANCE = {"fp32": 1e-5, "bf16": 1e-4}  # DeepGEMM's own test: diff < 5e-6 against FP8-exact inputs
+
+# Widths that are not multiples of the padding, both SM90 head counts (32, 64) and both next_n paths (2 native,
+# 1 + k > 2 fed as rows of next_n 1). Parallel sizes only make the weights fit one GPU: they do not change the logits.
+EXTRA_SHAPES = [
+    ("DeepSeek-V3.2, max-model-len 4097", {
+        "model": "deepseek-ai/DeepSeek-V3.2", "max-model-len": 4097, "max-num-seqs": 256,
+        "tensor-parallel-size": 8, "enable-expert-parallel": True}),
+    ("GLM-5, max-model-len 5000, 1 MTP token", {
+        "model": "zai-org/GLM-5", "max-model-len": 5000, "max-num-seqs": 64, "tensor-parallel-size": 8,
+        "enable-expert-parallel": True, "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}}),
+    ("DeepSeek-V4-Flash, max-model-len 100001, 3 MTP tokens", {
+        "model": "deepseek-ai/DeepSeek-V4-Flash", "max-model-len": 100001, "max-num-seqs": 128,
+        "tensor-parallel-size": 2, "enable-expert-parallel": True,
+        "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}),
+]
+
+
+class Unavailable(Exception):
+    """No live pass is possible here (exit 3); the message says what to install."""
+
+
+# The local GPU and DeepGEMM -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Target:
+    gpu: Gpu  # the catalog GPU the local one is planned as
+    release: str  # DeepGEMM major.minor, a DEEPGEMM_RELEASES key
+    notes: tuple[str, ...]
+
+
+def local_target(env: dict) -> Target:
+    """The catalog GPU and DeepGEMM release for what gpu.probe() read."""
+    major, minor = env["compute_capability"]
+    arch = f"sm{major}{minor}"
+    name = env["gpu_name"]
+    if arch not in DEEPGEMM_ARCHS:
+        raise Unavailable(f"{name} is {arch}: DeepGEMM's paged MQA logits needs SM90 (H100, H200) or SM100 "
+                          f"(B200, GB200, B300)")
+    version = env["deepgemm_version"]
+    release = ".".join(version.split(".")[:2])
+    if release not in DEEPGEMM_RELEASES:
+        raise Unavailable(f"DeepGEMM {version} has no known logits layout (known: 2.1 - 2.6, 2.8): {INSTALL}")
+    wanted = ENTRY_POINTS.get(release, LEGACY_ENTRY_POINT)
+    if wanted not in env["entry_points"]:
+        raise Unavailable(f"DeepGEMM {version} lacks {wanted}: {INSTALL}")
+    notes = [f"DeepGEMM {version}: {wanted}, layout {layout_name(release, arch)}"]
+    try:
+        gpu = find_gpu(name)
+    except RecipeError:
+        same_arch = [g for g in GPUS if g.arch == arch]
+        gpu = min(same_arch, key=lambda g: abs(g.total_memory_bytes - env["total_memory_bytes"]))
+        notes.append(f"{name} is not in the GPU catalog: planned as {gpu.name} ({arch}, the nearest in memory)")
+    return Target(gpu, release, tuple(notes))
+
+
+def layout_key(release: str, arch: str) -> tuple[str, str]:
+    return DEEPGEMM_RELEASES[release], "sm100" if arch in ("sm100", "sm103") else "sm90"
+
+
+def layout_name(release: str, arch: str) -> str:
+    layout = LAYOUTS[layout_key(release, arch)]
+    return f"DeepGEMM {layout.versions} on {'/'.join(layout.archs)} ({layout.logits_dtype} logits, " \
+           f"{layout.split_columns}-column splits, {layout.stride_rule} stride rule)"
+
+
+# Shapes ----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    planned: Recipe  # for the local GPU and the installed DeepGEMM: the byte-for-byte prediction
+    named: Recipe  # as the recipe names it
+    notes: tuple[str, ...]
+
+
+def shape_for(name: str, raw: dict, recipe_dir: Path, target: Target, as_local: bool) -> Shape:
+    named = build_recipe({**raw, "gpu": raw.get("gpu", target.gpu.name)}, recipe_dir)
+    planned = build_recipe({**raw, "gpu": target.gpu.name, "deepgemm": target.release}, recipe_dir)
+    notes = []
+    if named.deepgemm != target.release:
+        notes.append(f"the recipe names DeepGEMM {named.deepgemm}; predicted with the installed {target.release}'s "
+                     f"layout")
+    if named.gpu != target.gpu:
+        notes.append(f"re-planned for {target.gpu.name} (--as-local); the recipe names {named.gpu.name}" if as_local
+                     else f"the recipe names {named.gpu.name} ({named.gpu.arch}); this is {target.gpu.name} "
+                          f"({target.gpu.arch}): bytes are checked against {target.gpu.name}'s plan, rows and width "
+                          f"against the recipe's")
+    return Shape(name, planned, planned if as_local else named, tuple(notes))
+
+
+def recipe_shapes(path: Path, target: Target, as_local: bool) -> list[Shape]:
+    return [shape_for(path.stem, read_yaml(path), path.parent, target, as_local)]
+
+
+def builtin_shapes(target: Target) -> list[Shape]:
+    """The bundled recipes re-planned for this GPU, then EXTRA_SHAPES."""
+    shapes = [shape_for(f"{path.stem} (re-planned)", read_yaml(path), path.parent, target, True)
+              for path in sorted(RECIPES_DIR.glob("*.yaml"))]
+    return shapes + [shape_for(name, raw, RECIPES_DIR, target, True) for name, raw in EXTRA_SHAPES]
+
+
+def check_backends(names: list[str]) -> list[str]:
+    known = [b.name for b in BACKENDS]
+    for name in names:
+        if name not in known:
+            raise RecipeError("--backend", f"unknown backend {name!r}; known: {', '.join(known)}")
+    return names
+
+
+# What the live pass runs -----------------------------------------------------------------------------------------
+
+def pass_request(recipe: Recipe, dl: DecodeLogits, rows: int, entry_point: str) -> dict:
+    """The kernel call for `rows` decode rows. SM90 takes next_n 1 or 2: larger speculation is fed as more
+    sequences of next_n 1 (same rows). SM100 (2.8) takes varlen rows of next_n 1."""
+    per_sequence = 1 + recipe.num_speculative_tokens
+    next_n = per_sequence if per_sequence <= 2 and recipe.gpu.arch == "sm90" else 1
+    return {"rows": rows, "batch": rows // next_n, "next_n": next_n, "heads": recipe.model.index_n_heads,
+            "head_dim": recipe.model.index_head_dim, "max_context_len": dl.columns, "topk": recipe.model.index_topk,
+            "fp32_copy": dl.copy_bytes_per_element > 0, "entry_point": entry_point,
+            "mx_inputs": entry_point == ENTRY_POINTS["2.8"] and recipe.gpu.arch != "sm90"}
+
+
+def rows_that_fit(dl: DecodeLogits, free_bytes: int, next_n: int) -> int:
+    """The worst case's rows, or fewer (whole sequences) when its logits do not fit in free memory."""
+    row_bytes = dl.padded_columns * dl.bytes_per_element
+    usable = free_bytes - free_bytes // 8  # room for the inputs, the top-k and the allocator's granules
+    return min(dl.rows, usable // row_bytes // next_n * next_n)
+
+
+# The comparison ---------------------------------------------------------------------------------------------------
+
+QUANTITIES = ("logits_dtype", "rows", "columns", "row_stride", "storage_bytes", "copy_storage_bytes", "peak_bytes")
+
+
+def predicted_pass(dl: DecodeLogits, rows: int) -> dict:
+    """plan's numbers for the rows the pass ran (fewer than dl.rows when scaled down)."""
+    run = dataclasses.replace(dl, rows=rows)
+    return {"logits_dtype": dl.logits_dtype, "rows": rows, "columns": dl.columns, "row_stride": dl.padded_columns,
+            "storage_bytes": run.bytes - run.copy_bytes, "copy_storage_bytes": run.copy_bytes,
+            "peak_bytes": run.bytes}
+
+
+def checks(predicted: dict, measured: dict) -> list[dict]:
+    return [{"quantity": q, "predicted": predicted[q], "measured": measured[q], "agree": predicted[q] == measured[q]}
+            for q in QUANTITIES]
+
+
+def reference_ok(reference: dict, dtype: str) -> bool:
+    return reference["diff"] < REFERENCE_TOLERANCE[dtype]
+
+
+def likely_reason(found: list[dict], measured: dict, release: str, arch: str, version: str) -> str:
+    """Why measured and predicted differ: the catalog layout that gives what was measured, if any."""
+    wrong = {c["quantity"] for c in found if not c["agree"]}
+    if wrong <= {"peak_bytes"}:
+        extra = measured["peak_bytes"] - measured["storage_bytes"] - measured["copy_storage_bytes"]
+        return (f"the pass allocated {extra:,} B besides the logits{' and the FP32 copy' if measured['fp32_copy'] else ''}"
+                f": a DeepGEMM workspace or allocation that plan does not count (DeepGEMM {version})")
+    if wrong <= {"copy_storage_bytes", "peak_bytes"}:
+        return ("the FP32 copy differs from plan's rows x row stride x 4 B: the runtime upcast is laid out otherwise "
+                "than plan assumes")
+    predicted = LAYOUTS[layout_key(release, arch)]
+    matches = [layout for layout in LAYOUTS.values() if layout != predicted
+               and layout.logits_dtype == measured["logits_dtype"]
+               and capacity.padded_columns(measured["columns"], layout) == measured["row_stride"]]
+    if matches:
+        names = "; ".join(f"DeepGEMM {m.versions} on {'/'.join(m.archs)}" for m in matches)
+        return (f"the logits are laid out as {names}, not as predicted (DeepGEMM {predicted.versions} on {arch}): "
+                f"another DeepGEMM layout or another arch than the installed DeepGEMM {version} was taken for")
+    return (f"no catalog layout gives {measured['logits_dtype']} logits with row stride {measured['row_stride']:,} "
+            f"for width {measured['columns']:,}: DeepGEMM {version} lays them out in a way the catalog does not know")
+
+
+def cannot_show(named_dl: DecodeLogits, planned_dl: DecodeLogits, named: Recipe, planned: Recipe) -> list[str]:
+    """What the recipe's GPU would show that this arch cannot."""
+    if named.gpu.arch == planned.gpu.arch and named.layout == planned.layout:
+        return []
+    here = f"{planned.gpu.name} ({planned.gpu.arch})"
+    found = []
+    if named_dl.logits_dtype != planned_dl.logits_dtype:
+        found.append(f"{named_dl.logits_dtype} logits (this {here} writes {planned_dl.logits_dtype})")
+    if named_dl.padded_columns != planned_dl.padded_columns:
+        found.append(f"a row stride of {named_dl.padded_columns:,} columns (here {planned_dl.padded_columns:,})")
+    if named_dl.copy_bytes_per_element:
+        found.append(f"the FP32 copy ({named_dl.bytes_per_element} B per element in all, "
+                     f"{named_dl.bytes:,} B for {named_dl.rows:,} rows)")
+    return [f"needs a {named.gpu.name} ({named.gpu.arch}) with DeepGEMM {named.layout.versions}: "
+            + "; ".join(found)] if found else []
+
+
+def backend_result(shape: Shape, plan: Plan, named_plan: Plan, name: str, measured: dict | None, version: str) -> dict:
+    """One backend's verdict. measured is None when the backend cannot run on the local GPU."""
+    b = plan.backend(name)
+    named_b = named_plan.backend(name)
+    result = {"backend": name, "available": b.available, "reason": b.reason,
+              "cannot_show": cannot_show(named_b.decode_logits, b.decode_logits, shape.named, shape.planned)}
+    if measured is None:
+        result |= {"checks": [], "agree": None,
+                   "verdict": f"not run: {b.reason}" if not b.available else "not run"}
+        return result
+    rows = measured["rows"]
+    found = checks(predicted_pass(b.decode_logits, rows), measured)
+    if shape.named != shape.planned:
+        named_dl = named_b.decode_logits
+        found += [{"quantity": f"{q} ({shape.named.gpu.name} recipe)", "predicted": value, "measured": measured[q],
+                   "agree": value == measured[q]}
+                  for q, value in (("rows", named_dl.rows if rows == b.decode_logits.rows else rows),
+                                   ("columns", named_dl.columns))]
+    ok_reference = reference_ok(measured["reference"], measured["logits_dtype"])
+    agree = all(c["agree"] for c in found) and ok_reference
+    if agree:
+        verdict = "agrees byte for byte"
+    elif not all(c["agree"] for c in found):
+        verdict = "differs: " + likely_reason(found, measured, shape.planned.deepgemm, shape.planned.gpu.arch, version)
+    else:
+        verdict = (f"differs: the kernel's logits are off the torch reference (diff {measured['reference']['diff']:.2e})")
+    if rows != b.decode_logits.rows:
+        verdict += (f" (scaled down from {b.decode_logits.rows:,} to {rows:,} rows to fit free memory: bytes per row "
+                    f"compared)")
+    result |= {"checks": found, "agree": agree, "verdict": verdict}
+    return result
+
+
+# --profile: vLLM's memory accounting replayed with what this GPU measured ----------------------------------------
+
+def profile_replay(plan: Plan, name: str, measured: dict, live: dict) -> dict:
+    """requested = total x util; KV = requested - weights - peak activation - non-torch - CUDA graphs, with the
+    measured total memory, non-torch memory and indexer logits in place of plan's; weights never loaded."""
+    recipe, memory, b = plan.recipe, plan.memory, plan.backend(name)
+    requested = math.ceil(live["total_memory_bytes"] * recipe.gpu_memory_utilization)
+    reserved = max(recipe.prefill_budget_bytes, measured["peak_bytes"] * b.decode_logits.rows // measured["rows"])
+    peak = memory.peak_activation.bytes + max(0, reserved - b.indexer_headroom_bytes)
+    kv_bytes = requested - memory.weights.bytes - peak - live["non_torch_bytes"] - b.cudagraph.bytes
+    return {
+        "backend": name,
+        "free_at_start_bytes": live["free_at_start_bytes"],
+        "cuda_context_bytes": live["cuda_context_bytes"],
+        "non_torch_bytes": live["non_torch_bytes"], "non_torch_bytes_planned": memory.non_torch.bytes,
+        "requested_bytes": requested, "starts": live["free_at_start_bytes"] >= requested,
+        "weights_bytes": memory.weights.bytes, "weights_measured": memory.weights.measured,
+        "indexer_reservation_bytes": reserved, "peak_activation_bytes": peak,
+        "cudagraph_bytes": b.cudagraph.bytes,
+        "kv_cache_bytes": max(kv_bytes, 0),
+        "kv_cache_tokens": capacity.kv_tokens(recipe, kv_bytes, memory.kv_bytes_per_token),
+        "kv_cache_tokens_planned": b.kv_cache_tokens,
+    }
+
+
+# --reproduce-oom ---------------------------------------------------------------------------------------------------
+
+def oom_request(plan: Plan, name: str) -> dict:
+    """What to leave free: total x (1 - util), rounded down to whole 2 MiB granules (what the allocator can hand
+    out); the fixed vLLM leaves the reservation on top. The search stops at twice the predicted failure."""
+    b = plan.backend(name)
+    decodes = capacity.decode_rows(plan.recipe) // (1 + plan.recipe.num_speculative_tokens)
+    return {"free_bytes": b.oom_before_fix.free_bytes // GRANULE_BYTES * GRANULE_BYTES,
+            "fixed_free_bytes": (b.oom_before_fix.free_bytes + b.reserved_bytes) // GRANULE_BYTES * GRANULE_BYTES,
+            "worst_decodes": decodes,
+            "max_search_decodes": 1 << (2 * max(b.oom_before_fix.max_decodes + 1, decodes)).bit_length()}
+
+
+def oom_verdict(plan: Plan, name: str, measured: dict) -> dict:
+    oom = plan.backend(name).oom_before_fix
+    failed_at = measured["first_failing_decodes"]
+    agree = failed_at == oom.max_decodes + 1 and measured["fixed_ok"]
+    if failed_at is None:
+        verdict = f"no failure up to {measured['attempts'][-1][0]} decodes; plan predicts {oom.max_decodes + 1}"
+    elif failed_at == oom.max_decodes + 1:
+        verdict = f"failed at {failed_at} decodes, as plan predicts ({oom.max_decodes} fit)"
+    else:
+        fit_in_left = measured["free_left_bytes"] // oom.bytes_per_decode
+        verdict = (f"failed at {failed_at} decodes; plan predicts {oom.max_decodes + 1} "
+                   f"({measured['free_left_bytes']:,} B were left free, room for {fit_in_left} decodes by plan's "
+                   f"{oom.bytes_per_decode:,} B each)")
+    verdict += ("; with the fixed reservation the worst case ran" if measured["fixed_ok"]
+                else "; with the fixed reservation the worst case still failed")
+    return {"backend": name, "predicted_max_decodes": oom.max_decodes, "bytes_per_decode": oom.bytes_per_decode,
+            "plan_free_bytes": oom.free_bytes, **measured, "agree": agree, "verdict": verdict}
+
+
+def exit_code(report: dict) -> int:
+    results = [b["agree"] for s in report["shapes"] for b in s["backends"]]
+    results += [s["reproduce_oom"]["agree"] for s in report["shapes"] if "reproduce_oom" in s]
+    return 0 if all(r is not False for r in results) and any(r is True for r in results) else 1

@@ -1,0 +1,82 @@
+"""Rendering verify --gpu's report (the dict gpu.run_verify returns): JSON, or rich tables. No arithmetic."""
+
+import json
+
+from dsa_kvcalc.catalog import GIB
+
+
+def render_json(report: dict) -> str:
+    return json.dumps(report, indent=2) + "\n"
+
+
+def show(value) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def check_groups(shape: dict) -> list[tuple[list[str], dict]]:
+    """Backends with identical checks share one table (on SM90 every backend reads the same FP32 logits)."""
+    groups: list[tuple[list[str], dict]] = []
+    for result in shape["backends"]:
+        same = next((names for names, first in groups if first["checks"] == result["checks"]
+                     and first["verdict"] == result["verdict"] and first["cannot_show"] == result["cannot_show"]), None)
+        if same is None:
+            groups.append(([result["backend"]], result))
+        else:
+            same.append(result["backend"])
+    return groups
+
+
+def heading(report: dict) -> str:
+    gpu, dg = report["gpu"], report["deepgemm"]
+    return (f"{gpu['name']} (SM {gpu['compute_capability']}, {gpu['total_memory_bytes'] / GIB:.2f} GiB, planned as "
+            f"{gpu['catalog_gpu']}), torch {report['torch_version']}, DeepGEMM {dg['version']}: {dg['layout']}; "
+            f"{report['date']}")
+
+
+def render_table(report: dict, console) -> None:
+    from rich.table import Table
+
+    console.print(heading(report), highlight=False)
+    for note in report["notes"][1:]:
+        console.print(f"note: {note}", highlight=False)
+    for shape in report["shapes"]:
+        console.print(f"\n[bold]{shape['name']}[/bold]", highlight=False)
+        for note in shape["notes"]:
+            console.print(f"  note: {note}", highlight=False)
+        for names, result in check_groups(shape):
+            if result["checks"]:
+                grid = Table(title=", ".join(names), title_justify="left")
+                for column in ("quantity", "predicted (plan)", "measured", ""):
+                    grid.add_column(column, justify="left" if column == "quantity" else "right")
+                for check in result["checks"]:
+                    grid.add_row(check["quantity"], show(check["predicted"]), show(check["measured"]),
+                                 "[green]ok[/green]" if check["agree"] else "[red]DIFFERS[/red]")
+                console.print(grid)
+            colour = {True: "green", False: "red", None: "yellow"}[result["agree"]]
+            console.print(f"  [{colour}]{', '.join(names)}: {result['verdict']}[/{colour}]", highlight=False)
+            for line in result["cannot_show"]:
+                console.print(f"  cannot show here: {line}", highlight=False)
+        for measured in shape["measured"]:
+            reference, topk = measured["reference"], measured["topk"]
+            console.print(f"  kernel vs torch reference on rows {reference['rows']}: diff {reference['diff']:.2e}, "
+                          f"max |error| {reference['max_abs_error']:.3g} of {reference['max_abs_reference']:.3g}; "
+                          f"top-k {topk['k']} by {topk['kernel']}: {topk['extra_peak_bytes']:,} B more at peak",
+                          highlight=False)
+        if "profile" in shape:
+            p = shape["profile"]
+            console.print(
+                f"  profile ({p['backend']}): free at start {p['free_at_start_bytes'] / GIB:.2f} GiB, CUDA context "
+                f"{p['cuda_context_bytes'] / GIB:.2f} GiB, non-torch {p['non_torch_bytes'] / GIB:.2f} GiB measured "
+                f"(plan {p['non_torch_bytes_planned'] / GIB:.2f}), indexer reservation "
+                f"{p['indexer_reservation_bytes'] / GIB:.2f} GiB, weights {p['weights_bytes'] / GIB:.2f} GiB "
+                f"({'measured' if p['weights_measured'] else 'estimated'}, not loaded): KV cache "
+                f"{p['kv_cache_bytes'] / GIB:.2f} GiB = {p['kv_cache_tokens']:,} tokens "
+                f"(plan {p['kv_cache_tokens_planned']:,})", highlight=False)
+        if "reproduce_oom" in shape:
+            oom = shape["reproduce_oom"]
+            colour = "green" if oom["agree"] else "red"
+            console.print(f"  [{colour}]reproduce-oom ({oom['backend']}): {oom['verdict']}[/{colour}]", highlight=False)
+        if "reproduce_oom_skipped" in shape:
+            console.print(f"  reproduce-oom: {shape['reproduce_oom_skipped']}", highlight=False)
+    verdict = "all agree" if report["exit_code"] == 0 else "differences found"
+    console.print(f"\nverify: {verdict} (exit {report['exit_code']})", highlight=False)

@@ -1,0 +1,163 @@
+"""A vLLM startup log, read into plain data: per rank, the memory terms vLLM printed while sizing the KV cache.
+
+Pure: takes the log's text, returns a LogReading. Every spelling since the v1 engine (and the V0 memory-profiling
+line), several ranks interleaved, ANSI colour codes, process prefixes such as "(Worker_TP0 pid=514)". Values stay in
+the units the log prints (GiB with two decimals, tokens); turning them into bytes is the caller's business.
+Spellings: /tmp/research/vllm.md section 4b, checked against the logs in tests/fixtures/vllm_logs.
+"""
+
+import ast
+import re
+from dataclasses import dataclass
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# "(Worker_TP0 pid=514) ", "(EngineCore_DP0 pid=749) (RayWorkerWrapper pid=347, ip=172.16.17.12) ": the last names the rank.
+PREFIX = re.compile(r"\(([A-Za-z][\w.-]* pid=\d+[^()]*)\)\s*")
+NUMBER = r"(\d+(?:\.\d+)?)"
+COUNT = r"(\d[\d,]*)"
+
+# (fields, pattern): each pattern's groups fill the fields in order.
+LINES = [
+    (("weights_gib",), rf"Model loading took {NUMBER} Gi?B"),
+    (("weights_gib", "peak_activation_gib", "non_torch_gib", "cudagraph_actual_gib"),
+     rf"Actual usage is {NUMBER} GiB for weight, {NUMBER} GiB for peak activation, {NUMBER} GiB for non-torch "
+     rf"memory, and {NUMBER} GiB for CUDAGraph memory"),
+    (("consumed_gib", "peak_activation_gib", "cudagraph_actual_gib"),
+     rf"Actual usage is {NUMBER} GiB for consumed memory \(weights \+ non-torch\), {NUMBER} GiB for peak activation, "
+     rf"and {NUMBER} GiB for CUDAGraph memory"),
+    (("total_memory_gib", "gpu_memory_utilization"),
+     rf"Free memory on device (?:\S+ )?\([\d.]+/{NUMBER} GiB\) on startup\. Desired GPU memory utilization is "
+     rf"\({NUMBER},"),
+    (("total_memory_gib", "gpu_memory_utilization"),
+     rf"total_gpu_memory \({NUMBER} ?GiB\) x gpu_memory_utilization \({NUMBER}\)"),
+    (("weights_gib", "non_torch_gib", "peak_activation_gib", "available_kv_gib"),
+     rf"model weights take {NUMBER} ?GiB; non_torch_memory takes {NUMBER} ?GiB; PyTorch activation peak memory "
+     rf"takes {NUMBER} ?GiB; the rest of the memory reserved for KV Cache is {NUMBER} ?GiB"),
+    (("available_kv_gib",), rf"Available KV cache memory: {NUMBER} GiB"),
+    (("kv_tokens",), rf"GPU KV cache size: {COUNT} tokens"),
+    (("max_model_len", "max_concurrency"), rf"Maximum concurrency for {COUNT} tokens per request: {NUMBER}x"),
+    (("cudagraph_pool_gib", "cudagraph_estimated_gib"),
+     rf"CUDA graph pool memory: {NUMBER} GiB \(actual\), {NUMBER} GiB \(estimated\)"),
+    (("cudagraph_estimated_gib",), rf"Estimated CUDA graph memory: {NUMBER} GiB total"),
+    (("graph_capture_gib",), rf"Graph capturing finished in [\d.]+ secs?, took {NUMBER} GiB"),
+    (("gpu_memory_utilization", "utilization_without_graphs"),
+     rf"The current --gpu-memory-utilization={NUMBER} is equivalent to --gpu-memory-utilization={NUMBER} without "
+     rf"CUDA graph memory profiling"),
+    (("version",), r"\bversion (\d+\.\d+\.\d+\S*)\s*$"),
+]
+PATTERNS = [(fields, re.compile(pattern)) for fields, pattern in LINES]
+ARGS = re.compile(r"non-default args: (\{.*)$")
+
+
+@dataclass(frozen=True)
+class RankReading:
+    """What one process printed (GiB as printed; None where it printed nothing)."""
+
+    rank: str  # its prefix, e.g. "Worker_TP0 pid=514"; "" for lines without one
+    weights_gib: float | None = None
+    peak_activation_gib: float | None = None
+    non_torch_gib: float | None = None
+    consumed_gib: float | None = None  # weights + non-torch, in the newest "Actual usage" spelling
+    cudagraph_actual_gib: float | None = None  # "Actual usage ... for CUDAGraph memory"
+    cudagraph_estimated_gib: float | None = None  # the estimate the KV sizing subtracted
+    cudagraph_pool_gib: float | None = None  # "CUDA graph pool memory: X GiB (actual)"
+    graph_capture_gib: float | None = None
+    available_kv_gib: float | None = None
+    total_memory_gib: float | None = None
+    gpu_memory_utilization: float | None = None
+    utilization_without_graphs: float | None = None  # the utilisation that leaves the same KV with graphs unprofiled
+    kv_tokens: int | None = None
+    max_model_len: int | None = None
+    max_concurrency: float | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """The "non-default args: {...}" line, as far as it could be read."""
+
+    values: dict
+    unreadable: tuple[str, ...]  # keys whose values are not Python literals (e.g. AttentionConfig(...))
+    truncated: bool  # the dict was cut off: its last entry is lost
+
+
+@dataclass(frozen=True)
+class LogReading:
+    ranks: list[RankReading]  # in order of first appearance; only ranks that printed something
+    engine_args: EngineArgs | None
+
+
+def read_log(text: str) -> LogReading:
+    found: dict[str, dict] = {}
+    engine_args = None
+    for raw_line in text.splitlines():
+        line = ANSI.sub("", raw_line)
+        rank = ""
+        while match := PREFIX.match(line):
+            rank, line = match.group(1).strip(), line[match.end():]
+        args = ARGS.search(line)
+        if args and engine_args is None:
+            engine_args = read_engine_args(args.group(1))
+        for fields, pattern in PATTERNS:
+            match = pattern.search(line)
+            if not match:
+                continue
+            values = found.setdefault(rank, {})
+            for name, text_value in zip(fields, match.groups()):
+                values.setdefault(name, convert(name, text_value))
+    ranks = [RankReading(rank, **values) for rank, values in found.items()]
+    return LogReading(ranks, engine_args)
+
+
+def convert(field: str, text: str):
+    if field in ("kv_tokens", "max_model_len"):
+        return int(text.replace(",", ""))
+    if field == "version":
+        return text
+    return float(text)
+
+
+def read_engine_args(text: str) -> EngineArgs:
+    """A dict repr, possibly cut short: each top-level entry is read on its own with ast.literal_eval."""
+    entries, closed = split_entries(text[1:])
+    if not closed:
+        entries = entries[:-1]  # the cut entry could look whole ('max_num_seqs': 25 from 256): drop it
+    values, unreadable = {}, []
+    for entry in entries:
+        match = re.fullmatch(r"\s*'([^']+)'\s*:\s*(.*?)\s*", entry, re.DOTALL)
+        if not match:
+            continue
+        key, value = match.groups()
+        try:
+            values[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            unreadable.append(key)
+    return EngineArgs(values, tuple(unreadable), not closed)
+
+
+def split_entries(body: str) -> tuple[list[str], bool]:
+    """The top-level comma-separated entries of a dict repr's body, and whether its closing brace came."""
+    entries, start, depth, quote = [], 0, 0, None
+    escaped = False
+    for i, char in enumerate(body):
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = None
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                entries.append(body[start:i])
+                return [e for e in entries if e.strip()], True
+            depth -= 1
+        elif char == "," and depth == 0:
+            entries.append(body[start:i])
+            start = i + 1
+    entries.append(body[start:])
+    return entries, False
