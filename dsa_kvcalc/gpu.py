@@ -3,6 +3,7 @@ statistics. The only module that imports torch and deep_gemm, and only inside it
 
 import contextlib
 import datetime
+import os
 import sys
 import time
 
@@ -77,28 +78,32 @@ def make_inputs(request: dict) -> dict:
     }
 
 
-def indexer_logits(request: dict, inputs: dict, batch: int):
-    """DeepGEMM's schedule metadata and paged MQA logits for the first `batch` sequences, then the FP32 upcast
-    where the backend reads FP32 (as vLLM's as_fp32_logits: same shape and strides)."""
+def schedule(request: dict, inputs: dict, batch: int):
+    """DeepGEMM's schedule metadata for the first `batch` sequences (computed once per step, outside the logits)."""
+    import deep_gemm
+
+    indices = (inputs["indices"][:batch],) if request["mx_inputs"] else ()
+    return deep_gemm.get_paged_mqa_logits_metadata(inputs["contexts"][:batch], BLOCK_KV, deep_gemm.get_num_sms(),
+                                                   *indices)
+
+
+def indexer_logits(request: dict, inputs: dict, batch: int, meta):
+    """DeepGEMM's paged MQA logits for the first `batch` sequences, then the FP32 upcast where the backend reads
+    FP32 (as vLLM's as_fp32_logits: same shape and strides)."""
     import deep_gemm
     import torch
 
     rows = batch * request["next_n"]
     contexts, block_table = inputs["contexts"][:batch], inputs["block_table"][:batch]
-    q, weights = inputs["q"][:batch], inputs["weights"][:rows]
+    q, weights, width = inputs["q"][:batch], inputs["weights"][:rows], request["max_context_len"]
     if request["mx_inputs"]:
-        indices = inputs["indices"][:batch]
-        meta = deep_gemm.get_paged_mqa_logits_metadata(contexts, BLOCK_KV, deep_gemm.get_num_sms(), indices)
         logits = deep_gemm.fp8_fp4_paged_mqa_logits((q, inputs["q_sf"][:batch]), inputs["kv"], weights, contexts,
-                                                    block_table, meta, request["max_context_len"], indices)
+                                                    block_table, meta, width, inputs["indices"][:batch])
     elif request["entry_point"] == verify.ENTRY_POINTS["2.8"]:
-        meta = deep_gemm.get_paged_mqa_logits_metadata(contexts, BLOCK_KV, deep_gemm.get_num_sms())
         logits = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), inputs["kv"], weights, contexts, block_table, meta,
-                                                    request["max_context_len"])
+                                                    width)
     else:
-        meta = deep_gemm.get_paged_mqa_logits_metadata(contexts, BLOCK_KV, deep_gemm.get_num_sms())
-        logits = deep_gemm.fp8_paged_mqa_logits(q, inputs["kv"], weights, contexts, block_table, meta,
-                                                request["max_context_len"], False)
+        logits = deep_gemm.fp8_paged_mqa_logits(q, inputs["kv"], weights, contexts, block_table, meta, width, False)
     copy = None
     if request["fp32_copy"]:
         copy = torch.empty_strided(logits.shape, logits.stride(), dtype=torch.float32, device=logits.device)
@@ -136,10 +141,12 @@ def measure_pass(request: dict) -> dict:
     import torch
 
     inputs = make_inputs(request)
+    meta = schedule(request, inputs, request["batch"])
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # the logits get a fresh segment, as allocator_bytes assumes
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    logits, copy = indexer_logits(request, inputs, request["batch"])
+    logits, copy = indexer_logits(request, inputs, request["batch"], meta)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
     window = min(request["max_context_len"], capacity.align(int(inputs["contexts"].max()), 256))
@@ -182,8 +189,9 @@ def reproduce_oom(request: dict, oom: dict, per_decode: int) -> dict:
         return ballast, torch.cuda.mem_get_info()[0]
 
     def fits(decodes: int) -> bool:
+        batch = decodes * per_decode // request["next_n"]
         try:
-            logits, copy = indexer_logits(search, inputs, decodes * per_decode // request["next_n"])
+            logits, copy = indexer_logits(search, inputs, batch, schedule(search, inputs, batch))
             torch.cuda.synchronize()
             del logits, copy
             return True
@@ -228,6 +236,21 @@ def live_memory(env: dict) -> dict:
             "non_torch_bytes": total_bytes - free_bytes - torch.cuda.memory_reserved()}
 
 
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """While kernels compile, anything written to file descriptor 1 (by C++ too) goes to stderr: stdout carries the
+    report."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def run_verify(shapes: list, backends: list[str], env: dict, target, profile: bool, reproduce: bool) -> dict:
     """Every shape through the live pass, compared with plan; the report verify prints (as JSON)."""
     import torch
@@ -247,7 +270,7 @@ def run_verify(shapes: list, backends: list[str], env: dict, target, profile: bo
         "shapes": [],
     }
     entry_point = env["entry_points"][0]
-    with console.status("DeepGEMM: starting", spinner="dots") as status:
+    with stdout_to_stderr(), console.status("DeepGEMM: starting", spinner="dots") as status:
         for shape in shapes:
             plan, named_plan = capacity.plan(shape.planned), capacity.plan(shape.named)
             names = backends or [b.backend for b in named_plan.backends if b.available]

@@ -2,6 +2,7 @@
 matplotlib is an optional extra (dsa-kvcalc[plot]), imported only here."""
 
 import io
+import math
 from numbers import Real
 
 from dsa_kvcalc.catalog import GIB
@@ -42,19 +43,24 @@ def png_bytes(series: Series) -> bytes:
 
     figure, (kv_axes, reserved_axes) = pyplot.subplots(2, 1, sharex=True, figsize=(11, 8),
                                                        gridspec_kw={"height_ratios": [2, 1]})
-    colors = pyplot.get_cmap("tab10" if len(series.lines) <= 10 else "tab20")
-    for i, ((backend, *others), points) in enumerate(series.lines.items()):
+    backends = list(dict.fromkeys(backend for backend, *_ in series.lines))
+    others = list(dict.fromkeys(tuple(other) for _, *other in series.lines))
+    colors = pyplot.get_cmap("tab10" if len(others) <= 10 else "tab20")
+    styles = ["-", "--", ":", "-."]
+    for (backend, *other), points in series.lines.items():
         points.sort(key=lambda p: position[p[0]])
         at = [position[x] for x, *_ in points]
         tokens = [t / 1e6 for _, t, _, _ in points]
-        risk = [r for *_, r in points]
-        color = colors(i % colors.N)
-        label = ", ".join([backend, *(f"{key}={value}" for key, value in zip(other_keys, others))])
-        kv_axes.plot(at, tokens, color=color, label=label, marker="." if len(points) < 40 else None)
-        kv_axes.fill_between(at, 0, tokens, where=risk, color=color, alpha=0.12, linewidth=0)
-        reserved_axes.plot(at, [r / GIB for _, _, r, _ in points], color=color)
-    kv_axes.set_title("KV cache per rank with vLLM #62860; shaded: an unfixed vLLM can run out of memory "
-                      "(oom_before_fix.at_risk)", fontsize=10)
+        look = {"color": colors(others.index(tuple(other)) % colors.N),
+                "linestyle": styles[backends.index(backend) % len(styles)]}
+        label = ", ".join([backend, *(f"{key.split('.')[-1]}={value}" for key, value in zip(other_keys, other))])
+        kv_axes.plot(at, tokens, label=label, marker="." if len(points) < 40 else None, **look)
+        risky = [t if r else math.nan for (*_, r), t in zip(points, tokens)]
+        kv_axes.plot(at, risky, color=look["color"], linewidth=10, alpha=0.2, solid_capstyle="butt")
+        reserved_axes.plot(at, [r / GIB for _, _, r, _ in points], **look)
+    kv_axes.plot([], [], color="grey", linewidth=10, alpha=0.2, label="OOM risk on a vLLM without #62860")
+    figure.suptitle("KV cache per rank (with vLLM #62860) and the decode-logits reservation\n"
+                    "wide band: a vLLM without #62860 can run out of memory (oom_before_fix.at_risk)", fontsize=11)
     kv_axes.set_ylabel("KV tokens per rank (millions)")
     kv_axes.set_ylim(bottom=0)
     reserved_axes.set_ylabel("decode-logits reservation (GiB)")

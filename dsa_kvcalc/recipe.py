@@ -430,6 +430,10 @@ def build_recipe(raw: dict, recipe_dir: Path = Path(".")) -> Recipe:
         raise RecipeError("max-model-len", f"{max_model_len} exceeds {model.name}'s maximum of "
                                            f"{model.max_position_embeddings}")
 
+    if values.get("engine") == "deepinfer" and max_model_len < model.kv_compress_ratio:
+        raise RecipeError("max-model-len", f"{max_model_len} leaves DeepInfer no compressed key to score "
+                                           f"(kv_compress_ratio {model.kv_compress_ratio})")
+
     spec = values.get("speculative-config", {})
     unknown = sorted(set(spec) - SPECULATIVE_KEYS)
     if unknown:

@@ -13,10 +13,10 @@ from pathlib import Path
 import yaml
 
 from dsa_kvcalc import capacity
-from dsa_kvcalc.catalog import BACKENDS
+from dsa_kvcalc.catalog import BACKENDS, GIB
 from dsa_kvcalc.recipe import (
     ALL_KEYS, COMPILATION_KEYS, ENV_KEYS, IGNORED_VLLM_KEYS, MEMORY_TERMS, PER_BACKEND_TERMS, SPECULATIVE_KEYS,
-    RecipeError, build_recipe, canonical, parse_size, set_value)
+    Recipe, RecipeError, build_recipe, canonical, parse_size, set_value)
 from dsa_kvcalc.render import backend_json, flatten
 
 BACKEND_NAMES = tuple(b.name for b in BACKENDS) + (capacity.DEEPINFER.name,)
@@ -122,7 +122,7 @@ def points(varies: list[Vary]):
     return itertools.product(*(vary.values for vary in varies))
 
 
-def recipe_at(raw: dict, recipe_dir: Path, values: dict):
+def recipe_at(raw: dict, recipe_dir: Path, values: dict) -> Recipe:
     point = dict(raw)
     for key, value in values.items():
         set_value(point, key, value)
@@ -167,18 +167,16 @@ class Candidate:
     stops: list[str]  # why max_num_seqs + 1 (or the target concurrency, when None) fails
 
 
-def shortfalls(recipe, b: capacity.BackendPlan, min_kv_tokens: int) -> list[str]:
+def shortfalls(recipe: Recipe, b: capacity.BackendPlan, min_kv_tokens: int) -> list[str]:
     """The targets this point misses; empty when it meets them all."""
     missed = []
     if recipe.max_num_seqs > recipe.max_num_batched_tokens:
-        missed.append(f"max-num-seqs {recipe.max_num_seqs} is above max-num-batched-tokens "
-                      f"{recipe.max_num_batched_tokens} (vLLM refuses to start)")
+        missed.append(f"above max-num-batched-tokens {recipe.max_num_batched_tokens:,} (vLLM refuses to start)")
     if b.kv_cache_tokens < min_kv_tokens:
-        missed.append(f"KV cache {b.kv_cache_tokens:,} tokens per rank, below --min-kv-tokens {min_kv_tokens:,}")
+        missed.append(f"KV cache {b.kv_cache_tokens:,} tokens per rank < {min_kv_tokens:,}")
     if b.oom_before_fix.at_risk:
-        missed.append(f"a vLLM without #62860 runs out of memory above {b.oom_before_fix.max_decodes} concurrent "
-                      f"decodes ({b.oom_before_fix.bytes_per_decode:,} B of decode logits each, "
-                      f"{b.oom_before_fix.free_bytes:,} B free)")
+        missed.append(f"OOM risk without #62860: {b.oom_before_fix.free_bytes / GIB:.2f} GiB free holds the decode "
+                      f"logits of {b.oom_before_fix.max_decodes} decodes")
     return missed
 
 
@@ -206,7 +204,7 @@ def recommend(raw: dict, recipe_dir: Path, target_concurrency: int, min_kv_token
             if missed:
                 candidates.append(Candidate(name, k, None, None, None, missed))
                 continue
-            good, bad = target_concurrency, max(ceiling, target_concurrency + 1)
+            good, bad = target_concurrency, ceiling  # the target passed, so it is below the ceiling
             good_plan, bad_missed = b, check(bad)[name][0]
             while bad - good > 1:
                 middle = (good + bad) // 2

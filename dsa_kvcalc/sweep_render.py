@@ -76,13 +76,18 @@ def render_recommendation(candidates: list[Candidate], target_concurrency: int, 
         f"it); max-num-seqs <= max-num-batched-tokens (vLLM's rule). Preferred: the largest max-num-seqs, then the "
         f"most spec tokens, then the most KV tokens.", highlight=False)
     grid = Table("backend", "spec tokens", "largest max-num-seqs", "KV tokens/rank", "max concurrency",
-                 "what stops the next step up")
+                 "what fails one step up")
+    alike: dict[tuple, list[str]] = {}  # backends with the same numbers share a row
     for c in candidates:
-        if c.max_num_seqs is None:
-            grid.add_row(c.backend, str(c.spec_tokens), "none", "", "", f"at {target_concurrency}: " + "; ".join(c.stops))
+        alike.setdefault((c.spec_tokens, c.max_num_seqs, c.kv_cache_tokens, c.max_concurrency, *c.stops),
+                         []).append(c.backend)
+    for (spec_tokens, seqs, tokens, concurrency, *stops), backends in alike.items():
+        if seqs is None:
+            grid.add_row(", ".join(backends), str(spec_tokens), "none", "", "",
+                         f"already at {target_concurrency}: " + "; ".join(stops))
         else:
-            grid.add_row(c.backend, str(c.spec_tokens), str(c.max_num_seqs), f"{c.kv_cache_tokens:,}",
-                         f"{c.max_concurrency:.2f}x", f"at {c.max_num_seqs + 1}: " + "; ".join(c.stops))
+            grid.add_row(", ".join(backends), str(spec_tokens), str(seqs), f"{tokens:,}", f"{concurrency:.2f}x",
+                         f"at {seqs + 1}: " + "; ".join(stops))
     console.print(grid)
     best = candidates[0] if candidates and candidates[0].max_num_seqs is not None else None
     if best is None:

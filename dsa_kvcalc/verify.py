@@ -95,8 +95,11 @@ class Shape:
 
 def shape_for(name: str, raw: dict, recipe_dir: Path, target: Target, as_local: bool) -> Shape:
     named = build_recipe({**raw, "gpu": raw.get("gpu", target.gpu.name)}, recipe_dir)
-    planned = build_recipe({**raw, "gpu": target.gpu.name, "deepgemm": target.release}, recipe_dir)
     notes = []
+    if named.gpu != target.gpu and "memory" in raw:  # measured on the named GPU: they do not carry over
+        raw = {k: v for k, v in raw.items() if k != "memory"}
+        notes.append(f"the recipe's measured memory terms are {named.gpu.name}'s: {target.gpu.name}'s are estimated")
+    planned = build_recipe({**raw, "gpu": target.gpu.name, "deepgemm": target.release}, recipe_dir)
     if named.deepgemm != target.release:
         notes.append(f"the recipe names DeepGEMM {named.deepgemm}; predicted with the installed {target.release}'s "
                      f"layout")
@@ -152,12 +155,29 @@ def rows_that_fit(dl: DecodeLogits, free_bytes: int, next_n: int) -> int:
 QUANTITIES = ("logits_dtype", "rows", "columns", "row_stride", "storage_bytes", "copy_storage_bytes", "peak_bytes")
 
 
+SPLIT_THRESHOLD_BYTES = MIB  # a block keeps a segment's remainder of up to 1 MiB (kSmallSize) instead of splitting it
+SEGMENT_THRESHOLD_BYTES = 10 * MIB  # from here (kMinLargeAlloc) a tensor gets a segment of its own whole granules
+
+
+def allocator_bytes(size: int) -> int:
+    """What PyTorch's caching allocator charges (memory_allocated) for a `size`-byte tensor in a fresh segment
+    (c10/cuda/CUDACachingAllocator.cpp): 512-byte multiples; from 10 MiB a segment of whole 2 MiB granules, whose
+    remainder stays in the block when it is 1 MiB or less."""
+    rounded = capacity.align(size, 512)
+    segment = capacity.align(rounded, GRANULE_BYTES)
+    if rounded >= SEGMENT_THRESHOLD_BYTES and segment - rounded <= SPLIT_THRESHOLD_BYTES:
+        return segment
+    return rounded
+
+
 def predicted_pass(dl: DecodeLogits, rows: int) -> dict:
-    """plan's numbers for the rows the pass ran (fewer than dl.rows when scaled down)."""
+    """plan's numbers for the rows the pass ran (fewer than dl.rows when scaled down); the peak as the allocator
+    charges plan's logits and FP32 copy."""
     run = dataclasses.replace(dl, rows=rows)
+    logits_bytes = run.bytes - run.copy_bytes
     return {"logits_dtype": dl.logits_dtype, "rows": rows, "columns": dl.columns, "row_stride": dl.padded_columns,
-            "storage_bytes": run.bytes - run.copy_bytes, "copy_storage_bytes": run.copy_bytes,
-            "peak_bytes": run.bytes}
+            "storage_bytes": logits_bytes, "copy_storage_bytes": run.copy_bytes,
+            "peak_bytes": allocator_bytes(logits_bytes) + (allocator_bytes(run.copy_bytes) if run.copy_bytes else 0)}
 
 
 def checks(predicted: dict, measured: dict) -> list[dict]:
@@ -172,10 +192,12 @@ def reference_ok(reference: dict, dtype: str) -> bool:
 def likely_reason(found: list[dict], measured: dict, release: str, arch: str, version: str) -> str:
     """Why measured and predicted differ: the catalog layout that gives what was measured, if any."""
     wrong = {c["quantity"] for c in found if not c["agree"]}
+    predicted_peak = next(c["predicted"] for c in found if c["quantity"] == "peak_bytes")
     if wrong <= {"peak_bytes"}:
-        extra = measured["peak_bytes"] - measured["storage_bytes"] - measured["copy_storage_bytes"]
-        return (f"the pass allocated {extra:,} B besides the logits{' and the FP32 copy' if measured['fp32_copy'] else ''}"
-                f": a DeepGEMM workspace or allocation that plan does not count (DeepGEMM {version})")
+        extra = measured["peak_bytes"] - predicted_peak
+        return (f"the pass's peak is {extra:,} B above the logits{' and the FP32 copy' if measured['fp32_copy'] else ''}"
+                f" as the allocator charges them: a DeepGEMM workspace or allocation that plan does not count "
+                f"(DeepGEMM {version})")
     if wrong <= {"copy_storage_bytes", "peak_bytes"}:
         return ("the FP32 copy differs from plan's rows x row stride x 4 B: the runtime upcast is laid out otherwise "
                 "than plan assumes")
@@ -248,7 +270,8 @@ def profile_replay(plan: Plan, name: str, measured: dict, live: dict) -> dict:
     measured total memory, non-torch memory and indexer logits in place of plan's; weights never loaded."""
     recipe, memory, b = plan.recipe, plan.memory, plan.backend(name)
     requested = math.ceil(live["total_memory_bytes"] * recipe.gpu_memory_utilization)
-    reserved = max(recipe.prefill_budget_bytes, measured["peak_bytes"] * b.decode_logits.rows // measured["rows"])
+    logits_bytes = measured["storage_bytes"] + measured["copy_storage_bytes"]
+    reserved = max(recipe.prefill_budget_bytes, logits_bytes * b.decode_logits.rows // measured["rows"])
     peak = memory.peak_activation.bytes + max(0, reserved - b.indexer_headroom_bytes)
     kv_bytes = requested - memory.weights.bytes - peak - live["non_torch_bytes"] - b.cudagraph.bytes
     return {

@@ -1,0 +1,276 @@
+"""verify --gpu: the comparison and its rendering on CPU against what a real H200 measured (tests/fixtures/verify,
+verify's own JSON from DeepGEMM 2.8.2), the exit-3 paths, and (marked gpu) the live pass itself."""
+
+import copy
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from dsa_kvcalc import capacity, verify, verify_render
+from dsa_kvcalc.cli import app
+from dsa_kvcalc.recipe import build_recipe
+
+FIXTURES = Path(__file__).parent / "fixtures" / "verify"
+SEED_RECIPE = verify.RECIPES_DIR / "deepseek-v4.1-flash-4xb200-dep4.yaml"
+runner = CliRunner()
+H200_ENV = {"gpu_name": "NVIDIA H200", "compute_capability": [9, 0], "total_memory_bytes": 150_109_880_320,
+            "deepgemm_version": "2.8.2", "entry_points": ["fp8_fp4_paged_mqa_logits"]}
+
+
+def builtin() -> dict:
+    """verify --gpu --format json on the H200 (no recipe: the built-in shapes)."""
+    return json.loads((FIXTURES / "h200-builtin.json").read_text())
+
+
+def seed_oom() -> dict:
+    """verify SEED_RECIPE --gpu --as-local --profile --reproduce-oom --backend auto --format json on the H200."""
+    return json.loads((FIXTURES / "h200-v41-as-local-oom.json").read_text())
+
+
+def gpu_ready() -> bool:
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("deep_gemm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def shape(report: dict, name: str) -> dict:
+    return next(s for s in report["shapes"] if s["name"] == name)
+
+
+def replay(entry: dict) -> list[dict]:
+    """Today's plan for the recorded recipe against the recorded measurements."""
+    recipe = build_recipe(entry["recipe"])
+    plan = capacity.plan(recipe)
+    measured = entry["measured"][0]
+    return [verify.backend_result(verify.Shape(entry["name"], recipe, recipe, ()), plan, plan, b["backend"],
+                                  measured if b["agree"] is not None else None, "2.8.2")
+            for b in entry["backends"]]
+
+
+# The recorded H200 run ---------------------------------------------------------------------------------------------
+
+def test_fixture_is_a_real_h200_run_with_deepgemm_282():
+    for report in (builtin(), seed_oom()):
+        assert report["gpu"]["name"] == "NVIDIA H200" and report["gpu"]["compute_capability"] == "9.0"
+        assert report["gpu"]["total_memory_bytes"] == 150_109_880_320
+        assert report["deepgemm"]["version"] == "2.8.2" and report["date"].startswith("20")
+        assert report["exit_code"] == 0
+
+
+def test_plan_predicts_every_recorded_h200_shape_byte_for_byte():
+    names = []
+    for entry in builtin()["shapes"]:
+        for result in replay(entry):
+            if result["available"]:
+                assert result["agree"] is True, (entry["name"], result["checks"])
+                names.append(entry["name"])
+    assert len(set(names)) == len(builtin()["shapes"])
+
+
+def test_recorded_widths_that_are_not_multiples_of_256():
+    # Hand-derived: 256 rows x align(4097, 256) = 4352 FP32 columns; 64 sequences x next_n 2 at align(5000, 256) =
+    # 5120; 128 x 4 rows at align(100001, 256) = 100096.
+    for name, rows, stride in (("DeepSeek-V3.2, max-model-len 4097", 256, 4352),
+                               ("GLM-5, max-model-len 5000, 1 MTP token", 128, 5120),
+                               ("DeepSeek-V4-Flash, max-model-len 100001, 3 MTP tokens", 512, 100096)):
+        measured = shape(builtin(), name)["measured"][0]
+        assert (measured["rows"], measured["row_stride"], measured["logits_dtype"]) == (rows, stride, "fp32")
+        assert measured["storage_bytes"] == rows * stride * 4
+    # 512 x 100,096 x 4 B = 204,996,608 B = 97.75 x 2 MiB: the allocator charges the whole 98th granule (the 0.25 is
+    # below its 1 MiB split threshold); 4,456,448 B (4.25 MiB, under 10 MiB) is split off a larger segment.
+    assert shape(builtin(), "DeepSeek-V4-Flash, max-model-len 100001, 3 MTP tokens")["measured"][0]["peak_bytes"] == \
+        98 * 2 * 2**20
+    assert shape(builtin(), "DeepSeek-V3.2, max-model-len 4097")["measured"][0]["peak_bytes"] == 4_456_448
+    assert shape(builtin(), "GLM-5, max-model-len 5000, 1 MTP token")["measured"][0]["next_n"] == 2
+
+
+def test_recorded_kernel_output_matches_the_torch_reference():
+    for entry in builtin()["shapes"]:
+        reference = entry["measured"][0]["reference"]
+        assert reference["diff"] < 1e-5 and len(reference["rows"]) >= 3
+
+
+def test_exit_code_of_the_recorded_run_is_recomputed_as_zero():
+    assert verify.exit_code(builtin()) == 0 and verify.exit_code(seed_oom()) == 0
+
+
+# Differences and their likely reason -------------------------------------------------------------------------------
+
+def differing(change: dict) -> dict:
+    entry = copy.deepcopy(shape(builtin(), "DeepSeek-V3.2, max-model-len 4097"))
+    entry["measured"][0] |= change
+    return replay(entry)[0]
+
+
+def test_sm100_layout_measured_on_a_sm90_prediction_names_the_arch():
+    # DeepGEMM 2.8 on SM100: BF16 rows padded to lcm(384, 512) = 1536 columns: 4097 -> 4608.
+    result = differing({"logits_dtype": "bf16", "row_stride": 4608, "storage_bytes": 256 * 4608 * 2,
+                        "peak_bytes": 256 * 4608 * 2})
+    assert result["agree"] is False
+    assert "2.8.x on sm100/sm103" in result["verdict"] and "another arch" in result["verdict"]
+
+
+def test_unknown_layout_says_so():
+    result = differing({"row_stride": 4400, "storage_bytes": 256 * 4400 * 4, "peak_bytes": 256 * 4400 * 4})
+    assert "no catalog layout gives fp32 logits with row stride 4,400 for width 4,097" in result["verdict"]
+
+
+def test_extra_allocation_is_reported_in_bytes():
+    result = differing({"peak_bytes": 4_456_448 + 1024})
+    assert result["agree"] is False and "peak is 1,024 B above the logits" in result["verdict"]
+
+
+def test_kernel_off_the_reference_fails():
+    result = differing({"reference": {"rows": [0], "diff": 0.3, "max_abs_error": 9.0, "max_abs_reference": 10.0}})
+    assert result["agree"] is False and "torch reference" in result["verdict"]
+
+
+def test_a_difference_gives_exit_1():
+    report = copy.deepcopy(builtin())
+    report["shapes"][0]["backends"][0]["agree"] = False
+    assert verify.exit_code(report) == 1
+
+
+def test_scaled_down_rows_compare_bytes_per_row():
+    entry = copy.deepcopy(shape(builtin(), "DeepSeek-V4-Flash, max-model-len 100001, 3 MTP tokens"))
+    measured = entry["measured"][0]
+    measured |= {"rows": 100, "storage_bytes": 100 * 100096 * 4, "peak_bytes": 100 * 100096 * 4}
+    result = replay(entry)[0]
+    assert result["agree"] is True and "scaled down from 512 to 100 rows" in result["verdict"]
+
+
+# Another GPU than the recipe's ---------------------------------------------------------------------------------------
+
+def test_b200_recipe_on_h200_says_what_it_cannot_show():
+    target = verify.local_target(H200_ENV)
+    [seed] = verify.recipe_shapes(SEED_RECIPE, target, as_local=False)
+    assert seed.planned.gpu.name == "H200" and seed.named.gpu.name == "B200"
+    lines = verify.cannot_show(capacity.plan(seed.named).backend("auto").decode_logits,
+                               capacity.plan(seed.planned).backend("auto").decode_logits, seed.named, seed.planned)
+    # The seed: 1536 rows x 1,049,088 BF16 columns x (2 + 4) B = 9,668,395,008 B.
+    assert len(lines) == 1 and "bf16 logits" in lines[0] and "1,049,088" in lines[0] and "9,668,395,008" in lines[0]
+    [local] = verify.recipe_shapes(SEED_RECIPE, target, as_local=True)
+    assert local.named == local.planned and any("re-planned for H200" in n for n in local.notes)
+
+
+def test_the_seed_recipe_reproduced_its_oom_on_the_h200():
+    # H200 at util 0.97: 150,109,880,320 - ceil(150,109,880,320 x 0.97) = 4,503,296,409 B free; a decode is
+    # 6 rows x 1,048,576 x 4 B = 25,165,824 B: 178 fit, the 179th fails.
+    [entry] = seed_oom()["shapes"]
+    oom = entry["reproduce_oom"]
+    assert (oom["predicted_max_decodes"], oom["first_failing_decodes"], oom["fixed_ok"]) == (178, 179, True)
+    plan = capacity.plan(build_recipe(entry["recipe"]))
+    assert verify.oom_verdict(plan, oom["backend"], oom)["agree"] is True
+    assert verify.oom_verdict(plan, oom["backend"], oom | {"first_failing_decodes": 177})["agree"] is False
+
+
+def test_profile_replays_the_recorded_measurements():
+    [entry] = seed_oom()["shapes"]
+    profile = entry["profile"]
+    assert profile["requested_bytes"] == 145_606_583_911  # ceil(150,109,880,320 x 0.97)
+    assert profile["indexer_reservation_bytes"] == 6_442_450_944  # 1536 x 1,048,576 x 4 B
+    assert 0 < profile["non_torch_bytes"] < 4 << 30
+
+
+# The local GPU and DeepGEMM: exit 3 --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, words", [
+    ({"compute_capability": [8, 0], "gpu_name": "NVIDIA A100-SXM4-80GB"}, "is sm80"),
+    ({"deepgemm_version": "3.0.0"}, "no known logits layout"),
+    ({"entry_points": ["fp8_paged_mqa_logits"]}, "lacks fp8_fp4_paged_mqa_logits"),
+    ({"deepgemm_version": "2.6.1", "entry_points": ["fp8_fp4_paged_mqa_logits"]}, "lacks fp8_paged_mqa_logits"),
+])
+def test_incompatible_gpu_or_deepgemm_is_unavailable(change, words):
+    with pytest.raises(verify.Unavailable, match=words):
+        verify.local_target(H200_ENV | change)
+
+
+def test_gpu_outside_the_catalog_is_planned_as_the_nearest_of_its_arch():
+    target = verify.local_target(H200_ENV | {"gpu_name": "NVIDIA H100 PCIe", "total_memory_bytes": 85_520_809_984})
+    assert target.gpu.name == "H100" and "not in the GPU catalog" in target.notes[-1]
+
+
+def test_legacy_deepgemm_picks_the_nested_layout():
+    target = verify.local_target(H200_ENV | {"deepgemm_version": "2.6.1", "entry_points": ["fp8_paged_mqa_logits"]})
+    assert target.release == "2.6" and "nested" in target.notes[0]
+
+
+@pytest.mark.skipif(gpu_ready(), reason="torch, a GPU and DeepGEMM are here")
+def test_verify_gpu_without_torch_or_gpu_exits_3_with_one_line():
+    result = runner.invoke(app, ["verify", "--gpu"])
+    assert result.exit_code == 3
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: verify --gpu needs")
+    assert "pip install 'dsa-kvcalc[gpu]'" in line or "sees none" in line
+    assert "Traceback" not in result.output
+
+
+def test_verify_needs_gpu_flag_and_known_backends():
+    assert runner.invoke(app, ["verify"]).exit_code == 2
+    result = runner.invoke(app, ["verify", str(SEED_RECIPE), "--gpu", "--backend", "fastest"])
+    assert result.exit_code == 2 and result.stderr.startswith("error: --backend: unknown backend 'fastest'")
+
+
+# Rendering -----------------------------------------------------------------------------------------------------------
+
+def test_table_renders_the_recorded_run():
+    console = Console(file=io.StringIO(), width=200)
+    verify_render.render_table(builtin(), console)
+    text = console.file.getvalue()
+    assert "NVIDIA H200 (SM 9.0, 139.80 GiB, planned as H200)" in text and "DeepGEMM 2.8.2" in text
+    assert "4,352" in text and "agrees byte for byte" in text and "verify: all agree (exit 0)" in text
+
+
+def test_b200_recipe_table_lists_what_an_h200_cannot_show():
+    console = Console(file=io.StringIO(), width=300)
+    verify_render.render_table(seed_oom(), console)
+    text = console.file.getvalue()
+    assert "reproduce-oom (auto): failed at 179 decodes, as plan predicts (178 fit)" in text
+
+
+def test_json_round_trips():
+    assert json.loads(verify_render.render_json(builtin())) == builtin()
+
+
+# The live pass (an H200 or another DeepGEMM GPU) -------------------------------------------------------------------
+
+def live(*args) -> tuple[int, dict]:
+    result = runner.invoke(app, ["verify", *map(str, args), "--gpu", "--format", "json"])
+    assert "Traceback" not in result.output, result.output
+    return result.exit_code, json.loads(result.stdout)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ready(), reason="needs torch, a CUDA GPU and DeepGEMM")
+def test_live_builtin_shapes_agree_byte_for_byte():
+    code, report = live()
+    assert code == 0 and report["exit_code"] == 0
+    widths = {s["recipe"]["max-model-len"] for s in report["shapes"]}
+    assert any(width % 256 for width in widths)
+    for entry in report["shapes"]:
+        assert all(c["agree"] for b in entry["backends"] for c in b["checks"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ready(), reason="needs torch, a CUDA GPU and DeepGEMM")
+def test_live_seed_recipe_as_local_reproduces_the_oom_and_the_fix():
+    code, report = live(SEED_RECIPE, "--as-local", "--reproduce-oom", "--backend", "auto")
+    [entry] = report["shapes"]
+    assert code == 0 and entry["reproduce_oom"]["agree"] and entry["reproduce_oom"]["fixed_ok"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ready(), reason="needs torch, a CUDA GPU and DeepGEMM")
+def test_live_seed_recipe_as_named_checks_what_this_arch_can_show():
+    code, report = live(SEED_RECIPE)
+    [entry] = report["shapes"]
+    assert code == 0
+    if report["gpu"]["arch"] != "sm100":
+        assert any(b["cannot_show"] for b in entry["backends"])
