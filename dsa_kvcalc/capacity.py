@@ -147,7 +147,7 @@ def cudagraph_logits_rows(recipe: Recipe) -> int:
         return 0
     worst = decode_rows(recipe)
     per_seq = 1 + recipe.num_speculative_tokens
-    return max((s for s in capture_sizes(recipe) if s <= worst and s % per_seq == 0), default=0)
+    return next((s for s in reversed(capture_sizes(recipe)) if s <= worst and s % per_seq == 0), 0)
 
 
 @dataclass(frozen=True)

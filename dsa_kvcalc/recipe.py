@@ -233,20 +233,21 @@ def check_value(key: Key, value):
     return value
 
 
+GPU_NAMES = {n.lower(): gpu for gpu in GPUS for n in (gpu.name, *gpu.aliases)}
+MODEL_NAMES = {n.lower(): model for model in MODELS for n in (model.name, model.name.split("/")[-1], *model.aliases)}
+
+
 def find_gpu(name: str) -> Gpu:
-    wanted = name.strip().lower()
-    for gpu in GPUS:
-        if wanted == gpu.name.lower() or wanted in (a.lower() for a in gpu.aliases):
-            return gpu
-    raise RecipeError("gpu", f"unknown GPU {name!r}; known: {', '.join(g.name for g in GPUS)}")
+    gpu = GPU_NAMES.get(name.strip().lower())
+    if gpu is None:
+        raise RecipeError("gpu", f"unknown GPU {name!r}; known: {', '.join(g.name for g in GPUS)}")
+    return gpu
 
 
 def find_model(name: str, recipe_dir: Path) -> Model:
-    wanted = name.strip().lower()
-    for model in MODELS:
-        names = (model.name, model.name.split("/")[-1], *model.aliases)
-        if wanted in (n.lower() for n in names):
-            return model
+    model = MODEL_NAMES.get(name.strip().lower())
+    if model is not None:
+        return model
     path = (recipe_dir / name).expanduser()
     if path.is_dir():
         path = path / "config.json"

@@ -201,12 +201,14 @@ def render_markdown(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def flatten(prefix: str, value, into: dict) -> dict:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            flatten(f"{prefix}.{key}" if prefix else key, inner, into)
-    else:
-        into[prefix] = value
+def flatten(prefix: str, value: dict, into: dict) -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}"""
+    for key, inner in value.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(inner, dict):
+            flatten(name, inner, into)
+        else:
+            into[name] = inner
     return into
 
 
