@@ -1,5 +1,6 @@
 """The dsa-kvcalc command line: a thin typer layer over recipe, capacity and render."""
 
+import io
 import json
 import os
 import sys
@@ -27,24 +28,33 @@ def fail(message: str, code: int = 2):
     raise typer.Exit(code)
 
 
-def write_output(text: str, output: Path | None) -> None:
-    """stdout, or the file written atomically (a temporary file beside it, then renamed over it)."""
+def write_output(chunks, output: Path | None, option: str = "--output", mode: str = "w") -> None:
+    """Text (or bytes) chunks to stdout, or to the file atomically: written to a temporary file beside it as they come
+    (memory stays flat for streamed rows), then renamed over it, so the file appears whole or not at all."""
     if output is None:
-        sys.stdout.write(text)
+        sys.stdout.writelines(chunks)
         return
+    temporary = None
     try:
         handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
-        with os.fdopen(handle, "w") as file:
-            file.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
+        with os.fdopen(handle, mode) as file:
+            file.writelines(chunks)
         os.replace(temporary, output)
+        temporary = None
     except OSError as error:
-        fail(f"--output: cannot write {output}: {error.strerror or error}")
+        fail(f"{option}: cannot write {output}: {error.strerror or error}")
+    finally:
+        if temporary is not None:
+            os.unlink(temporary)
 
 
 def console_text(draw) -> str:
     from rich.console import Console
 
-    console = Console(file=__import__("io").StringIO(), width=200, force_terminal=False)
+    console = Console(file=io.StringIO(), width=200, force_terminal=False)
     draw(console)
     return console.file.getvalue()
 
@@ -83,7 +93,7 @@ def plan(
         return
     else:
         text = console_text(lambda console: render.render_table(result, console))
-    write_output(text, output)
+    write_output([text], output)
 
 
 @app.command()
@@ -127,7 +137,7 @@ def schema(output: Path | None = typer.Option(None, "--output", "-o")):
     """Print the recipe's JSON Schema (for editors)."""
     from dsa_kvcalc.recipe import json_schema
 
-    write_output(json.dumps(json_schema(), indent=2) + "\n", output)
+    write_output([json.dumps(json_schema(), indent=2) + "\n"], output)
 
 
 def read_log_file(path: Path, key: str):
@@ -177,7 +187,7 @@ def calibrate(
     text = render_calibration.render_json(result) if format is Format.json else render_calibration.render_text(result)
     sys.stdout.write(text)
     if output is not None:
-        write_output(render_calibration.recipe_yaml(result, log.name), output)
+        write_output([render_calibration.recipe_yaml(result, log.name)], output)
 
 
 class SweepFormat(str, Enum):
@@ -187,24 +197,6 @@ class SweepFormat(str, Enum):
 
 
 PROGRESS_MIN_POINTS = 2000  # about a fifth of a second of sweeping
-
-
-def write_stream(chunks, output: Path | None, option: str = "--output", mode: str = "w") -> None:
-    """write_output for text made while it is written: memory stays flat, and the file appears whole or not at all."""
-    if output is None:
-        sys.stdout.writelines(chunks)
-        return
-    temporary = None
-    try:
-        handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
-        with os.fdopen(handle, mode) as file:
-            file.writelines(chunks)
-        os.replace(temporary, output)
-    except OSError as error:
-        fail(f"{option}: cannot write {output}: {error.strerror or error}")
-    finally:
-        if temporary is not None and os.path.exists(temporary):
-            os.unlink(temporary)
 
 
 @app.command()
@@ -256,15 +248,15 @@ def sweep(
             series = plotting.Series(keys)
             rows = series.tap(rows)
         if format is SweepFormat.csv:
-            write_stream(sweep_render.csv_lines(rows), output)
+            write_output(sweep_render.csv_lines(rows), output)
         elif format is SweepFormat.jsonl:
-            write_stream(sweep_render.jsonl_lines(rows), output)
+            write_output(sweep_render.jsonl_lines(rows), output)
         elif output is None:
             sweep_render.render_table(keys, rows, Console())
         else:
-            write_output(console_text(lambda console: sweep_render.render_table(keys, rows, console)), output)
+            write_output([console_text(lambda console: sweep_render.render_table(keys, rows, console))], output)
     if plot is not None:
-        write_stream([plotting.png_bytes(series)], plot, "--plot", "wb")
+        write_output([plotting.png_bytes(series)], plot, "--plot", "wb")
     if failures.count:
         typer.echo(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); first: "
                    f"{failures.first}", err=True)
@@ -350,7 +342,7 @@ def verify(
     except RecipeError as error:
         fail(str(error))
     if format is Format.json:
-        write_output(verify_render.render_json(report), None)
+        write_output([verify_render.render_json(report)], None)
     else:
         from rich.console import Console
 
