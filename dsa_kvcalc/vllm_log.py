@@ -3,7 +3,8 @@
 Pure: takes the log's text, returns a LogReading. Every spelling since the v1 engine (and the V0 memory-profiling
 line), several ranks interleaved, ANSI colour codes, process prefixes such as "(Worker_TP0 pid=514)". Values stay in
 the units the log prints (GiB with two decimals, tokens); turning them into bytes is the caller's business.
-Spellings: /tmp/research/vllm.md section 4b, checked against the logs in tests/fixtures/vllm_logs.
+Spellings from vLLM's vllm/v1/worker/gpu_worker.py and vllm/v1/core/kv_cache_utils.py across versions, checked
+against the real logs in tests/fixtures/vllm_logs.
 """
 
 import ast
