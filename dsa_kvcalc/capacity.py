@@ -276,14 +276,17 @@ def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
         # A headroom measured on one backend holds for those with the same working set (the same bytes per element).
         alike = [h for b, h in headrooms.items() if b in logits and logits[b].bytes_per_element == dl.bytes_per_element]
         headroom = headrooms.get(backend.name, alike[0] if alike else headrooms.get("*", recipe.prefill_budget_bytes))
-        peak = memory.peak_activation.bytes + max(0, reserved - max(headroom, reserved_before))
+        headroom = max(headroom, recipe.prefill_budget_bytes)  # the base peak already holds the prefill budget
+        peak = memory.peak_activation.bytes + max(0, reserved - headroom)
         graphs = Term(measured_graphs[backend.name], True) if backend.name in measured_graphs else Term(
-            graphs_other + graph_logits[backend.name] if graph_rows else graphs_other, measured_on is not None)
+            graphs_other + graph_logits[backend.name], measured_on is not None)
         if recipe.kv_cache_memory_bytes is not None:
             kv_bytes = kv_bytes_before = recipe.kv_cache_memory_bytes
         else:
             kv_bytes = memory.requested_bytes - fixed - peak - graphs.bytes
             kv_bytes_before = memory.requested_bytes - fixed - memory.peak_activation.bytes - graphs.bytes
+        if recipe.engine == "deepinfer":
+            kv_bytes_before = kv_bytes
         tokens = kv_tokens(recipe, kv_bytes, memory.kv_bytes_per_token)
         per_decode = (1 + recipe.num_speculative_tokens) * dl.padded_columns * dl.bytes_per_element
         max_decodes = free_at_runtime // per_decode
@@ -294,7 +297,7 @@ def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
             decode_logits=dl, prefill_budget_bytes=recipe.prefill_budget_bytes,
             reserved_bytes=reserved, reserved_bytes_before_fix=reserved_before,
             cudagraph_logits_rows=graph_rows, cudagraph_logits_bytes=graph_logits[backend.name], cudagraph=graphs,
-            indexer_headroom_bytes=max(headroom, reserved_before), peak_activation_bytes=peak,
+            indexer_headroom_bytes=headroom, peak_activation_bytes=peak,
             kv_cache_bytes=max(kv_bytes, 0), kv_cache_tokens=tokens,
             max_concurrency=round(tokens / recipe.max_model_len, 2),
             kv_cache_bytes_before_fix=max(kv_bytes_before, 0),
