@@ -185,17 +185,18 @@ def require(raw: dict, measured: Measured) -> dict:
     return raw
 
 
-def kv_target_bytes(recipe: Recipe, kv_per_token: int, measured: Measured) -> tuple[int | None, bool | None]:
+def kv_target_bytes(recipe: Recipe, memory: capacity.RankMemory, measured: Measured) -> tuple[int | None, bool | None]:
     """The KV bytes plan must reach: the logged tokens at the catalog's bytes per token when they agree with the
     logged Available KV memory (exact to the block, unlike the two-decimal GiB), else the logged memory."""
     tokens = measured.kv_tokens
     available = measured.available_kv_bytes
     if tokens is None:
         return available, None
-    tokens_bytes = tokens * kv_per_token // recipe.decode_context_parallel_size
+    tokens_bytes = capacity.kv_bytes_for(recipe, memory, tokens)
     if available is None:
         return tokens_bytes, None
-    agrees = abs(tokens_bytes - available) <= PRINT_ROUNDING_BYTES + recipe.model.kv_block_size * kv_per_token
+    block_bytes = recipe.model.kv_block_size * memory.kv_bytes_per_token
+    agrees = abs(tokens_bytes - available) <= PRINT_ROUNDING_BYTES + block_bytes
     return (tokens_bytes if agrees else available), agrees
 
 
@@ -226,8 +227,9 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     recipe = build_recipe(raw, recipe_dir)
     estimate = capacity.plan(recipe)
     selected = estimate.backend(recipe.topk_backend)
-    kv_per_token = estimate.memory.kv_bytes_per_token
-    block_bytes = recipe.model.kv_block_size * kv_per_token
+    # bytes per reported token at this max-model-len (DeepSeek V4: the per-request state spread over the request)
+    kv_per_token = round(capacity.kv_bytes_for(recipe, estimate.memory, recipe.max_model_len) / recipe.max_model_len)
+    block_bytes = recipe.model.kv_block_size * estimate.memory.kv_bytes_per_token
 
     if measured.total_memory_bytes and abs(measured.total_memory_bytes - recipe.gpu.total_memory_bytes) > GPU_MATCH_BYTES:
         notes.append(f"the log's device has {measured.total_memory_bytes / GIB:.2f} GiB; {recipe.gpu.name} in the "
@@ -242,7 +244,7 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
         graphs = 0
         notes.append("no CUDA graph estimate in the log: this vLLM sized the KV cache without subtracting graphs "
                      "(before v0.21, or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); CUDA graphs calibrated to 0")
-    target, agrees = kv_target_bytes(recipe, kv_per_token, measured)
+    target, agrees = kv_target_bytes(recipe, estimate.memory, measured)
     if target is None:
         raise RecipeError("log", "no Available KV cache memory or GPU KV cache size (cut short before the KV cache was "
                                  "sized?): calibrating needs the KV the other terms left")
@@ -318,9 +320,8 @@ def with_memory(raw: dict, memory: dict) -> dict:
 def measured_kv_bytes(recipe: Recipe, rank: Measured) -> tuple[int, str]:
     if rank.available_kv_bytes is not None:
         return rank.available_kv_bytes, "Available KV cache memory"
-    kv_per_token = capacity.rank_memory(recipe).kv_bytes_per_token
-    return (rank.kv_tokens * kv_per_token // recipe.decode_context_parallel_size,
-            f"GPU KV cache size x {kv_per_token:,} B/token (catalog)")
+    return (capacity.kv_bytes_for(recipe, capacity.rank_memory(recipe), rank.kv_tokens),
+            "GPU KV cache size at the catalog's KV bytes (per token and per request)")
 
 
 def indexer_headroom(recipe: Recipe, before: Measured, after: Measured) -> Headroom:

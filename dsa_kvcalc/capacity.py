@@ -163,6 +163,7 @@ class RankMemory:
     peak_activation: Term  # the dummy run's torch peak with only the prefill logits budget reserved
     non_torch: Term
     kv_bytes_per_token: int
+    kv_bytes_per_request: int  # fixed state per request (DeepSeek V4's windows and compressor states), else 0
 
 
 @dataclass(frozen=True)
@@ -224,18 +225,29 @@ def rank_memory(recipe: Recipe) -> RankMemory:
         weights=term(measured.weights_bytes, weights),
         peak_activation=term(measured.peak_activation_bytes, activation),
         non_torch=term(measured.non_torch_bytes, non_torch),
-        kv_bytes_per_token=kv_per_token)
+        kv_bytes_per_token=kv_per_token, kv_bytes_per_request=model.kv_bytes_per_request)
 
 
 def term(measured: int | None, estimate: int) -> Term:
     return Term(estimate, False) if measured is None else Term(measured, True)
 
 
-def kv_tokens(recipe: Recipe, kv_bytes: int, kv_bytes_per_token: int) -> int:
-    """Whole blocks of one uniform group; DCP spreads each sequence over its ranks."""
-    block = recipe.model.kv_block_size
-    blocks = max(kv_bytes, 0) // (block * kv_bytes_per_token)
-    return blocks * block * recipe.decode_context_parallel_size
+def kv_tokens(recipe: Recipe, memory: RankMemory, kv_bytes: int) -> int:
+    """vLLM's "GPU KV cache size". One uniform group (MLA models): whole blocks. Several groups (DeepSeek V4): max
+    concurrency x max_model_len, a request holding max_model_len tokens plus its fixed state. DCP spreads each
+    sequence over its ranks."""
+    kv_bytes = max(kv_bytes, 0) * recipe.decode_context_parallel_size
+    if memory.kv_bytes_per_request:
+        request_bytes = memory.kv_bytes_per_token * recipe.max_model_len + memory.kv_bytes_per_request
+        return kv_bytes * recipe.max_model_len // request_bytes
+    block_bytes = recipe.model.kv_block_size * memory.kv_bytes_per_token
+    return kv_bytes // block_bytes * recipe.model.kv_block_size
+
+
+def kv_bytes_for(recipe: Recipe, memory: RankMemory, tokens: int) -> int:
+    """The KV-cache bytes per rank behind a logged "GPU KV cache size" (kv_tokens backwards, to the byte)."""
+    request_bytes = memory.kv_bytes_per_token * recipe.max_model_len + memory.kv_bytes_per_request
+    return tokens * request_bytes // (recipe.max_model_len * recipe.decode_context_parallel_size)
 
 
 def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
@@ -287,7 +299,7 @@ def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
             kv_bytes_before = memory.requested_bytes - fixed - memory.peak_activation.bytes - graphs.bytes
         if recipe.engine == "deepinfer":
             kv_bytes_before = kv_bytes
-        tokens = kv_tokens(recipe, kv_bytes, memory.kv_bytes_per_token)
+        tokens = kv_tokens(recipe, memory, kv_bytes)
         per_decode = (1 + recipe.num_speculative_tokens) * dl.padded_columns * dl.bytes_per_element
         max_decodes = free_at_runtime // per_decode
         reason = availability(recipe, backend)
@@ -301,7 +313,7 @@ def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
             kv_cache_bytes=max(kv_bytes, 0), kv_cache_tokens=tokens,
             max_concurrency=round(tokens / recipe.max_model_len, 2),
             kv_cache_bytes_before_fix=max(kv_bytes_before, 0),
-            kv_cache_tokens_before_fix=kv_tokens(recipe, kv_bytes_before, memory.kv_bytes_per_token),
+            kv_cache_tokens_before_fix=kv_tokens(recipe, memory, kv_bytes_before),
             oom_before_fix=OomRisk(free_at_runtime, per_decode, max_decodes,
                                    recipe.engine == "vllm" and max_decodes < recipe.max_num_seqs)))
     return Plan(recipe, memory, plans)

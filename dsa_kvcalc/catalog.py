@@ -139,6 +139,7 @@ class Model:
     kv_note: str
     source: str
     aliases: tuple[str, ...] = ()
+    kv_bytes_per_request: int = 0  # state a request holds whatever its length (V4's windows and compressor states)
 
 
 # MLA models (V3.2, GLM-5) on FlashMLA-sparse: per layer 656 B/token with any fp8 cache (fp8_ds_mla: 512 FP8 NoPE
@@ -156,23 +157,33 @@ V32_SOURCE = ("deepseek-ai/DeepSeek-V3.2-Exp inference/config_671B_v3.2.json: 61
 # Routed experts: 58 MoE layers x 256 x 3 x 7168 x 2048 FP8 bytes (+ 1/4096 for the 128x128 block scales).
 V32_EXPERT_BYTES = 58 * 256 * 3 * 7168 * 2048 * 4097 // 4096
 
-# DeepSeek V4 caches compressed KV (584 B per entry: 448 NoPE + 128 RoPE + 8 scale) every 4 or 128 tokens, an
-# indexer cache (132 B per entry) on ratio-4 layers, a 128-token sliding window on every layer and FP32 compressor
-# states, in 256-token blocks (vllm-project/vllm vllm/models/deepseek_v4/attention.py, compressor.py,
-# vllm/v1/attention/backends/mla/sparse_swa.py). vLLM reports "GPU KV cache size" as max concurrency x max_model_len
-# across all those groups, so the bytes per reported token are taken from a real startup log:
-# DeepSeek-V4-Flash, vLLM 0.25.0, fp8, TP2, max-model-len 1048576: "Available KV cache memory: 10.29 GiB",
-# "GPU KV cache size: 1,993,100 tokens" -> 10.29 GiB / 1,993,100 = 5,544 B per token
-# (tests/fixtures/vllm_logs/deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log).
-# The structural main-cache bytes per token are 21 x (37,440 + 8,640) / 256 + 20 x 1,728 / 256 = 3,915; the rest is
-# the per-request window and compressor state spread over a 1M-token request.
-V4_FLASH_KV_BYTES = 5544
-# V4-Pro: 30 ratio-4 and 31 ratio-128 layers: structural 5,609 B/token, scaled by V4-Flash's logged/structural ratio.
-V4_PRO_KV_BYTES = 5609 * 5544 // 3915
+# DeepSeek V4 caches compressed KV (584 B per entry: 448 NoPE + 128 RoPE + 8 scale) every 4 or 128 tokens and an
+# indexer cache (132 B per entry) on ratio-4 layers, in 256-token blocks, pages padded to 576 B: per 256 tokens a
+# ratio-4 layer holds 37,440 + 8,640 B and a ratio-128 layer 1,728 B. Every layer (the MTP layer too) also keeps a
+# 128-token sliding window and FP32 compressor states: a fixed footprint per request, whatever its length
+# (vllm-project/vllm vllm/models/deepseek_v4/attention.py, compressor.py, vllm/v1/attention/backends/mla/sparse_swa.py).
+# vLLM reports "GPU KV cache size" as max concurrency x max_model_len, a request costing
+#     kv_bytes_per_token x max_model_len + kv_bytes_per_request
+# (vllm/v1/core/kv_cache_utils.py get_max_concurrency_for_kv_cache_config; vllm-project/vllm issue #51041 on why
+# Available KV / reported tokens is no per-token cost).
+# V4-Flash: 21 x (37,440 + 8,640) / 256 + 20 x 1,728 / 256 = 3,915 B per token. The per-request state comes from a
+# real startup log (vLLM 0.25.0, fp8, TP2, max-model-len 1,048,576, max-num-batched-tokens 4096,
+# tests/fixtures/vllm_logs/deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log): 10.29 GiB for 1,993,100 tokens,
+# i.e. 1.90077 requests of 1,048,576 tokens: 10.29 GiB / 1.90077 - 3,915 x 1,048,576 = 1,707,634,172 B per request.
+# The window and compressor pages a request needs grow with max-num-batched-tokens: this is the figure at 4096.
+V4_BLOCK_TOKENS = 256
+V4_RATIO4_BLOCK_BYTES = 37440 + 8640  # compressed KV + indexer pages of a ratio-4 layer, per 256 tokens
+V4_RATIO128_BLOCK_BYTES = 1728
+V4_FLASH_KV_BYTES = (21 * V4_RATIO4_BLOCK_BYTES + 20 * V4_RATIO128_BLOCK_BYTES) // V4_BLOCK_TOKENS
+V4_FLASH_REQUEST_BYTES = 1_707_634_172
+V4_FLASH_STATE_LAYERS = 44  # layers with a window and compressor state: 43 + the MTP layer
+# V4-Pro: 30 ratio-4 and 31 ratio-128 layers; per-request state scaled by the layer count (62 against 44).
+V4_PRO_KV_BYTES = (30 * V4_RATIO4_BLOCK_BYTES + 31 * V4_RATIO128_BLOCK_BYTES) // V4_BLOCK_TOKENS
+V4_PRO_REQUEST_BYTES = V4_FLASH_REQUEST_BYTES * 62 // V4_FLASH_STATE_LAYERS
 # V4.1-Flash has no public config (vLLM's deepseek_v41 package shares KV across layers: kv_source_layers).
 # Assumption: bytes per token from the seed (vLLM PR #62860): on main, deep_select's CUDA graphs are 6.01 GiB
 # smaller than auto's (18.40 - 12.39) and its KV cache holds 48,253,887 - 41,050,274 = 7,203,613 more tokens:
-# 6.01 GiB / 7,203,613 = 896 B per token.
+# 6.01 GiB / 7,203,613 = 896 B per reported token at max-model-len 1,048,576, per-request state included.
 V41_FLASH_KV_BYTES = 896
 V4_FLASH_SOURCE = ("deepseek-ai/DeepSeek-V4-Flash config.json: 43 layers, hidden 4096, compress_ratios "
                    "[0, 0, then 4 and 128 alternating, 0 for MTP], sliding_window 128, index_topk 512, 256 experts "
@@ -203,14 +214,15 @@ MODELS = [
     Model("deepseek-ai/DeepSeek-V4-Flash", 43, 4096, 64, 128, 512, 4, 1, 1048576,
           {"fp8": V4_FLASH_KV_BYTES, "bf16": V4_FLASH_KV_BYTES}, {"fp8": 0, "bf16": 0}, 256,
           round(148.66 * GIB), V4_FLASH_EXPERT_BYTES,
-          "logged bytes per token (vLLM 0.25.0 log); the MTP layer adds only a sliding-window cache",
-          V4_FLASH_SOURCE),
+          "3,915 B per token from the page layout + 1.59 GiB per request, fitted to a vLLM 0.25.0 log",
+          V4_FLASH_SOURCE, kv_bytes_per_request=V4_FLASH_REQUEST_BYTES),
     Model("deepseek-ai/DeepSeek-V4-Pro", 61, 7168, 64, 128, 1024, 4, 1, 1048576,
           {"fp8": V4_PRO_KV_BYTES, "bf16": V4_PRO_KV_BYTES}, {"fp8": 0, "bf16": 0}, 256,
           865 * 10**9, 61 * 384 * 3 * 7168 * 3072 * 17 // 32,
-          "structural 5,609 B/token scaled like V4-Flash's log (estimate)",
+          "5,609 B per token from the page layout + V4-Flash's per-request state x 62/44 layers (estimate)",
           "deepseek-ai/DeepSeek-V4-Pro config.json: 61 layers, hidden 7168, index_topk 1024, 384 experts top-6 "
-          "(FP4), moe_intermediate 3072, 1 MTP layer, 1.6T / 49B parameters; checkpoint about 865 GB"),
+          "(FP4), moe_intermediate 3072, 1 MTP layer, 1.6T / 49B parameters; checkpoint about 865 GB",
+          kv_bytes_per_request=V4_PRO_REQUEST_BYTES),
     Model("deepseek-ai/DeepSeek-V4.1-Flash", 43, 4096, 64, 128, 512, 4, 1, 1048576,
           {"fp8": V41_FLASH_KV_BYTES, "bf16": V41_FLASH_KV_BYTES}, {"fp8": 0, "bf16": 0}, 256,
           round(148.66 * GIB), V4_FLASH_EXPERT_BYTES,

@@ -13,7 +13,9 @@ from pathlib import Path
 import yaml
 
 from dsa_kvcalc.catalog import (
-    BACKENDS, DEEPGEMM_RELEASES, DEFAULT_DEEPGEMM, GIB, GPUS, LAYOUTS, MIB, MODELS, Gpu, Layout, Model)
+    BACKENDS, DEEPGEMM_RELEASES, DEFAULT_DEEPGEMM, GIB, GPUS, INDEXER_FP8_BYTES, LAYOUTS, MIB, MLA_BF16_BYTES,
+    MLA_FP8_BYTES, MODELS, V4_BLOCK_TOKENS, V4_FLASH_REQUEST_BYTES, V4_FLASH_STATE_LAYERS, V4_RATIO4_BLOCK_BYTES,
+    V4_RATIO128_BLOCK_BYTES, Gpu, Layout, Model)
 
 
 class RecipeError(Exception):
@@ -270,15 +272,17 @@ def model_from_hf_config(path: Path) -> Model:
     missing = [k for k in needed if not isinstance(config.get(k), int) or config[k] <= 0]
     if missing:
         raise RecipeError("model", f"{path} is not a DSA model config: no positive {', '.join(missing)}")
-    from dsa_kvcalc.catalog import INDEXER_FP8_BYTES, MLA_BF16_BYTES, MLA_FP8_BYTES, V4_FLASH_KV_BYTES
     layers = config["num_hidden_layers"]
     hidden = config["hidden_size"]
     ratios = config.get("compress_ratios")
-    if ratios:  # DeepSeek V4 layout: scale V4-Flash's logged bytes per token by the ratio-4 layer count
-        c4_layers = sum(1 for r in ratios[:layers] if r == 4)
-        kv = {"fp8": V4_FLASH_KV_BYTES * c4_layers // 21, "bf16": V4_FLASH_KV_BYTES * c4_layers // 21}
+    request_bytes = 0
+    if ratios:  # DeepSeek V4 layout: pages per ratio; per-request state scaled from V4-Flash by the layer count
+        per_block = sum(V4_RATIO4_BLOCK_BYTES if r == 4 else V4_RATIO128_BLOCK_BYTES if r == 128 else 0
+                        for r in ratios[:layers])
+        kv = {"fp8": per_block // V4_BLOCK_TOKENS, "bf16": per_block // V4_BLOCK_TOKENS}
+        request_bytes = V4_FLASH_REQUEST_BYTES * len(ratios) // V4_FLASH_STATE_LAYERS
         mtp_kv = {"fp8": 0, "bf16": 0}
-        block, compress = 256, 4
+        block, compress = V4_BLOCK_TOKENS, 4
     else:
         kv = {"fp8": layers * (MLA_FP8_BYTES + INDEXER_FP8_BYTES), "bf16": layers * (MLA_BF16_BYTES + INDEXER_FP8_BYTES)}
         mtp_kv = {"fp8": MLA_FP8_BYTES + INDEXER_FP8_BYTES, "bf16": MLA_BF16_BYTES + INDEXER_FP8_BYTES}
@@ -296,7 +300,7 @@ def model_from_hf_config(path: Path) -> Model:
         max_position_embeddings=config.get("max_position_embeddings") or 163840,
         kv_bytes_per_token=kv, mtp_kv_bytes_per_token=mtp_kv, kv_block_size=block,
         checkpoint_bytes=expert_bytes + dense_bytes, routed_expert_bytes=expert_bytes,
-        kv_note="derived from config.json", source=str(path))
+        kv_note="derived from config.json", source=str(path), kv_bytes_per_request=request_bytes)
 
 
 def read_memory(raw: dict) -> Memory:

@@ -100,6 +100,7 @@ def plan_json(plan: Plan) -> dict:
         "ignored_keys": list(recipe.ignored_keys),
         "gpu": {"name": recipe.gpu.name, "arch": recipe.gpu.arch, "total_memory_bytes": recipe.gpu.total_memory_bytes},
         "model": {"name": recipe.model.name, "kv_bytes_per_token": memory.kv_bytes_per_token,
+                  "kv_bytes_per_request": memory.kv_bytes_per_request,
                   "kv_block_size": recipe.model.kv_block_size, "index_topk": recipe.model.index_topk},
         "deepgemm_layout": {"versions": layout.versions, "logits_dtype": layout.logits_dtype,
                             "split_columns": layout.split_columns, "stride_rule": layout.stride_rule,
@@ -167,7 +168,8 @@ def memory_line(plan: Plan) -> str:
         return f"{label} {gib(t.bytes)} GiB ({'measured' if t.measured else 'estimated'})"
     return (f"per rank: requested {gib(m.requested_bytes)} GiB; {show('weights', m.weights)}; "
             f"{show('peak activation', m.peak_activation)}; {show('non-torch', m.non_torch)}; "
-            f"KV {m.kv_bytes_per_token:,} B/token")
+            f"KV {m.kv_bytes_per_token:,} B/token"
+            + (f" + {m.kv_bytes_per_request / GIB:.2f} GiB per request" if m.kv_bytes_per_request else ""))
 
 
 CAPTION = ("* the recipe's sparse-indexer-topk-backend; B/element: logits output + FP32 copy; graph logits: the "
@@ -269,10 +271,14 @@ def explain(plan: Plan) -> str:
                 f"{gib(b.peak_activation_bytes)} - non-torch {gib(m.non_torch.bytes)} - graphs {gib(b.cudagraph.bytes)}"
                 f" = {gib(b.kv_cache_bytes)} GiB")
         block = r.model.kv_block_size
+        dcp = f" x DCP {r.decode_context_parallel_size}" if r.decode_context_parallel_size > 1 else ""
+        if m.kv_bytes_per_request:
+            tokens = (f"{b.kv_cache_bytes:,}{dcp} x {r.max_model_len:,} / ({m.kv_bytes_per_token:,} B x "
+                      f"{r.max_model_len:,} + {m.kv_bytes_per_request:,} B per request)")
+        else:
+            tokens = f"floor({b.kv_cache_bytes:,}{dcp} / ({block} x {m.kv_bytes_per_token:,} B)) x {block}"
         lines += [
-            f"  KV tokens = floor({b.kv_cache_bytes:,} / ({block} x {m.kv_bytes_per_token:,} B)) x {block}"
-            f"{f' x DCP {r.decode_context_parallel_size}' if r.decode_context_parallel_size > 1 else ''}"
-            f" = {b.kv_cache_tokens:,} (before #62860: {b.kv_cache_tokens_before_fix:,})",
+            f"  KV tokens = {tokens} = {b.kv_cache_tokens:,} (before #62860: {b.kv_cache_tokens_before_fix:,})",
             f"  max concurrency = {b.kv_cache_tokens:,} / {r.max_model_len:,} = {b.max_concurrency:.2f}x",
             f"  before #62860: {b.oom_before_fix.free_bytes:,} B free / {b.oom_before_fix.bytes_per_decode:,} B per "
             f"decode = {b.oom_before_fix.max_decodes} decodes fit{' (at risk)' if b.oom_before_fix.at_risk else ''}",
