@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from dsa_kvcalc.recipe import RecipeError
+from dsa_kvcalc.recipe import RecipeError, check_backends
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Capacity calculator for DeepSeek-Sparse-Attention models on vLLM.")
@@ -221,7 +221,7 @@ def sweep(
 
     try:
         varies = sweeping.parse_varies(vary)
-        sweeping.check_backends(backend)
+        check_backends(backend, sweeping.BACKEND_NAMES)
         raw = read_yaml(recipe)
         build_recipe(raw, recipe.parent)
     except RecipeError as error:
@@ -286,7 +286,7 @@ def recommend(
     if max_spec_tokens is not None and max_spec_tokens < 0:
         fail(f"--max-spec-tokens: must not be negative, got {max_spec_tokens}")
     try:
-        sweeping.check_backends(backend)
+        check_backends(backend, sweeping.BACKEND_NAMES)
         raw = read_yaml(recipe)
         base = build_recipe(raw, recipe.parent)
         capacity.plan(base)
@@ -323,7 +323,7 @@ def verify(
     if format not in (Format.table, Format.json):
         fail(f"--format: verify prints table or json, not {format.value}")
     try:
-        backends = checking.check_backends(backend)
+        backends = check_backends(backend)
         if recipe is not None:
             load_recipe(recipe)
     except RecipeError as error:

@@ -235,6 +235,14 @@ def check_value(key: Key, value):
     return value
 
 
+def check_backends(names: list[str], known: tuple[str, ...] = tuple(b.name for b in BACKENDS)) -> list[str]:
+    """--backend values: each one a known top-k backend."""
+    for name in names:
+        if name not in known:
+            raise RecipeError("--backend", f"unknown backend {name!r}; known: {', '.join(known)}")
+    return names
+
+
 GPU_NAMES = {n.lower(): gpu for gpu in GPUS for n in (gpu.name, *gpu.aliases)}
 MODEL_NAMES = {n.lower(): model for model in MODELS for n in (model.name, model.name.split("/")[-1], *model.aliases)}
 

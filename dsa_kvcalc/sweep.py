@@ -108,12 +108,6 @@ def parse_scalar(text: str):
         return text
 
 
-def check_backends(names: list[str]) -> None:
-    for name in names:
-        if name not in BACKEND_NAMES:
-            raise RecipeError("--backend", f"unknown backend {name!r}; expected one of {', '.join(BACKEND_NAMES)}")
-
-
 def point_count(varies: list[Vary]) -> int:
     return math.prod(len(vary.values) for vary in varies)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import DecodeLogits, Plan
-from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS, LAYOUTS, MIB, Gpu
+from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, GPUS, LAYOUTS, MIB, Gpu
 from dsa_kvcalc.recipe import Recipe, RecipeError, build_recipe, find_gpu, read_yaml
 
 INSTALL = "pip install 'dsa-kvcalc[gpu]'"
@@ -120,14 +120,6 @@ def builtin_shapes(target: Target) -> list[Shape]:
     shapes = [shape_for(f"{path.stem} (re-planned)", read_yaml(path), path.parent, target, True)
               for path in sorted(RECIPES_DIR.glob("*.yaml"))]
     return shapes + [shape_for(name, raw, RECIPES_DIR, target, True) for name, raw in EXTRA_SHAPES]
-
-
-def check_backends(names: list[str]) -> list[str]:
-    known = [b.name for b in BACKENDS]
-    for name in names:
-        if name not in known:
-            raise RecipeError("--backend", f"unknown backend {name!r}; known: {', '.join(known)}")
-    return names
 
 
 # What the live pass runs -----------------------------------------------------------------------------------------
