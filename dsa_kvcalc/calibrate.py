@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import GIB, GPUS
-from dsa_kvcalc.recipe import Recipe, RecipeError, build_recipe, canonical
+from dsa_kvcalc.recipe import Recipe, RecipeError, canonical, load
 from dsa_kvcalc.vllm_log import LogReading, RankReading
 
 # Engine arguments of the non-default args line that the recipe takes (vLLM's spelling).
@@ -30,18 +30,18 @@ class Measured:
 
     rank: str
     ranks: int
-    version: str | None
-    weights_bytes: int | None
-    peak_activation_bytes: int | None
-    non_torch_bytes: int | None
-    cudagraph_bytes: int | None  # the estimate the KV sizing subtracted
-    available_kv_bytes: int | None
-    total_memory_bytes: int | None
-    approximate_total_memory_bytes: int | None  # graphs estimate / (utilisation - utilisation without graphs)
-    kv_tokens: int | None
-    max_model_len: int | None
-    max_concurrency: float | None
-    disagreements: list[str]
+    version: str | None = None
+    weights_bytes: int | None = None
+    peak_activation_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    cudagraph_bytes: int | None = None  # the estimate the KV sizing subtracted
+    available_kv_bytes: int | None = None
+    total_memory_bytes: int | None = None
+    approximate_total_memory_bytes: int | None = None  # graphs estimate / (utilisation - utilisation without graphs)
+    kv_tokens: int | None = None
+    max_model_len: int | None = None
+    max_concurrency: float | None = None
+    disagreements: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
                                  f"({measured.rank or 'unprefixed'}) with Available KV only; nothing to calibrate")
     raw = require(raw, measured)
     notes: list[str] = []
-    recipe = build_recipe(raw, recipe_dir)
+    recipe = load(raw, recipe_dir)
     estimate = capacity.plan(recipe)
     selected = estimate.backend(recipe.topk_backend)
     # bytes per reported token at this max-model-len (DeepSeek V4: the per-request state spread over the request)
@@ -257,7 +257,8 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     weights = measured.weights_bytes
     activation, non_torch = measured.peak_activation_bytes, measured.non_torch_bytes
     sources = {"weights": "log", "cudagraph": "log" if measured.cudagraph_bytes is not None else "log (none)"}
-    residual = estimate.memory.requested_bytes - weights - graphs - target  # activation + non-torch, by identity
+    # vLLM's sizing identity, solved for what the log gives only as a sum: activation + non-torch
+    residual = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, 0, 0, graphs) - target
     if residual < 0:
         raise RecipeError("gpu", f"the log's weights, CUDA graphs and KV ({(weights + graphs + target) / GIB:.2f} GiB) "
                                  f"exceed what {recipe.gpu.name} at gpu-memory-utilization "
@@ -292,7 +293,7 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
               "cudagraph": {recipe.topk_backend: graphs}}
     memory = {term: value for term, value in memory.items() if value is not None}
     calibrated_raw = with_memory(raw, memory)
-    calibrated = capacity.plan(build_recipe(calibrated_raw, recipe_dir))
+    calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
     tokens = calibrated.backend(recipe.topk_backend).kv_cache_tokens_before_fix
 
     rows = [
@@ -350,7 +351,7 @@ def calibrate_pair(reading: LogReading, after_reading: LogReading, raw: dict, re
     headroom = indexer_headroom(result.recipe, result.measured, measure_kv(after_reading))
     memory = result.memory | {"indexer_headroom": {headroom.backend: headroom.headroom_bytes}}
     raw_recipe = with_memory(result.raw_recipe, memory)
-    after_tokens = capacity.plan(build_recipe(raw_recipe, recipe_dir)).backend(headroom.backend).kv_cache_tokens
+    after_tokens = capacity.plan(load(raw_recipe, recipe_dir)).backend(headroom.backend).kv_cache_tokens
     return replace(result, raw_recipe=raw_recipe, memory=memory,
                    headroom=replace(headroom, after_tokens_plan=after_tokens))
 
@@ -361,5 +362,6 @@ def measure_kv(reading: LogReading) -> Measured:
     if rank is None:
         raise RecipeError("--after", "no Available KV cache memory or GPU KV cache size in the log")
     tokens = rank.kv_tokens or next((r.kv_tokens for r in reading.ranks if r.kv_tokens is not None), None)
-    return Measured(rank.rank, len(reading.ranks), rank.version, None, None, None, None,
-                    gib_bytes(rank.available_kv_gib), None, None, tokens, rank.max_model_len, rank.max_concurrency, [])
+    return Measured(rank=rank.rank, ranks=len(reading.ranks), version=rank.version,
+                    available_kv_bytes=gib_bytes(rank.available_kv_gib), kv_tokens=tokens,
+                    max_model_len=rank.max_model_len, max_concurrency=rank.max_concurrency)

@@ -1,12 +1,14 @@
 """The capacity model of shared/design/capacity-model.md, as pure arithmetic over a validated Recipe.
 
-Reads top to bottom like the design doc: (1) the indexer's decode logits, (2) which top-k backends run,
-(3) how vLLM sizes the KV cache, before and after vLLM PR #62860. Bytes and tokens are integers.
+Reads top to bottom like the design doc: (1) the indexer's decode logits, (2) which top-k backends run, (3) the
+memory terms vLLM's profile measures, (4) the steps of KV-cache sizing for one backend, before and after vLLM
+PR #62860, and plan(), which strings them together. Bytes and tokens are integers.
 """
 
 import math
 from dataclasses import dataclass
 
+from dsa_kvcalc import estimates
 from dsa_kvcalc.catalog import BACKENDS, GIB, STRIDE_ALIGNMENT_BYTES, Backend, Layout
 from dsa_kvcalc.recipe import Recipe, RecipeError
 
@@ -56,41 +58,41 @@ class DecodeLogits:
 
 
 def decode_rows(recipe: Recipe) -> int:
-    """Worst-case decode rows. vLLM (#62860): min(max_num_seqs, max_num_batched_tokens) x (1 + k).
-    DeepInfer's profile run: max_num_seqs x (1 + nextn)."""
-    rows_per_seq = 1 + recipe.num_speculative_tokens
-    if recipe.engine == "deepinfer":
-        return recipe.max_num_seqs * rows_per_seq
-    return min(recipe.max_num_seqs, recipe.max_num_batched_tokens) * rows_per_seq
+    """rows = min(max_num_seqs, max_num_batched_tokens) x (1 + num_speculative_tokens)   (vLLM #62860)
+    rows = max_num_seqs x (1 + nextn)                                                     (DeepInfer's profile run)"""
+    seqs = recipe.max_num_seqs
+    if recipe.engine.rows_capped_by_batched_tokens:
+        seqs = min(seqs, recipe.max_num_batched_tokens)
+    return seqs * (1 + recipe.num_speculative_tokens)
 
 
 def reads_bf16(recipe: Recipe, backend: Backend) -> bool:
     """The one predicate shared by the runtime upcast and the reservation: does the top-k read BF16 directly?
-    DeepSelect does, except under decode context parallelism (DCP merges need FP32). DeepInfer keeps BF16."""
-    if recipe.engine == "deepinfer":
-        return True
-    return backend.reads_bf16 and recipe.decode_context_parallel_size == 1
+    DeepSelect does, except under decode context parallelism (DCP merges need FP32)."""
+    return recipe.engine.topk_reads_bf16 or (backend.reads_bf16 and recipe.decode_context_parallel_size == 1)
 
 
 def decode_logits(recipe: Recipe, backend: Backend, rows: int) -> DecodeLogits:
+    """[rows, padded(max_model_len)] in DeepGEMM's dtype, plus the FP32 copy where the top-k reads FP32."""
     layout = recipe.layout
     columns = recipe.max_model_len
-    if recipe.engine == "deepinfer":
+    if recipe.engine.logits_over_compressed_keys:
         columns //= recipe.model.kv_compress_ratio
-    logits_bytes = DTYPE_BYTES[layout.logits_dtype]
     needs_copy = layout.logits_dtype != "fp32" and not reads_bf16(recipe, backend)
     return DecodeLogits(rows, columns, padded_columns(columns, layout), layout.logits_dtype,
-                        logits_bytes, FP32_BYTES if needs_copy else 0)
+                        DTYPE_BYTES[layout.logits_dtype], FP32_BYTES if needs_copy else 0)
 
 
 # 2. Top-k backends ---------------------------------------------------------------------------------------------
 
-DEEPINFER = Backend("deepinfer", ("sm90", "sm100", "sm103"), None, True, "DeepInfer's own top-k over BF16 logits",
-                    "seed: DeepInfer@774ce24 index_attn.py")
+def engine_backends(recipe: Recipe) -> list[Backend]:
+    return [b for b in BACKENDS if recipe.engine.name in b.engines]
 
 
 def availability(recipe: Recipe, backend: Backend) -> str | None:
-    """None when the backend runs on this recipe's GPU and model, else why not."""
+    """None when the backend runs on this recipe's engine, GPU and model, else why not."""
+    if recipe.engine.name not in backend.engines:
+        return f"a {'/'.join(backend.engines)} backend; this recipe runs {recipe.engine.label}"
     if recipe.gpu.arch not in backend.archs:
         return f"needs {'/'.join(backend.archs)}; {recipe.gpu.name} is {recipe.gpu.arch}"
     if backend.topk is not None and recipe.model.index_topk not in backend.topk:
@@ -99,17 +101,93 @@ def availability(recipe: Recipe, backend: Backend) -> str | None:
     return None
 
 
-def backends_for(recipe: Recipe) -> list[Backend]:
-    return [DEEPINFER] if recipe.engine == "deepinfer" else BACKENDS
+# 3. The memory terms of one rank ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Term:
+    bytes: int
+    provenance: str  # measured (the recipe's memory block, a log), derived (a measured term carried over), estimated
+    source: str
 
 
-# 3. KV-cache sizing (vllm/v1/worker/gpu_worker.py) ------------------------------------------------------------
+def term(measured: int | None, estimate: int, basis: estimates.Figure | str) -> Term:
+    if measured is not None:
+        return Term(measured, "measured", "the recipe's memory block")
+    if isinstance(basis, estimates.Figure):
+        return Term(estimate, basis.provenance, basis.basis)
+    return Term(estimate, "estimated", basis)
 
-# Estimates stand in where the recipe's `memory` block gives no measurement (README: "Estimates").
-ACTIVATION_HIDDEN_COPIES = 24  # BF16 hidden-sized temporaries live at the dummy run's peak, per batched token
-NON_TORCH_SINGLE_BYTES = 1 * GIB  # CUDA context, cuBLAS/DeepGEMM workspaces
-NON_TORCH_COLLECTIVES_BYTES = GIB + GIB // 2  # NCCL and custom all-reduce buffers with TP/DP/EP
-CUDAGRAPH_OTHER_BYTES = GIB + GIB // 2  # graph-pool memory besides the indexer logits (1.58 GiB in a V4-Flash log)
+
+@dataclass(frozen=True)
+class RankMemory:
+    requested_bytes: int  # total x gpu-memory-utilization
+    weights: Term
+    peak_activation: Term  # the dummy run's torch peak with only the prefill logits budget reserved
+    non_torch: Term
+    kv_bytes_per_token: int
+    kv_bytes_per_request: int  # fixed state per request (DeepSeek V4's windows and compressor states), else 0
+
+
+def weights_bytes(recipe: Recipe) -> int:
+    """The dense part / TP, plus the routed experts / (TP x DP with expert parallelism, else TP)."""
+    model = recipe.model
+    expert_ranks = recipe.tensor_parallel_size * (recipe.data_parallel_size if recipe.enable_expert_parallel else 1)
+    dense_bytes = model.checkpoint_bytes - model.routed_expert_bytes
+    return dense_bytes // recipe.tensor_parallel_size + model.routed_expert_bytes // expert_ranks
+
+
+def base_peak_activation_bytes(recipe: Recipe) -> int:
+    """The prefill logits budget + max_num_batched_tokens x hidden x 2 B x ACTIVATION_HIDDEN_COPIES."""
+    hidden_copies = estimates.ACTIVATION_HIDDEN_COPIES.value
+    return (recipe.prefill_budget_bytes
+            + recipe.max_num_batched_tokens * recipe.model.hidden_size * 2 * hidden_copies)
+
+
+def non_torch_bytes(recipe: Recipe) -> int:
+    parallel = recipe.tensor_parallel_size * recipe.data_parallel_size > 1
+    return estimates.NON_TORCH_SINGLE.value + (estimates.NON_TORCH_COLLECTIVES.value if parallel else 0)
+
+
+def rank_memory(recipe: Recipe) -> RankMemory:
+    model = recipe.model
+    kv_per_token = model.kv_bytes_per_token[recipe.kv_cache_format]
+    if recipe.num_speculative_tokens and recipe.speculative_method in (None, "mtp", "deepseek_mtp"):
+        kv_per_token += model.mtp_layers * model.mtp_kv_bytes_per_token[recipe.kv_cache_format]
+    return RankMemory(
+        requested_bytes=math.ceil(recipe.gpu.total_memory_bytes * recipe.gpu_memory_utilization),
+        weights=term(recipe.weights_bytes, weights_bytes(recipe),
+                     "the checkpoint's dense part / TP + routed experts / expert-parallel ranks"),
+        peak_activation=term(recipe.peak_activation_bytes, base_peak_activation_bytes(recipe),
+                             estimates.ACTIVATION_HIDDEN_COPIES),
+        non_torch=term(recipe.non_torch_bytes, non_torch_bytes(recipe), estimates.NON_TORCH_SINGLE),
+        kv_bytes_per_token=kv_per_token, kv_bytes_per_request=model.kv_bytes_per_request)
+
+
+# 4. KV-cache sizing, step by step ----------------------------------------------------------------------------------
+
+def reservation(recipe: Recipe, logits: DecodeLogits) -> tuple[int, int]:
+    """reserved = max(prefill_budget, rows x padded_width x bytes_per_element)   (after #62860; before: the budget)
+    DeepInfer's profile run holds the decode logits themselves, before and after."""
+    if recipe.engine.profile_holds_decode_logits:
+        return logits.bytes, logits.bytes
+    return max(recipe.prefill_budget_bytes, logits.bytes), recipe.prefill_budget_bytes
+
+
+def indexer_headroom(recipe: Recipe, logits: dict[str, DecodeLogits], backend: str) -> int:
+    """What the reservation finds already live inside the indexer: measured for this backend, or for one with the
+    same bytes per element (the same working set), or for every backend ("*"); else the prefill budget, so that the
+    reservation raises the peak by all it adds. Never below the budget: the base peak already holds it."""
+    measured = recipe.indexer_headroom_bytes
+    same_working_set = [bytes_ for name, bytes_ in measured.items()
+                        if name in logits and logits[name].bytes_per_element == logits[backend].bytes_per_element]
+    headroom = measured.get(backend, same_working_set[0] if same_working_set else measured.get("*", 0))
+    return max(headroom, recipe.prefill_budget_bytes)
+
+
+def peak_activation(memory: RankMemory, reserved: int, headroom: int) -> int:
+    """peak = base peak + max(0, reserved - indexer headroom): the reservation stacks on what is live inside the
+    indexer, not on the run's global peak."""
+    return memory.peak_activation.bytes + max(0, reserved - headroom)
 
 
 def capture_sizes(recipe: Recipe) -> list[int]:
@@ -150,20 +228,50 @@ def cudagraph_logits_rows(recipe: Recipe) -> int:
     return next((s for s in reversed(capture_sizes(recipe)) if s <= worst and s % per_seq == 0), 0)
 
 
-@dataclass(frozen=True)
-class Term:
-    bytes: int
-    measured: bool  # from the recipe's memory block (a vLLM log), else estimated
+def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int]) -> Term:
+    """graphs = graph logits (the largest FULL decode graph's rows) + the rest of the pool. A pool measured for one
+    backend carries over to the others: only the logits share changes."""
+    measured = {recipe.topk_backend if b == "*" else b: v for b, v in recipe.cudagraph_bytes.items()}
+    if backend in measured:
+        return Term(measured[backend], "measured", "the recipe's memory block")
+    if recipe.cudagraph_mode == "NONE":
+        return Term(0, "derived", "no CUDA graphs (enforce-eager or cudagraph_mode NONE)")
+    measured_on = next((b for b in measured if b in graph_logits), None)
+    if measured_on is None:
+        basis = estimates.CUDAGRAPH_BESIDES_LOGITS
+        return Term(basis.value + graph_logits[backend], basis.provenance, basis.basis)
+    besides_logits = max(measured[measured_on] - graph_logits[measured_on], 0)
+    return Term(besides_logits + graph_logits[backend], "derived",
+                f"the pool measured for {measured_on}, with {backend}'s graph logits in place of {measured_on}'s")
 
 
-@dataclass(frozen=True)
-class RankMemory:
-    requested_bytes: int  # total x gpu-memory-utilization
-    weights: Term
-    peak_activation: Term  # the dummy run's torch peak with only the prefill logits budget reserved
-    non_torch: Term
-    kv_bytes_per_token: int
-    kv_bytes_per_request: int  # fixed state per request (DeepSeek V4's windows and compressor states), else 0
+def kv_cache_bytes(recipe: Recipe, requested: int, weights: int, peak: int, non_torch: int, graphs: int) -> int:
+    """KV bytes = requested - weights - peak activation - non-torch - CUDA graphs (vllm/v1/worker/gpu_worker.py
+    determine_available_memory; graphs only where this vLLM subtracts its estimate); --kv-cache-memory-bytes
+    replaces it all."""
+    if recipe.kv_cache_memory_bytes is not None:
+        return recipe.kv_cache_memory_bytes
+    if not recipe.engine.subtracts_cudagraph_estimate:
+        graphs = 0
+    return max(requested - weights - peak - non_torch - graphs, 0)
+
+
+def kv_tokens(recipe: Recipe, memory: RankMemory, kv_bytes: int) -> int:
+    """vLLM's "GPU KV cache size". One uniform group (MLA models): whole blocks. Several groups (DeepSeek V4): max
+    concurrency x max_model_len, a request holding max_model_len tokens plus its fixed state. DCP spreads each
+    sequence over its ranks."""
+    kv_bytes = max(kv_bytes, 0) * recipe.decode_context_parallel_size
+    if memory.kv_bytes_per_request:
+        request_bytes = memory.kv_bytes_per_token * recipe.max_model_len + memory.kv_bytes_per_request
+        return kv_bytes * recipe.max_model_len // request_bytes
+    block_bytes = recipe.model.kv_block_size * memory.kv_bytes_per_token
+    return kv_bytes // block_bytes * recipe.model.kv_block_size
+
+
+def kv_bytes_for(recipe: Recipe, memory: RankMemory, tokens: int) -> int:
+    """The KV-cache bytes per rank behind a logged "GPU KV cache size" (kv_tokens backwards, to the byte)."""
+    request_bytes = memory.kv_bytes_per_token * recipe.max_model_len + memory.kv_bytes_per_request
+    return tokens * request_bytes // (recipe.max_model_len * recipe.decode_context_parallel_size)
 
 
 @dataclass(frozen=True)
@@ -174,6 +282,17 @@ class OomRisk:
     max_decodes: int
     at_risk: bool  # fewer than max-num-seqs concurrent decodes fit
 
+
+def oom_before_fix(recipe: Recipe, memory: RankMemory, logits: DecodeLogits) -> OomRisk:
+    """Decodes that fit = free at run time // one decode's logits; free = total x (1 - utilisation), assumed."""
+    free_bytes = recipe.gpu.total_memory_bytes - memory.requested_bytes
+    per_decode = (1 + recipe.num_speculative_tokens) * logits.padded_columns * logits.bytes_per_element
+    max_decodes = free_bytes // per_decode
+    at_risk = not recipe.engine.profile_holds_decode_logits and max_decodes < recipe.max_num_seqs
+    return OomRisk(free_bytes, per_decode, max_decodes, at_risk)
+
+
+# plan ----------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class BackendPlan:
@@ -208,112 +327,59 @@ class Plan:
         return next(b for b in self.backends if b.backend == name)
 
 
-def rank_memory(recipe: Recipe) -> RankMemory:
-    model, measured = recipe.model, recipe.memory
-    expert_ranks = recipe.tensor_parallel_size * (recipe.data_parallel_size if recipe.enable_expert_parallel else 1)
-    weights = ((model.checkpoint_bytes - model.routed_expert_bytes) // recipe.tensor_parallel_size
-               + model.routed_expert_bytes // expert_ranks)
-    activation = (recipe.prefill_budget_bytes
-                  + recipe.max_num_batched_tokens * model.hidden_size * 2 * ACTIVATION_HIDDEN_COPIES)
-    parallel = recipe.tensor_parallel_size * recipe.data_parallel_size > 1
-    non_torch = NON_TORCH_SINGLE_BYTES + (NON_TORCH_COLLECTIVES_BYTES if parallel else 0)
-    kv_per_token = model.kv_bytes_per_token[recipe.kv_cache_format]
-    if recipe.num_speculative_tokens and recipe.speculative_method in (None, "mtp", "deepseek_mtp"):
-        kv_per_token += model.mtp_layers * model.mtp_kv_bytes_per_token[recipe.kv_cache_format]
-    return RankMemory(
-        requested_bytes=math.ceil(recipe.gpu.total_memory_bytes * recipe.gpu_memory_utilization),
-        weights=term(measured.weights_bytes, weights),
-        peak_activation=term(measured.peak_activation_bytes, activation),
-        non_torch=term(measured.non_torch_bytes, non_torch),
-        kv_bytes_per_token=kv_per_token, kv_bytes_per_request=model.kv_bytes_per_request)
-
-
-def term(measured: int | None, estimate: int) -> Term:
-    return Term(estimate, False) if measured is None else Term(measured, True)
-
-
-def kv_tokens(recipe: Recipe, memory: RankMemory, kv_bytes: int) -> int:
-    """vLLM's "GPU KV cache size". One uniform group (MLA models): whole blocks. Several groups (DeepSeek V4): max
-    concurrency x max_model_len, a request holding max_model_len tokens plus its fixed state. DCP spreads each
-    sequence over its ranks."""
-    kv_bytes = max(kv_bytes, 0) * recipe.decode_context_parallel_size
-    if memory.kv_bytes_per_request:
-        request_bytes = memory.kv_bytes_per_token * recipe.max_model_len + memory.kv_bytes_per_request
-        return kv_bytes * recipe.max_model_len // request_bytes
-    block_bytes = recipe.model.kv_block_size * memory.kv_bytes_per_token
-    return kv_bytes // block_bytes * recipe.model.kv_block_size
-
-
-def kv_bytes_for(recipe: Recipe, memory: RankMemory, tokens: int) -> int:
-    """The KV-cache bytes per rank behind a logged "GPU KV cache size" (kv_tokens backwards, to the byte)."""
-    request_bytes = memory.kv_bytes_per_token * recipe.max_model_len + memory.kv_bytes_per_request
-    return tokens * request_bytes // (recipe.max_model_len * recipe.decode_context_parallel_size)
-
-
-def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
-    """Every backend, or those named in `only` (a sweep computes only the backends it shows)."""
-    memory = rank_memory(recipe)
+def check_weights_fit(recipe: Recipe, memory: RankMemory) -> None:
     if memory.weights.bytes + memory.non_torch.bytes >= memory.requested_bytes:
-        key = "memory.weights_gib" if memory.weights.measured else "model"
+        key = "memory.weights_gib" if memory.weights.provenance == "measured" else "model"
         raise RecipeError(key, f"{recipe.model.name} needs {memory.weights.bytes / GIB:.1f} GiB of weights per rank; "
                                f"{recipe.gpu.name} at gpu-memory-utilization {recipe.gpu_memory_utilization} allows "
                                f"{memory.requested_bytes / GIB:.1f} GiB (shard it: tensor-parallel-size, "
                                f"enable-expert-parallel)")
+
+
+def check_graph_pools(recipe: Recipe, graph_logits: dict[str, int]) -> None:
+    """A measured graph pool holds at least its FULL decode graphs' logits."""
+    for backend, pool in recipe.cudagraph_bytes.items():
+        needed = graph_logits.get(recipe.topk_backend if backend == "*" else backend, 0)
+        if pool < needed:
+            name = "memory.cudagraph_gib" + ("" if backend == "*" else f".{backend}")
+            raise RecipeError(name, f"{pool / GIB:.2f} GiB is less than the {needed / GIB:.2f} GiB of indexer logits "
+                                    f"its largest FULL decode graph holds: not a measurement of this recipe")
+
+
+def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: dict[str, DecodeLogits],
+                 graph_rows: int, graph_logits: dict[str, int]) -> BackendPlan:
+    """The doc's steps for one top-k backend, after #62860 and before it."""
+    dl = logits[backend.name]
+    reserved, reserved_before = reservation(recipe, dl)
+    headroom = indexer_headroom(recipe, logits, backend.name)
+    peak = peak_activation(memory, reserved, headroom)
+    graphs = cudagraph_pool(recipe, backend.name, graph_logits)
+    fixed = (memory.requested_bytes, memory.weights.bytes)
+    kv_bytes = kv_cache_bytes(recipe, *fixed, peak, memory.non_torch.bytes, graphs.bytes)
+    peak_before = peak if recipe.engine.profile_holds_decode_logits else memory.peak_activation.bytes
+    kv_bytes_before = kv_cache_bytes(recipe, *fixed, peak_before, memory.non_torch.bytes, graphs.bytes)
+    tokens = kv_tokens(recipe, memory, kv_bytes)
+    reason = availability(recipe, backend)
+    return BackendPlan(
+        backend=backend.name, available=reason is None, reason=reason or backend.note,
+        selected=backend.name == recipe.topk_backend,
+        decode_logits=dl, prefill_budget_bytes=recipe.prefill_budget_bytes,
+        reserved_bytes=reserved, reserved_bytes_before_fix=reserved_before,
+        cudagraph_logits_rows=graph_rows, cudagraph_logits_bytes=graph_logits[backend.name], cudagraph=graphs,
+        indexer_headroom_bytes=headroom, peak_activation_bytes=peak,
+        kv_cache_bytes=kv_bytes, kv_cache_tokens=tokens, max_concurrency=round(tokens / recipe.max_model_len, 2),
+        kv_cache_bytes_before_fix=kv_bytes_before, kv_cache_tokens_before_fix=kv_tokens(recipe, memory, kv_bytes_before),
+        oom_before_fix=oom_before_fix(recipe, memory, dl))
+
+
+def plan(recipe: Recipe) -> Plan:
+    """Every backend of the recipe's engine, through the doc's steps."""
+    memory = rank_memory(recipe)
+    check_weights_fit(recipe, memory)
+    backends = engine_backends(recipe)
     rows = decode_rows(recipe)
-    graph_rows = cudagraph_logits_rows(recipe)
-    backends = backends_for(recipe)
     logits = {b.name: decode_logits(recipe, b, rows) for b in backends}
+    graph_rows = cudagraph_logits_rows(recipe)
     graph_logits = {name: graph_rows * dl.padded_columns * dl.bytes_per_element for name, dl in logits.items()}
-
-    # A measured graph pool carries over to other backends: what is not indexer logits stays the same.
-    measured_graphs = {recipe.topk_backend if b == "*" else b: v for b, v in recipe.memory.cudagraph_bytes.items()}
-    measured_on = next(iter(measured_graphs), None)
-    if recipe.cudagraph_mode == "NONE":
-        graphs_other = 0
-    elif measured_on in graph_logits:
-        graphs_other = max(measured_graphs[measured_on] - graph_logits[measured_on], 0)
-    else:
-        graphs_other = CUDAGRAPH_OTHER_BYTES
-    headrooms = recipe.memory.indexer_headroom_bytes
-    free_at_runtime = recipe.gpu.total_memory_bytes - memory.requested_bytes
-    fixed = memory.weights.bytes + memory.non_torch.bytes
-
-    plans = []
-    for backend in (b for b in backends if only is None or b.name in only):
-        dl = logits[backend.name]
-        reserved = max(recipe.prefill_budget_bytes, dl.bytes)
-        reserved_before = recipe.prefill_budget_bytes
-        if recipe.engine == "deepinfer":  # its profile run measures the decode logits: nothing is missed
-            reserved = reserved_before = dl.bytes
-        # A headroom measured on one backend holds for those with the same working set (the same bytes per element).
-        alike = [h for b, h in headrooms.items() if b in logits and logits[b].bytes_per_element == dl.bytes_per_element]
-        headroom = headrooms.get(backend.name, alike[0] if alike else headrooms.get("*", recipe.prefill_budget_bytes))
-        headroom = max(headroom, recipe.prefill_budget_bytes)  # the base peak already holds the prefill budget
-        peak = memory.peak_activation.bytes + max(0, reserved - headroom)
-        graphs = Term(measured_graphs[backend.name], True) if backend.name in measured_graphs else Term(
-            graphs_other + graph_logits[backend.name], measured_on is not None)
-        if recipe.kv_cache_memory_bytes is not None:
-            kv_bytes = kv_bytes_before = recipe.kv_cache_memory_bytes
-        else:
-            kv_bytes = memory.requested_bytes - fixed - peak - graphs.bytes
-            kv_bytes_before = memory.requested_bytes - fixed - memory.peak_activation.bytes - graphs.bytes
-        if recipe.engine == "deepinfer":
-            kv_bytes_before = kv_bytes
-        tokens = kv_tokens(recipe, memory, kv_bytes)
-        per_decode = (1 + recipe.num_speculative_tokens) * dl.padded_columns * dl.bytes_per_element
-        max_decodes = free_at_runtime // per_decode
-        reason = availability(recipe, backend)
-        plans.append(BackendPlan(
-            backend=backend.name, available=reason is None, reason=reason or backend.note,
-            selected=backend.name == recipe.topk_backend or recipe.engine == "deepinfer",
-            decode_logits=dl, prefill_budget_bytes=recipe.prefill_budget_bytes,
-            reserved_bytes=reserved, reserved_bytes_before_fix=reserved_before,
-            cudagraph_logits_rows=graph_rows, cudagraph_logits_bytes=graph_logits[backend.name], cudagraph=graphs,
-            indexer_headroom_bytes=headroom, peak_activation_bytes=peak,
-            kv_cache_bytes=max(kv_bytes, 0), kv_cache_tokens=tokens,
-            max_concurrency=round(tokens / recipe.max_model_len, 2),
-            kv_cache_bytes_before_fix=max(kv_bytes_before, 0),
-            kv_cache_tokens_before_fix=kv_tokens(recipe, memory, kv_bytes_before),
-            oom_before_fix=OomRisk(free_at_runtime, per_decode, max_decodes,
-                                   recipe.engine == "vllm" and max_decodes < recipe.max_num_seqs)))
-    return Plan(recipe, memory, plans)
+    check_graph_pools(recipe, graph_logits)
+    return Plan(recipe, memory, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits) for b in backends])

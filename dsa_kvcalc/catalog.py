@@ -18,7 +18,7 @@ class Gpu:
     source: str
 
 
-def gib(value: float) -> int:
+def bytes_of_gib(value: float) -> int:
     return round(value * GIB)
 
 
@@ -29,13 +29,13 @@ GPUS = [
         "measured on the lent H200 (shared/design/capacity-model.md; 143,156 MiB in vLLM issue logs)"),
     Gpu("B200", "sm100", 182631 * MIB, ("NVIDIA B200",),
         "178.35 GiB in the seed's OOM message (vLLM PR #62860); 182,631 MiB in vLLM issue logs"),
-    Gpu("GB200", "sm100", gib(184.31), ("NVIDIA GB200",),
+    Gpu("GB200", "sm100", bytes_of_gib(184.31), ("NVIDIA GB200",),
         "184.31 GiB total capacity in vLLM OOM messages (capacity-model.md §3)"),
-    Gpu("B300", "sm103", gib(267.69), ("NVIDIA B300", "B300-SXM6"),
+    Gpu("B300", "sm103", bytes_of_gib(267.69), ("NVIDIA B300", "B300-SXM6"),
         "267.69 GiB total capacity in vLLM startup logs and OOM messages; compute capability 10.3"),
     Gpu("MI300X", "gfx942", 196592 * MIB, ("AMD Instinct MI300X",),
         "196,592 MiB (191.98 GiB) in ROCm torch device-property printouts"),
-    Gpu("MI355X", "gfx950", gib(287.98), ("AMD Instinct MI355X",),
+    Gpu("MI355X", "gfx950", bytes_of_gib(287.98), ("AMD Instinct MI355X",),
         "287.98 GiB in ROCm vLLM logs (capacity-model.md §3)"),
 ]
 
@@ -88,6 +88,13 @@ DEEPGEMM_RELEASES = {"2.1": "2.2", "2.2": "2.2", "2.3": "2.6", "2.4": "2.6", "2.
 DEFAULT_DEEPGEMM = "2.8"
 
 
+def layout_for(release: str, gpu: "Gpu") -> Layout:
+    """The logits layout a GPU gets from a DeepGEMM release (ROCm has no DeepGEMM)."""
+    if gpu.arch.startswith("gfx"):
+        return LAYOUTS[("rocm", "rocm")]
+    return LAYOUTS[(DEEPGEMM_RELEASES[release], "sm100" if gpu.arch in ("sm100", "sm103") else "sm90")]
+
+
 @dataclass(frozen=True)
 class Backend:
     name: str
@@ -96,6 +103,7 @@ class Backend:
     reads_bf16: bool  # reads DeepGEMM's BF16 logits directly (no FP32 copy); only without DCP
     note: str
     source: str
+    engines: tuple[str, ...] = ("vllm",)
 
 
 CUDA = ("sm90", "sm100", "sm103")
@@ -115,6 +123,8 @@ BACKENDS = [
     Backend("flashinfer", CUDA, None, False, "FP32 input only", INDEXER_TOPK),
     Backend("torch", CUDA + ROCM, None, False, "reference implementation", INDEXER_TOPK),
     Backend("aiter", ROCM, None, False, "ROCm only", INDEXER_TOPK),
+    Backend("deepinfer", CUDA, None, True, "DeepInfer's own top-k over BF16 logits",
+            "seed: DeepInfer@774ce24 index_attn.py", ("deepinfer",)),
 ]
 
 
@@ -230,3 +240,32 @@ MODELS = [
           "no public config: V4-Flash's shape is assumed (vLLM PR #62860 runs it at max-model-len 1048576); "
           "KV bytes per token derived from the seed's measured KV cache per rank"),
 ]
+
+
+def model_from_config(name: str, source: str, ratios: tuple[int, ...], num_hidden_layers: int, hidden_size: int,
+                      index_n_heads: int, index_head_dim: int, index_topk: int, num_nextn_predict_layers: int,
+                      n_routed_experts: int, moe_intermediate_size: int, first_k_dense_replace: int, vocab_size: int,
+                      max_position_embeddings: int) -> Model:
+    """A Model from a config.json's numbers (weights estimated from its shape)."""
+    layers, hidden = num_hidden_layers, hidden_size
+    request_bytes = 0
+    if ratios:  # DeepSeek V4 layout: pages per ratio; per-request state scaled from V4-Flash by the layer count
+        per_block = sum(V4_RATIO4_BLOCK_BYTES if r == 4 else V4_RATIO128_BLOCK_BYTES if r == 128 else 0
+                        for r in ratios[:layers])
+        kv = {"fp8": per_block // V4_BLOCK_TOKENS, "bf16": per_block // V4_BLOCK_TOKENS}
+        request_bytes = V4_FLASH_REQUEST_BYTES * len(ratios) // V4_FLASH_STATE_LAYERS
+        mtp_kv = {"fp8": 0, "bf16": 0}
+        block, compress = V4_BLOCK_TOKENS, 4
+    else:
+        kv = {"fp8": layers * (MLA_FP8_BYTES + INDEXER_FP8_BYTES), "bf16": layers * (MLA_BF16_BYTES + INDEXER_FP8_BYTES)}
+        mtp_kv = {"fp8": MLA_FP8_BYTES + INDEXER_FP8_BYTES, "bf16": MLA_BF16_BYTES + INDEXER_FP8_BYTES}
+        block, compress = 64, 1
+    expert_bytes = (layers - first_k_dense_replace) * n_routed_experts * 3 * hidden * moe_intermediate_size
+    dense_bytes = layers * 40 * hidden * hidden // 16 + 2 * vocab_size * hidden * 2  # attention + shared FP8; BF16 embeddings
+    return Model(
+        name=name, num_layers=layers, hidden_size=hidden, index_n_heads=index_n_heads, index_head_dim=index_head_dim,
+        index_topk=index_topk, kv_compress_ratio=compress, mtp_layers=num_nextn_predict_layers,
+        max_position_embeddings=max_position_embeddings or 163840,
+        kv_bytes_per_token=kv, mtp_kv_bytes_per_token=mtp_kv, kv_block_size=block,
+        checkpoint_bytes=expert_bytes + dense_bytes, routed_expert_bytes=expert_bytes,
+        kv_note="derived from config.json", source=source, kv_bytes_per_request=request_bytes)

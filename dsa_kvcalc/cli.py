@@ -1,19 +1,22 @@
-"""The dsa-kvcalc command line: a thin typer layer over recipe, capacity and render."""
+"""The dsa-kvcalc command line: a thin typer layer. It checks its own flags, then hands over to recipe, capacity,
+calibrate, sweep and verify, and prints what the renderers make of their results."""
 
 import io
 import json
-import os
 import sys
-import tempfile
 from enum import Enum
 from pathlib import Path
 
-import typer
+import os
 
-from dsa_kvcalc.recipe import RecipeError, check_backends
+import typer
+from typer.exceptions import TyperException
+
+from dsa_kvcalc.output import OutputError, check_targets, write
+from dsa_kvcalc.recipe import RecipeError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Capacity calculator for DeepSeek-Sparse-Attention models on vLLM.")
+                  rich_markup_mode=None, help="Capacity calculator for DeepSeek-Sparse-Attention models on vLLM.")
 
 
 class Format(str, Enum):
@@ -23,32 +26,50 @@ class Format(str, Enum):
     csv = "csv"
 
 
+class ReportFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class SweepFormat(str, Enum):
+    csv = "csv"
+    jsonl = "jsonl"
+    table = "table"
+
+
 def fail(message: str, code: int = 2):
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 
 
-def write_output(chunks, output: Path | None, option: str = "--output", mode: str = "w") -> None:
-    """Text (or bytes) chunks to stdout, or to the file atomically: written to a temporary file beside it as they come
-    (memory stays flat for streamed rows), then renamed over it, so the file appears whole or not at all."""
+def guarded(work):
+    """Run work(); a RecipeError or OutputError becomes one line and exit 2."""
+    try:
+        return work()
+    except (RecipeError, OutputError) as error:
+        fail(str(error))
+
+
+def check_outputs(targets: dict[str, Path | None], inputs: list[Path | None]) -> None:
+    """Every output target is checked before any work: a bad one writes nothing at all."""
+    guarded(lambda: check_targets(targets, [p for p in inputs if p is not None]))
+
+
+def emit(chunks, output: Path | None, option: str = "--output", binary: bool = False) -> None:
     if output is None:
         sys.stdout.writelines(chunks)
-        return
-    temporary = None
-    try:
-        handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
-        with os.fdopen(handle, mode) as file:
-            file.writelines(chunks)
-        os.replace(temporary, output)
-        temporary = None
-    except OSError as error:
-        fail(f"{option}: cannot write {output}: {error.strerror or error}")
-    finally:
-        if temporary is not None:
-            os.unlink(temporary)
+    else:
+        guarded(lambda: write(chunks, output, option, binary))
+
+
+def check_backends(names: list[str]) -> list[str]:
+    from dsa_kvcalc.catalog import BACKENDS
+
+    known = [b.name for b in BACKENDS]
+    for name in names:
+        if name not in known:
+            fail(f"--backend: unknown backend {name!r}; known: {', '.join(known)}")
+    return names
 
 
 def console_text(draw) -> str:
@@ -57,6 +78,12 @@ def console_text(draw) -> str:
     console = Console(file=io.StringIO(), width=200, force_terminal=False)
     draw(console)
     return console.file.getvalue()
+
+
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False)
 
 
 SET_HELP = "Override a recipe key, e.g. --set max-num-seqs=384 --set speculative-config.num_speculative_tokens=3"
@@ -71,13 +98,12 @@ def plan(
     explain: bool = typer.Option(False, "--explain", help="Print every quantity with its formula and numbers"),
 ):
     """Decode-logits memory per top-k backend, the #62860 reservation, KV-cache tokens per rank, OOM risk."""
-    from dsa_kvcalc import capacity, render
+    from dsa_kvcalc import capacity
     from dsa_kvcalc.recipe import load_recipe
+    from dsa_kvcalc.render import plan as render
 
-    try:
-        result = capacity.plan(load_recipe(recipe, set_))
-    except RecipeError as error:
-        fail(str(error))
+    check_outputs({"--output": output}, [recipe])
+    result = guarded(lambda: capacity.plan(load_recipe(recipe, set_)))
     if explain:
         text = render.explain(result)
     elif format is Format.json:
@@ -87,49 +113,27 @@ def plan(
     elif format is Format.csv:
         text = render.render_csv(result)
     elif output is None:
-        from rich.console import Console
-
-        render.render_table(result, Console())
+        render.render_table(result, console())
         return
     else:
-        text = console_text(lambda console: render.render_table(result, console))
-    write_output([text], output)
+        text = console_text(lambda c: render.render_table(result, c))
+    emit([text], output)
 
 
 @app.command()
 def models():
     """List the model catalog, with sources."""
-    from rich.console import Console
-    from rich.table import Table
+    from dsa_kvcalc.render.catalog import render_models
 
-    from dsa_kvcalc.catalog import GIB, MODELS
-
-    table = Table("model", "layers", "index topk", "KV B/token fp8", "KV B/token bf16", "checkpoint GiB", "max len")
-    for m in MODELS:
-        table.add_row(m.name, str(m.num_layers), str(m.index_topk), f"{m.kv_bytes_per_token['fp8']:,}",
-                      f"{m.kv_bytes_per_token['bf16']:,}", f"{m.checkpoint_bytes / GIB:.1f}",
-                      f"{m.max_position_embeddings:,}")
-    console = Console()
-    console.print(table)
-    for m in MODELS:
-        console.print(f"{m.name}: {m.source}; KV: {m.kv_note}", highlight=False)
+    render_models(console())
 
 
 @app.command()
 def gpus():
     """List the GPU catalog, with sources."""
-    from rich.console import Console
-    from rich.table import Table
+    from dsa_kvcalc.render.catalog import render_gpus
 
-    from dsa_kvcalc.catalog import GIB, GPUS
-
-    table = Table("gpu", "arch", "total memory (torch)", "bytes")
-    for g in GPUS:
-        table.add_row(g.name, g.arch, f"{g.total_memory_bytes / GIB:.2f} GiB", f"{g.total_memory_bytes:,}")
-    console = Console()
-    console.print(table)
-    for g in GPUS:
-        console.print(f"{g.name}: {g.source}", highlight=False)
+    render_gpus(console())
 
 
 @app.command()
@@ -137,16 +141,14 @@ def schema(output: Path | None = typer.Option(None, "--output", "-o")):
     """Print the recipe's JSON Schema (for editors)."""
     from dsa_kvcalc.recipe import json_schema
 
-    write_output([json.dumps(json_schema(), indent=2) + "\n"], output)
+    check_outputs({"--output": output}, [])
+    emit([json.dumps(json_schema(), indent=2) + "\n"], output)
 
 
 def read_log_file(path: Path, key: str):
-    from dsa_kvcalc.vllm_log import read_log
+    from dsa_kvcalc.vllm_log import read_log_file as read
 
-    try:
-        return read_log(path.read_text(errors="replace"))
-    except OSError as error:
-        fail(f"{key}: cannot read {path}: {error.strerror or error}")
+    return guarded(lambda: read(path, key))
 
 
 @app.command()
@@ -157,43 +159,39 @@ def calibrate(
                                                              "derives the indexer headroom"),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP + " (e.g. --set gpu=B200 when the log does not say)"),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the calibrated recipe YAML (atomically)"),
-    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json"),
+    format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f"),
 ):
     """Read a vLLM startup log, compare it term by term with plan, and write a recipe whose memory block holds it."""
-    from dsa_kvcalc import calibrate as calibration, render_calibration
-    from dsa_kvcalc.recipe import read_yaml, set_override
+    from dsa_kvcalc import calibrate as calibration
+    from dsa_kvcalc.recipe import read_recipe, set_override
+    from dsa_kvcalc.render import calibration as render
 
-    if format not in (Format.table, Format.json):
-        fail(f"--format: calibrate prints table or json, not {format.value}")
+    check_outputs({"--output": output}, [log, recipe, after])
     reading = read_log_file(log, "log")
-    try:
+
+    def work():
         if recipe is None:
             raw, notes = calibration.recipe_from_log(reading)
+            for assignment in set_:
+                set_override(raw, assignment)
             source, recipe_dir = "from the log's non-default args", Path(".")
         else:
-            raw, notes = read_yaml(recipe), []
+            raw, notes = read_recipe(recipe, set_), []
             source, recipe_dir = str(recipe), recipe.parent
-        for assignment in set_:
-            set_override(raw, assignment)
         if set_:
             source += " and --set"
         if after is None:
             result = calibration.calibrate(reading, raw, source, recipe_dir)
         else:
             result = calibration.calibrate_pair(reading, read_log_file(after, "--after"), raw, source, recipe_dir)
-    except RecipeError as error:
-        fail(str(error))
-    result.notes[:0] = notes
-    text = render_calibration.render_json(result) if format is Format.json else render_calibration.render_text(result)
+        result.notes[:0] = notes
+        return result
+
+    result = guarded(work)
+    text = render.render_json(result) if format is ReportFormat.json else render.render_text(result)
     sys.stdout.write(text)
     if output is not None:
-        write_output([render_calibration.recipe_yaml(result, log.name)], output)
-
-
-class SweepFormat(str, Enum):
-    csv = "csv"
-    jsonl = "jsonl"
-    table = "table"
+        emit([render.recipe_yaml(result, log.name)], output)
 
 
 PROGRESS_MIN_POINTS = 2000  # about a fifth of a second of sweeping
@@ -216,23 +214,21 @@ def sweep(
     from rich.console import Console
     from rich.progress import Progress
 
-    from dsa_kvcalc import sweep as sweeping, sweep_render
-    from dsa_kvcalc.recipe import build_recipe, read_yaml
+    from dsa_kvcalc import sweep as sweeping
+    from dsa_kvcalc.recipe import read_recipe
+    from dsa_kvcalc.render import sweep as render
 
-    try:
-        varies = sweeping.parse_varies(vary)
-        check_backends(backend, sweeping.BACKEND_NAMES)
-        raw = read_yaml(recipe)
-        build_recipe(raw, recipe.parent)
-    except RecipeError as error:
-        fail(str(error))
+    check_backends(backend)
+    check_outputs({"--output": output, "--plot": plot}, [recipe])
+    varies = guarded(lambda: sweeping.parse_varies(vary))
+    base = guarded(lambda: sweeping.base_of(read_recipe(recipe), recipe.parent))
     if plot is not None:
         from dsa_kvcalc import plot as plotting
 
         try:
             plotting.load_pyplot()
         except ImportError:
-            fail("--plot: needs matplotlib (pip install 'dsa-kvcalc[plot]')")
+            fail("--plot: needs matplotlib (pip install '.[plot]' in the checkout)")
     suffix = output.suffix.lower() if output else ""
     format = format or {".csv": SweepFormat.csv, ".jsonl": SweepFormat.jsonl}.get(suffix, SweepFormat.table)
     keys = [v.key for v in varies]
@@ -243,20 +239,20 @@ def sweep(
         points = sweeping.points(varies)
         if show_progress:
             points = progress.track(points, total=total, description=f"{total:,} points")
-        rows = sweeping.rows(raw, recipe.parent, varies, backend, points, failures)
+        rows = sweeping.rows(base, varies, backend, points, failures)
         if plot is not None:
             series = plotting.Series(keys)
             rows = series.tap(rows)
         if format is SweepFormat.csv:
-            write_output(sweep_render.csv_lines(rows), output)
+            emit(render.csv_lines(rows), output)
         elif format is SweepFormat.jsonl:
-            write_output(sweep_render.jsonl_lines(rows), output)
+            emit(render.jsonl_lines(rows), output)
         elif output is None:
-            sweep_render.render_table(keys, rows, Console())
+            render.render_table(keys, rows, console())
         else:
-            write_output([console_text(lambda console: sweep_render.render_table(keys, rows, console))], output)
+            emit([console_text(lambda c: render.render_table(keys, rows, c))], output)
     if plot is not None:
-        write_output([plotting.png_bytes(series)], plot, "--plot", "wb")
+        emit([plotting.png_bytes(series)], plot, "--plot", binary=True)
     if failures.count:
         typer.echo(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); first: "
                    f"{failures.first}", err=True)
@@ -274,29 +270,26 @@ def recommend(
                                                                                "default: the recipe's count only"),
 ):
     """The largest max-num-seqs (then spec tokens, then backend) that meets the targets, and what stops one more."""
-    from rich.console import Console
+    from dsa_kvcalc import capacity, sweep as sweeping
+    from dsa_kvcalc.recipe import KEYS, check_value, read_recipe
+    from dsa_kvcalc.render import sweep as render
 
-    from dsa_kvcalc import capacity, sweep as sweeping, sweep_render
-    from dsa_kvcalc.recipe import build_recipe, read_yaml
+    check_backends(backend)
 
-    if target_concurrency < 1:
-        fail(f"--target-concurrency: must be at least 1, got {target_concurrency}")
-    if min_kv_tokens < 0:
-        fail(f"--min-kv-tokens: must not be negative, got {min_kv_tokens}")
-    if max_spec_tokens is not None and max_spec_tokens < 0:
-        fail(f"--max-spec-tokens: must not be negative, got {max_spec_tokens}")
-    try:
-        check_backends(backend, sweeping.BACKEND_NAMES)
-        raw = read_yaml(recipe)
-        base = build_recipe(raw, recipe.parent)
-        capacity.plan(base)
+    def work():
+        check_value("--target-concurrency", KEYS["max_num_seqs"], target_concurrency)
+        if min_kv_tokens < 0:
+            raise RecipeError("--min-kv-tokens", f"must not be negative, got {min_kv_tokens}")
+        if max_spec_tokens is not None:
+            check_value("--max-spec-tokens", KEYS["num_speculative_tokens"], max_spec_tokens)
+        base = sweeping.base_of(read_recipe(recipe), recipe.parent)
+        first = capacity.plan(sweeping.recipe_at(base, {}))
         spec_tokens = (list(range(max_spec_tokens, -1, -1)) if max_spec_tokens is not None
-                       else [base.num_speculative_tokens])
-        candidates = sweeping.recommend(raw, recipe.parent, target_concurrency, min_kv_tokens, backend, spec_tokens)
-    except RecipeError as error:
-        fail(str(error))
-    sweep_render.render_recommendation(candidates, target_concurrency, min_kv_tokens, base.data_parallel_size,
-                                       Console())
+                       else [first.recipe.num_speculative_tokens])
+        return first.recipe, sweeping.recommend(base, target_concurrency, min_kv_tokens, backend, spec_tokens)
+
+    first, candidates = guarded(work)
+    render.render_recommendation(candidates, target_concurrency, min_kv_tokens, first.data_parallel_size, console())
     if not candidates or candidates[0].max_num_seqs is None:
         raise typer.Exit(1)
 
@@ -308,26 +301,22 @@ def verify(
     gpu: bool = typer.Option(False, "--gpu", help="Run the live DeepGEMM pass on the local GPU (needs torch, DeepGEMM)"),
     backend: list[str] = typer.Option([], "--backend", help="Top-k backend to check (repeatable); default: all the "
                                                             "recipe's GPU runs"),
-    format: Format = typer.Option(Format.table, "--format", "-f", help="table or json"),
+    format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f"),
     as_local: bool = typer.Option(False, "--as-local", help="Re-plan the recipe for the local GPU"),
     profile: bool = typer.Option(False, "--profile", help="Replay vLLM's memory accounting with what this GPU measures"),
     reproduce_oom: bool = typer.Option(False, "--reproduce-oom", help="Leave only what an unfixed vLLM leaves free and "
                                                                       "grow the decode count until it fails"),
 ):
     """Measure the decode logits on the local GPU with DeepGEMM and compare them with plan, byte for byte."""
-    from dsa_kvcalc import verify as checking, verify_render
+    from dsa_kvcalc import verify as checking
     from dsa_kvcalc.recipe import load_recipe
+    from dsa_kvcalc.render import verify as render
 
     if not gpu:
         fail("--gpu: verify runs the live pass on the local GPU; pass --gpu")
-    if format not in (Format.table, Format.json):
-        fail(f"--format: verify prints table or json, not {format.value}")
-    try:
-        backends = check_backends(backend)
-        if recipe is not None:
-            load_recipe(recipe)
-    except RecipeError as error:
-        fail(str(error))
+    backends = check_backends(backend)
+    if recipe is not None:
+        guarded(lambda: load_recipe(recipe))
     from dsa_kvcalc import gpu as live
 
     try:
@@ -335,20 +324,26 @@ def verify(
         target = checking.local_target(env)
     except checking.Unavailable as error:
         fail(str(error), 3)
-    try:
-        shapes = (checking.builtin_shapes(target) if recipe is None
-                  else checking.recipe_shapes(recipe, target, as_local))
-        report = live.run_verify(shapes, backends, env, target, profile, reproduce_oom)
-    except RecipeError as error:
-        fail(str(error))
-    if format is Format.json:
-        write_output([verify_render.render_json(report)], None)
+    shapes = guarded(lambda: checking.builtin_shapes(target) if recipe is None
+                     else checking.recipe_shapes(recipe, target, as_local))
+    report = guarded(lambda: live.run_verify(shapes, backends, env, target, profile, reproduce_oom))
+    if format is ReportFormat.json:
+        sys.stdout.write(render.render_json(report))
     else:
-        from rich.console import Console
-
-        verify_render.render_table(report, Console())
+        render.render_table(report, console())
     raise typer.Exit(report["exit_code"])
 
 
-def main():
-    app()
+def main(args: list[str] | None = None):
+    """The console script. Usage errors are one line, like every other error."""
+    try:
+        code = app(args=args, prog_name="dsa-kvcalc", standalone_mode=False)
+    except TyperException as error:  # typer's usage errors (bad option, missing argument)
+        ctx = getattr(error, "ctx", None)
+        command = ctx.command_path if ctx else "dsa-kvcalc"
+        typer.echo(f"error: {error.format_message()} (see {command} --help)", err=True)
+        code = error.exit_code
+    except BrokenPipeError:  # the reader went away (| head): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    sys.exit(code or 0)

@@ -8,6 +8,7 @@ import sys
 import time
 
 from dsa_kvcalc import capacity, verify
+from dsa_kvcalc.catalog import layout_for
 from dsa_kvcalc.verify import INSTALL, Unavailable
 
 BLOCK_KV = 64  # tokens per KV-cache block: the only size DeepGEMM's SM90 kernel takes
@@ -264,7 +265,7 @@ def run_verify(shapes: list, backends: list[str], env: dict, target, profile: bo
                 "arch": target.gpu.arch},
         "torch_version": env["torch_version"],
         "deepgemm": {"version": env["deepgemm_version"], "entry_points": env["entry_points"],
-                     "layout": verify.layout_name(target.release, target.gpu.arch)},
+                     "layout": verify.layout_name(layout_for(target.release, target.gpu))},
         "top_k_kernel": TOPK_KERNEL,
         "notes": list(target.notes),
         "shapes": [],

@@ -1,10 +1,9 @@
 """Sweeps and recommendations: many plans over varied recipe keys. Pure: rows are dicts, nothing is printed here.
 
-Each point is applied to the raw recipe with recipe.set_value and validated by recipe.build_recipe, so every row
-is what `plan --set KEY=VALUE ... --format json` prints for that point.
+The base recipe is validated once. Each point's values go through the same per-key checks and the same resolution
+as `plan --set KEY=VALUE`, so every row is what `plan --format json` prints for that point, flattened.
 """
 
-import itertools
 import math
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -15,19 +14,32 @@ import yaml
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import BACKENDS, GIB
 from dsa_kvcalc.recipe import (
-    ALL_KEYS, COMPILATION_KEYS, ENV_KEYS, IGNORED_VLLM_KEYS, MEMORY_TERMS, PER_BACKEND_TERMS, SPECULATIVE_KEYS,
-    Recipe, RecipeError, build_recipe, canonical, parse_size, set_value)
-from dsa_kvcalc.render import backend_json, flatten
+    BY_NAME, IGNORED_KEYS, KEYS, NESTED, PER_BACKEND_TERMS, Recipe, RecipeError, canonical, load, parse_size,
+    read_values, resolve, set_value)
+from dsa_kvcalc.report import backend_json, flatten
 
-BACKEND_NAMES = tuple(b.name for b in BACKENDS) + (capacity.DEEPINFER.name,)
-NESTED_KEYS = {"speculative-config": SPECULATIVE_KEYS, "compilation-config": COMPILATION_KEYS, "env": ENV_KEYS,
-               "memory": {f"{term}_{unit}" for term in MEMORY_TERMS for unit in ("gib", "bytes")}}
+BACKEND_NAMES = tuple(b.name for b in BACKENDS)
+MAX_POINTS = 1_000_000  # about two minutes of sweeping: a larger product is a typo in a range
+
+
+class DecimalRange:
+    """start, start + step, ... up to stop included, without building the list (a range of decimals)."""
+
+    def __init__(self, start: Decimal, stop: Decimal, step: Decimal):
+        self.start, self.step = start, step
+        self.length = int((stop - start) / step) + 1
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self):
+        return (float(self.start + i * self.step) for i in range(self.length))
 
 
 @dataclass(frozen=True)
 class Vary:
-    key: str  # as given: a recipe key, dotted for nested keys
-    values: tuple
+    key: str  # as given: a recipe key, dotted for nested ones
+    values: object  # a tuple, a range or a DecimalRange: sized and iterable, never built in full
 
 
 def parse_varies(texts: list[str]) -> list[Vary]:
@@ -40,6 +52,9 @@ def parse_varies(texts: list[str]) -> list[Vary]:
         if name in seen:
             raise RecipeError(f"--vary {text}", f"{vary.key} is varied twice")
         seen.add(name)
+    if point_count(varies) > MAX_POINTS:
+        raise RecipeError("--vary", f"{point_count(varies):,} points is over the limit of {MAX_POINTS:,}: narrow a "
+                                    f"range or raise its step")
     return varies
 
 
@@ -63,22 +78,29 @@ def parse_vary(text: str) -> Vary:
 def check_key(option: str, key: str) -> None:
     top, *nested = [part.strip() for part in key.split(".")]
     name = canonical(top)
-    if name in IGNORED_VLLM_KEYS:
+    if name in IGNORED_KEYS:
         raise RecipeError(option, f"{top} does not change memory (dsa-kvcalc ignores it)")
-    if name not in ALL_KEYS:
+    if name not in BY_NAME and name not in NESTED:
         raise RecipeError(option, f"unknown recipe key {top!r}; see dsa-kvcalc schema")
     if not nested:
         return
-    if name not in NESTED_KEYS:
+    if name not in NESTED:
         raise RecipeError(option, f"{top} has no nested keys")
     inner, *backend = nested
-    per_backend = inner.rsplit("_", 1)[0] in PER_BACKEND_TERMS
-    if inner not in NESTED_KEYS[name] or len(backend) > per_backend or (backend and backend[0] not in BACKEND_NAMES):
-        raise RecipeError(option, f"unknown key {key!r}; {top} takes {', '.join(sorted(NESTED_KEYS[name]))}"
-                                  + (" (per backend: NAME.BACKEND)" if name == "memory" else ""))
+    known = sorted(k.name.split(".", 1)[1] for k in KEYS.values() if k.name.startswith(name + "."))
+    if name == "memory":
+        term = inner.rsplit("_", 1)
+        ok = len(term) == 2 and term[1] in ("gib", "bytes") and term[0] in known
+        ok = ok and (not backend or (term[0] in PER_BACKEND_TERMS and len(backend) == 1 and backend[0] in BACKEND_NAMES))
+    else:
+        ok = inner in known and not backend
+    if not ok:
+        raise RecipeError(option, f"unknown key {key!r}; {top} takes {', '.join(known)}"
+                                  + (" as NAME_gib or NAME_bytes (per backend: NAME_gib.BACKEND)"
+                                     if name == "memory" else ""))
 
 
-def parse_range(option: str, spec: str) -> tuple:
+def parse_range(option: str, spec: str):
     parts = [part.strip() for part in spec.split(":")]
     if len(parts) != 3:
         raise RecipeError(option, f"expected a range start:stop:step, got {spec!r}")
@@ -95,9 +117,11 @@ def parse_range(option: str, spec: str) -> tuple:
         raise RecipeError(option, f"step must be above 0, got {step}")
     if start > stop:
         raise RecipeError(option, f"start {start} is above stop {stop}")
-    if isinstance(start, int) and isinstance(stop, int) and isinstance(step, int):
-        return tuple(range(start, stop + 1, step))
-    return tuple(float(start + i * step) for i in range(int((stop - start) / step) + 1))
+    if (stop - start) / step >= MAX_POINTS:
+        raise RecipeError(option, f"over {MAX_POINTS:,} values: raise the step")
+    if all(isinstance(part, int) for part in (start, stop, step)):
+        return range(start, stop + 1, step)
+    return DecimalRange(Decimal(start), Decimal(stop), Decimal(step))
 
 
 def parse_scalar(text: str):
@@ -113,14 +137,43 @@ def point_count(varies: list[Vary]) -> int:
 
 
 def points(varies: list[Vary]):
-    return itertools.product(*(vary.values for vary in varies))
+    """The cartesian product, lazily (itertools.product would build each range in full first)."""
+    first, *rest = varies
+    for value in first.values:
+        if rest:
+            for tail in points(rest):
+                yield (value, *tail)
+        else:
+            yield (value,)
 
 
-def recipe_at(raw: dict, recipe_dir: Path, values: dict) -> Recipe:
-    point = dict(raw)
-    for key, value in values.items():
-        set_value(point, key, value)
-    return build_recipe(point, recipe_dir)
+@dataclass(frozen=True)
+class Base:
+    """The base recipe, validated once: raw for keys that merge into the memory block, values for the rest."""
+    raw: dict
+    values: dict
+    ignored: list[str]
+    recipe_dir: Path
+
+
+def base_of(raw: dict, recipe_dir: Path) -> Base:
+    values, ignored = read_values(raw)
+    resolve(values, recipe_dir, ignored)  # the base itself must be a valid recipe
+    return Base(raw, values, ignored, recipe_dir)
+
+
+def recipe_at(base: Base, point: dict) -> Recipe:
+    """The base with the point's values, each through the same checks as in a recipe file."""
+    if any(canonical(key.split(".")[0]) == "memory" or value is None for key, value in point.items()):
+        raw = dict(base.raw)  # memory keys merge into the measured block; null restores a default
+        for key, value in point.items():
+            set_value(raw, key, value)
+        return load(raw, base.recipe_dir)
+    changes: dict = {}
+    for key, value in point.items():
+        set_value(changes, key, value)
+    values, _ = read_values(changes)
+    return resolve(base.values | values, base.recipe_dir, base.ignored)
 
 
 @dataclass
@@ -130,23 +183,26 @@ class Failures:
     first: str = ""
 
 
-def rows(raw: dict, recipe_dir: Path, varies: list[Vary], backends: list[str], points, failures: Failures):
+def rows(base: Base, varies: list[Vary], backends: list[str], points, failures: Failures):
     """One row per point and backend: the varied values, then plan's JSON for that backend, flattened.
     Without `backends`, every available backend; named backends come even when unavailable (with the reason)."""
     keys = [vary.key for vary in varies]
-    only = {*backends, "auto"} if backends else None  # backend_json compares every backend with auto
     for point in points:
         values = dict(zip(keys, point))
         try:
-            plan = capacity.plan(recipe_at(raw, recipe_dir, values), only)
+            plan = capacity.plan(recipe_at(base, values))
         except RecipeError as error:
             failures.count += 1
             failures.first = failures.first or str(error)
             yield {**values, "error": str(error)}
             continue
-        for b in plan.backends:
-            if b.backend in backends if backends else b.available:
-                yield flatten("", backend_json(plan, b), dict(values))
+        planned = {b.backend: b for b in plan.backends}
+        for name in backends or [b.backend for b in plan.backends if b.available]:
+            if name in planned:
+                yield flatten("", backend_json(plan, planned[name]), dict(values))
+            else:
+                yield {**values, "backend": name, "available": False,
+                       "reason": f"not a backend of {plan.recipe.engine.label}"}
 
 
 # recommend ---------------------------------------------------------------------------------------------------
@@ -174,7 +230,7 @@ def shortfalls(recipe: Recipe, b: capacity.BackendPlan, min_kv_tokens: int) -> l
     return missed
 
 
-def recommend(raw: dict, recipe_dir: Path, target_concurrency: int, min_kv_tokens: int, backends: list[str],
+def recommend(base: Base, target_concurrency: int, min_kv_tokens: int, backends: list[str],
               spec_tokens: list[int]) -> list[Candidate]:
     """For each backend and spec-token count, the largest max-num-seqs >= target_concurrency that meets the
     targets. KV tokens only shrink and the OOM bound only tightens as max-num-seqs grows, so the feasible
@@ -182,10 +238,10 @@ def recommend(raw: dict, recipe_dir: Path, target_concurrency: int, min_kv_token
     candidates = []
     for k in spec_tokens:
         spec = {"speculative-config.num_speculative_tokens": k}
-        ceiling = recipe_at(raw, recipe_dir, spec).max_num_batched_tokens + 1  # always fails (vLLM's rule)
+        ceiling = recipe_at(base, spec).max_num_batched_tokens + 1  # always fails (vLLM's rule)
 
         def check(seqs: int) -> dict[str, tuple[list[str], capacity.BackendPlan]]:
-            recipe = recipe_at(raw, recipe_dir, {"max-num-seqs": seqs, **spec})
+            recipe = recipe_at(base, {"max-num-seqs": seqs, **spec})
             plan = capacity.plan(recipe)
             return {b.backend: (shortfalls(recipe, b, min_kv_tokens), b) for b in plan.backends
                     if (b.backend in backends if backends else b.available)}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import DecodeLogits, Plan
-from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, GPUS, LAYOUTS, MIB, Gpu
-from dsa_kvcalc.recipe import Recipe, RecipeError, build_recipe, find_gpu, read_yaml
+from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, GPUS, LAYOUTS, MIB, Gpu, Layout, layout_for
+from dsa_kvcalc.recipe import Recipe, RecipeError, find_gpu, load, read_recipe
 
 INSTALL = "pip install 'dsa-kvcalc[gpu]'"
 RECIPES_DIR = Path(__file__).parent / "recipes"
@@ -63,24 +63,20 @@ def local_target(env: dict) -> Target:
     wanted = ENTRY_POINTS.get(release, LEGACY_ENTRY_POINT)
     if wanted not in env["entry_points"]:
         raise Unavailable(f"DeepGEMM {version} lacks {wanted}: {INSTALL}")
-    notes = [f"DeepGEMM {version}: {wanted}, layout {layout_name(release, arch)}"]
+    notes = []
     try:
         gpu = find_gpu(name)
     except RecipeError:
         same_arch = [g for g in GPUS if g.arch == arch]
         gpu = min(same_arch, key=lambda g: abs(g.total_memory_bytes - env["total_memory_bytes"]))
         notes.append(f"{name} is not in the GPU catalog: planned as {gpu.name} ({arch}, the nearest in memory)")
+    notes.insert(0, f"DeepGEMM {version}: {wanted}, layout {layout_name(layout_for(release, gpu))}")
     return Target(gpu, release, tuple(notes))
 
 
-def layout_key(release: str, arch: str) -> tuple[str, str]:
-    return DEEPGEMM_RELEASES[release], "sm100" if arch in ("sm100", "sm103") else "sm90"
-
-
-def layout_name(release: str, arch: str) -> str:
-    layout = LAYOUTS[layout_key(release, arch)]
-    return f"DeepGEMM {layout.versions} on {'/'.join(layout.archs)} ({layout.logits_dtype} logits, " \
-           f"{layout.split_columns}-column splits, {layout.stride_rule} stride rule)"
+def layout_name(layout) -> str:
+    return (f"DeepGEMM {layout.versions} on {'/'.join(layout.archs)} ({layout.logits_dtype} logits, "
+            f"{layout.split_columns}-column splits, {layout.stride_rule} stride rule)")
 
 
 # Shapes ----------------------------------------------------------------------------------------------------------
@@ -94,12 +90,12 @@ class Shape:
 
 
 def shape_for(name: str, raw: dict, recipe_dir: Path, target: Target, as_local: bool) -> Shape:
-    named = build_recipe({**raw, "gpu": raw.get("gpu", target.gpu.name)}, recipe_dir)
+    named = load({**raw, "gpu": raw.get("gpu", target.gpu.name)}, recipe_dir)
     notes = []
     if named.gpu != target.gpu and "memory" in raw:  # measured on the named GPU: they do not carry over
         raw = {k: v for k, v in raw.items() if k != "memory"}
         notes.append(f"the recipe's measured memory terms are {named.gpu.name}'s: {target.gpu.name}'s are estimated")
-    planned = build_recipe({**raw, "gpu": target.gpu.name, "deepgemm": target.release}, recipe_dir)
+    planned = load({**raw, "gpu": target.gpu.name, "deepgemm": target.release}, recipe_dir)
     if named.deepgemm != target.release:
         notes.append(f"the recipe names DeepGEMM {named.deepgemm}; predicted with the installed {target.release}'s "
                      f"layout")
@@ -112,12 +108,12 @@ def shape_for(name: str, raw: dict, recipe_dir: Path, target: Target, as_local: 
 
 
 def recipe_shapes(path: Path, target: Target, as_local: bool) -> list[Shape]:
-    return [shape_for(path.stem, read_yaml(path), path.parent, target, as_local)]
+    return [shape_for(path.stem, read_recipe(path), path.parent, target, as_local)]
 
 
 def builtin_shapes(target: Target) -> list[Shape]:
     """The bundled recipes re-planned for this GPU, then EXTRA_SHAPES."""
-    shapes = [shape_for(f"{path.stem} (re-planned)", read_yaml(path), path.parent, target, True)
+    shapes = [shape_for(f"{path.stem} (re-planned)", read_recipe(path), path.parent, target, True)
               for path in sorted(RECIPES_DIR.glob("*.yaml"))]
     return shapes + [shape_for(name, raw, RECIPES_DIR, target, True) for name, raw in EXTRA_SHAPES]
 
@@ -181,7 +177,7 @@ def reference_ok(reference: dict, dtype: str) -> bool:
     return reference["diff"] < REFERENCE_TOLERANCE[dtype]
 
 
-def likely_reason(found: list[dict], measured: dict, release: str, arch: str, version: str) -> str:
+def likely_reason(found: list[dict], measured: dict, predicted: Layout, arch: str, version: str) -> str:
     """Why measured and predicted differ: the catalog layout that gives what was measured, if any."""
     wrong = {c["quantity"] for c in found if not c["agree"]}
     predicted_peak = next(c["predicted"] for c in found if c["quantity"] == "peak_bytes")
@@ -193,7 +189,6 @@ def likely_reason(found: list[dict], measured: dict, release: str, arch: str, ve
     if wrong <= {"copy_storage_bytes", "peak_bytes"}:
         return ("the FP32 copy differs from plan's rows x row stride x 4 B: the runtime upcast is laid out otherwise "
                 "than plan assumes")
-    predicted = LAYOUTS[layout_key(release, arch)]
     matches = [layout for layout in LAYOUTS.values() if layout != predicted
                and layout.logits_dtype == measured["logits_dtype"]
                and capacity.padded_columns(measured["columns"], layout) == measured["row_stride"]]
@@ -245,7 +240,7 @@ def backend_result(shape: Shape, plan: Plan, named_plan: Plan, name: str, measur
     if agree:
         verdict = "agrees byte for byte"
     elif not all(c["agree"] for c in found):
-        verdict = "differs: " + likely_reason(found, measured, shape.planned.deepgemm, shape.planned.gpu.arch, version)
+        verdict = "differs: " + likely_reason(found, measured, shape.planned.layout, shape.planned.gpu.arch, version)
     else:
         verdict = (f"differs: the kernel's logits are off the torch reference (diff {measured['reference']['diff']:.2e})")
     if rows != b.decode_logits.rows:
@@ -265,7 +260,8 @@ def profile_replay(plan: Plan, name: str, measured: dict, live: dict) -> dict:
     logits_bytes = measured["storage_bytes"] + measured["copy_storage_bytes"]
     reserved = max(recipe.prefill_budget_bytes, logits_bytes * b.decode_logits.rows // measured["rows"])
     peak = memory.peak_activation.bytes + max(0, reserved - b.indexer_headroom_bytes)
-    kv_bytes = requested - memory.weights.bytes - peak - live["non_torch_bytes"] - b.cudagraph.bytes
+    kv_bytes = capacity.kv_cache_bytes(recipe, requested, memory.weights.bytes, peak, live["non_torch_bytes"],
+                                       b.cudagraph.bytes)
     return {
         "backend": name,
         "free_at_start_bytes": live["free_at_start_bytes"],

@@ -10,6 +10,9 @@ against the real logs in tests/fixtures/vllm_logs.
 import ast
 import re
 from dataclasses import dataclass
+from pathlib import Path
+
+from dsa_kvcalc.recipe import RecipeError
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "(Worker_TP0 pid=514) ", "(EngineCore_DP0 pid=749) (RayWorkerWrapper pid=347, ip=172.16.17.12) ": the last names the rank.
@@ -88,10 +91,24 @@ class LogReading:
     engine_args: EngineArgs | None
 
 
-def read_log(text: str) -> LogReading:
+LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces: no log line that matters is this long
+
+
+def read_log_file(path: Path, key: str) -> LogReading:
+    """A log file, read line by line (memory stays flat however large it is)."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as file:
+            return read_log(iter(lambda: file.readline(LINE_MAX_CHARS), ""))
+    except OSError as error:
+        raise RecipeError(key, f"cannot read {path}: {error.strerror or error}") from None
+
+
+def read_log(lines) -> LogReading:
+    """A log's text, or its lines."""
     found: dict[str, dict] = {}
     engine_args = None
-    for raw_line in text.splitlines():
+    for raw_line in (lines.splitlines() if isinstance(lines, str) else lines):
+        raw_line = raw_line.rstrip("\n")
         line = ANSI.sub("", raw_line)
         rank = ""
         while match := PREFIX.match(line):

@@ -21,7 +21,7 @@ from dsa_kvcalc import capacity
 from dsa_kvcalc.calibrate import indexer_headroom, measure_kv
 from dsa_kvcalc.catalog import GIB
 from dsa_kvcalc.cli import app
-from dsa_kvcalc.recipe import build_recipe, load_recipe, read_yaml
+from dsa_kvcalc.recipe import load, load_recipe, read_yaml
 from dsa_kvcalc.vllm_log import LogReading, RankReading
 
 LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"
@@ -164,6 +164,6 @@ def test_plan_with_the_derived_headroom_loses_the_seeds_tokens():
         raw["sparse-indexer-topk-backend"] = backend
         raw["memory"].pop("indexer_headroom_gib", None)  # the recipe's own (hand-derived) figures give way to ours
         raw["memory"]["indexer_headroom_bytes"] = {backend: headroom.headroom_bytes}
-        planned = capacity.plan(build_recipe(raw, SEED.parent)).backend(backend)
+        planned = capacity.plan(load(raw, SEED.parent)).backend(backend)
         lost = planned.kv_cache_tokens_before_fix - planned.kv_cache_tokens
         assert abs(lost - (before - after)) <= 256, (backend, lost)

@@ -5,9 +5,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from dsa_kvcalc import capacity, render
+from dsa_kvcalc import capacity, report
 from dsa_kvcalc.cli import app
-from dsa_kvcalc.recipe import RecipeError, build_recipe
+from dsa_kvcalc.recipe import RecipeError, load
 
 junk = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**13), st.floats(allow_nan=True),
                  st.text(max_size=12), st.lists(st.integers(-5, 5000), max_size=4),
@@ -67,15 +67,15 @@ def recipes(draw):
 @given(recipes())
 def test_loader_and_plan_end_in_a_result_or_a_clean_error(raw):
     try:
-        plan = capacity.plan(build_recipe(raw))
+        plan = capacity.plan(load(raw))
     except RecipeError as error:
         assert error.key and str(error).count("\n") == 0
         return
-    data = render.plan_json(plan)
+    data = report.plan_json(plan)
     for backend in data["backends"]:
         if backend["available"]:
             assert backend["kv_cache_tokens"] >= 0 and backend["reserved_bytes"] >= backend["prefill_budget_bytes"] \
-                or plan.recipe.engine == "deepinfer"
+                or plan.recipe.engine.profile_holds_decode_logits
 
 
 runner = CliRunner()

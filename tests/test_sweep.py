@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dsa_kvcalc.cli import app
-from dsa_kvcalc.render import flatten
+from dsa_kvcalc.report import flatten
 from dsa_kvcalc.sweep import parse_vary
 
 SEED = Path(__file__).parent.parent / "recipes" / "deepseek-v4.1-flash-4xb200-dep4.yaml"
@@ -40,7 +40,7 @@ def plan_backends(*sets) -> dict:
     ("enforce-eager=true,false", (True, False)),
 ])
 def test_vary_values(text, values):
-    assert parse_vary(text).values == values
+    assert tuple(parse_vary(text).values) == values
 
 
 @pytest.mark.parametrize("vary, words", [
@@ -135,7 +135,7 @@ def test_plot_without_matplotlib(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     result = run("sweep", SEED, "--vary", "max-num-seqs=128,256", "--plot", tmp_path / "sweep.png")
     assert result.exit_code == 2
-    assert result.output.strip() == "error: --plot: needs matplotlib (pip install 'dsa-kvcalc[plot]')"
+    assert result.output.strip() == "error: --plot: needs matplotlib (pip install '.[plot]' in the checkout)"
     assert not list(tmp_path.iterdir())
 
 
@@ -209,4 +209,4 @@ def test_recommend_says_why_nothing_fits(args, words):
 
 def test_recommend_bad_input_is_one_line():
     result = recommend("--target-concurrency", 0, "--min-kv-tokens", 1)
-    assert result.exit_code == 2 and result.output.strip() == "error: --target-concurrency: must be at least 1, got 0"
+    assert result.exit_code == 2 and result.output.strip() == "error: --target-concurrency: must be at least 1 and at most 1,048,576, got 0"

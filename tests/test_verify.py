@@ -11,9 +11,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from dsa_kvcalc import capacity, verify, verify_render
+from dsa_kvcalc import capacity, verify
+from dsa_kvcalc.render import verify as verify_render
 from dsa_kvcalc.cli import app
-from dsa_kvcalc.recipe import build_recipe
+from dsa_kvcalc.recipe import load
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verify"
 SEED_RECIPE = verify.RECIPES_DIR / "deepseek-v4.1-flash-4xb200-dep4.yaml"
@@ -46,7 +47,7 @@ def shape(report: dict, name: str) -> dict:
 
 def replay(entry: dict) -> list[dict]:
     """Today's plan for the recorded recipe against the recorded measurements."""
-    recipe = build_recipe(entry["recipe"])
+    recipe = load(entry["recipe"])
     plan = capacity.plan(recipe)
     measured = entry["measured"][0]
     return [verify.backend_result(verify.Shape(entry["name"], recipe, recipe, ()), plan, plan, b["backend"],
@@ -166,7 +167,7 @@ def test_the_seed_recipe_reproduced_its_oom_on_the_h200():
     [entry] = seed_oom()["shapes"]
     oom = entry["reproduce_oom"]
     assert (oom["predicted_max_decodes"], oom["first_failing_decodes"], oom["fixed_ok"]) == (178, 179, True)
-    plan = capacity.plan(build_recipe(entry["recipe"]))
+    plan = capacity.plan(load(entry["recipe"]))
     assert verify.oom_verdict(plan, oom["backend"], oom)["agree"] is True
     assert verify.oom_verdict(plan, oom["backend"], oom | {"first_failing_decodes": 177})["agree"] is False
 

@@ -1,0 +1,145 @@
+"""A Plan as plain data: the JSON contract of `plan --format json`, its warnings and assumptions. Every renderer and
+sweep read a plan through this module; it formats nothing for people."""
+
+from dsa_kvcalc.capacity import BackendPlan, Plan, Term
+from dsa_kvcalc.catalog import GIB, MIB
+
+OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilization): an unfixed vLLM's KV cache takes "
+                  "the rest, and eager, piecewise and mixed steps allocate the decode logits from it (the seed's rank "
+                  "had 3.04 GiB free plus 1.54 GiB of live BF16 logits when it died at 131 decodes)")
+UNCOMPUTED = ("decode_logits", "prefill_budget_bytes", "reserved_bytes", "reserved_bytes_before_fix",
+              "cudagraph_logits_bytes", "kv_cache_bytes", "kv_cache_tokens", "max_concurrency",
+              "kv_cache_tokens_before_fix")
+
+
+def provenance(t: Term) -> dict:
+    return {"provenance": t.provenance, "source": t.source}
+
+
+def tokens_vs(b: BackendPlan, reference: BackendPlan | None) -> float | None:
+    if reference is None or not reference.kv_cache_tokens:
+        return None
+    return round(b.kv_cache_tokens / reference.kv_cache_tokens - 1, 4)
+
+
+def backend_json(plan: Plan, b: BackendPlan) -> dict:
+    if not b.available:
+        return {"backend": b.backend, "available": False, "reason": b.reason, "selected": b.selected,
+                **dict.fromkeys(UNCOMPUTED)}
+    dl = b.decode_logits
+    auto = next((p for p in plan.backends if p.backend == "auto"), b)
+    return {
+        "backend": b.backend, "available": True, "reason": b.reason, "selected": b.selected,
+        "decode_logits": {
+            "rows": dl.rows, "columns": dl.columns, "padded_columns": dl.padded_columns,
+            "logits_dtype": dl.logits_dtype, "logits_bytes_per_element": dl.logits_bytes_per_element,
+            "copy_bytes_per_element": dl.copy_bytes_per_element, "bytes_per_element": dl.bytes_per_element,
+            "bytes": dl.bytes, "copy_bytes": dl.copy_bytes, "alignment_bytes": dl.alignment_bytes},
+        "prefill_budget_bytes": b.prefill_budget_bytes,
+        "reserved_bytes": b.reserved_bytes,
+        "reserved_bytes_before_fix": b.reserved_bytes_before_fix,
+        "cudagraph_logits_rows": b.cudagraph_logits_rows,
+        "cudagraph_logits_bytes": b.cudagraph_logits_bytes,
+        "cudagraph_bytes": b.cudagraph.bytes,
+        "cudagraph_provenance": b.cudagraph.provenance,
+        "indexer_headroom_bytes": b.indexer_headroom_bytes,
+        "peak_activation_bytes": b.peak_activation_bytes,
+        "kv_cache_bytes": b.kv_cache_bytes,
+        "kv_cache_tokens": b.kv_cache_tokens,
+        "max_concurrency": b.max_concurrency,
+        "kv_cache_tokens_vs_auto": tokens_vs(b, auto),
+        "kv_cache_bytes_before_fix": b.kv_cache_bytes_before_fix,
+        "kv_cache_tokens_before_fix": b.kv_cache_tokens_before_fix,
+        "oom_before_fix": {"free_bytes": b.oom_before_fix.free_bytes,
+                           "bytes_per_decode": b.oom_before_fix.bytes_per_decode,
+                           "max_decodes": b.oom_before_fix.max_decodes, "at_risk": b.oom_before_fix.at_risk},
+    }
+
+
+def estimated_terms(plan: Plan) -> list[str]:
+    terms = (("weights", plan.memory.weights), ("peak activation", plan.memory.peak_activation),
+             ("non-torch", plan.memory.non_torch))
+    return [name for name, t in terms if t.provenance in ("estimated", "fitted")]
+
+
+def oom_warnings(plan: Plan) -> list[str]:
+    recipe = plan.recipe
+    at_risk: dict[tuple, list[str]] = {}
+    for b in plan.backends:
+        if b.available and b.oom_before_fix.at_risk:
+            dl = b.decode_logits
+            at_risk.setdefault((b.oom_before_fix, dl.padded_columns, dl.bytes_per_element), []).append(b.backend)
+    return [f"without vLLM #62860 ({', '.join(names)}): a step that runs its decode logits outside a CUDA graph "
+            f"(eager, piecewise, mixed) runs out of memory above {oom.max_decodes} concurrent decodes "
+            f"(max-num-seqs {recipe.max_num_seqs}): {1 + recipe.num_speculative_tokens} rows x {padded:,} columns x "
+            f"{element} B = {oom.bytes_per_decode / MIB:.1f} MiB per decode against {oom.free_bytes / GIB:.2f} GiB "
+            f"free (assumed: see assumptions)"
+            for (oom, padded, element), names in at_risk.items()]
+
+
+def warnings(plan: Plan) -> list[str]:
+    recipe = plan.recipe
+    found = []
+    selected = next((b for b in plan.backends if b.selected), None)
+    if selected is None:
+        found.append(f"sparse-indexer-topk-backend {recipe.topk_backend} is not a backend of {recipe.engine.label}")
+    elif not selected.available:
+        found.append(f"sparse-indexer-topk-backend {selected.backend} cannot run here: {selected.reason}")
+    found += oom_warnings(plan)
+    if any(b.available and b.kv_cache_bytes == 0 for b in plan.backends):
+        found.append("no memory is left for the KV cache with some backends: vLLM would refuse to start")
+    estimated = estimated_terms(plan)
+    if estimated and recipe.kv_cache_memory_bytes is None:
+        found.append(f"{', '.join(estimated)} memory {'is' if len(estimated) == 1 else 'are'} estimated: put measured "
+                     f"values in the recipe's memory block (or run dsa-kvcalc calibrate on a vLLM startup log)")
+    if recipe.ignored_keys:
+        found.append(f"ignored (do not change memory): {', '.join(recipe.ignored_keys)}")
+    return found
+
+
+def assumptions(plan: Plan) -> list[str]:
+    recipe = plan.recipe
+    found = [f"out-of-memory bound without #62860: {OOM_ASSUMPTION}",
+             f"KV bytes per token: {recipe.model.kv_note}"]
+    if not recipe.indexer_headroom_bytes:
+        found.append("indexer headroom = the prefill budget: the reservation raises the profiled peak by all it adds "
+                     "over the budget (give memory.indexer_headroom_gib, measured, to model less)")
+    return found
+
+
+def plan_json(plan: Plan) -> dict:
+    recipe, memory, engine = plan.recipe, plan.memory, plan.recipe.engine
+    layout = recipe.layout
+    rules = {name: {"value": getattr(engine, name), "source": source} for name, source in engine.sources.items()}
+    return {
+        "recipe": recipe.resolved(),
+        "ignored_keys": list(recipe.ignored_keys),
+        "engine": {"name": engine.name, "version": engine.version, "rules": rules},
+        "gpu": {"name": recipe.gpu.name, "arch": recipe.gpu.arch, "total_memory_bytes": recipe.gpu.total_memory_bytes},
+        "model": {"name": recipe.model.name, "kv_bytes_per_token": memory.kv_bytes_per_token,
+                  "kv_bytes_per_request": memory.kv_bytes_per_request,
+                  "kv_block_size": recipe.model.kv_block_size, "index_topk": recipe.model.index_topk},
+        "deepgemm_layout": {"versions": layout.versions, "logits_dtype": layout.logits_dtype,
+                            "split_columns": layout.split_columns, "stride_rule": layout.stride_rule,
+                            "source": layout.source},
+        "memory": {"requested_bytes": memory.requested_bytes,
+                   "weights_bytes": memory.weights.bytes, "peak_activation_bytes": memory.peak_activation.bytes,
+                   "non_torch_bytes": memory.non_torch.bytes,
+                   "provenance": {"weights": provenance(memory.weights),
+                                  "peak_activation": provenance(memory.peak_activation),
+                                  "non_torch": provenance(memory.non_torch)}},
+        "backends": [backend_json(plan, b) for b in plan.backends],
+        "warnings": warnings(plan),
+        "assumptions": assumptions(plan),
+    }
+
+
+def flatten(prefix: str, value: dict, into: dict) -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}"""
+    for key, inner in value.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(inner, dict):
+            flatten(name, inner, into)
+        else:
+            into[name] = inner
+    return into
