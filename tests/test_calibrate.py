@@ -15,39 +15,25 @@ import json
 from pathlib import Path
 
 import yaml
-from typer.testing import CliRunner
 
+from conftest import LOGS, SEED, fails, run
 from dsa_kvcalc import capacity
 from dsa_kvcalc.calibrate import indexer_headroom, measure_kv
 from dsa_kvcalc.catalog import GIB
-from dsa_kvcalc.cli import app
 from dsa_kvcalc.recipe import load, load_recipe, read_yaml
 from dsa_kvcalc.vllm_log import LogReading, RankReading
 
-LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"
 RTX = LOGS / "deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log"
-SEED = Path(__file__).parent.parent / "recipes" / "deepseek-v4.1-flash-4xb200-dep4.yaml"
-runner = CliRunner()
 
 
-def run(*args):
-    result = runner.invoke(app, ["calibrate", *map(str, args)])
-    assert "Traceback" not in result.output, result.output
-    return result
-
-
-def fails(result, *words):
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    for word in words:
-        assert word in lines[0], lines[0]
+def calibrate(*args):
+    return run("calibrate", *args)
 
 
 def test_rtx_log_needs_the_gpu_and_writes_nothing_without_it(tmp_path):
     # The log never names its GPU (RTX PRO 6000, not in the catalog) and prints no total memory.
     out = tmp_path / "calibrated.yaml"
-    fails(run(RTX, "--output", out), "error: gpu:", "--set gpu=")
+    fails(calibrate(RTX, "--output", out), "error: gpu:", "--set gpu=")
     assert not out.exists()
 
 
@@ -56,7 +42,7 @@ def test_plan_on_the_calibrated_recipe_reproduces_the_logs_kv_tokens(tmp_path):
     # activation absorbs the difference; what is checked is that weights, graphs and KV round-trip through the memory
     # block and plan's block arithmetic lands within one 256-token block of the log's 1,993,100 tokens.
     out = tmp_path / "calibrated.yaml"
-    result = run(RTX, "--set", "gpu=B200", "--output", out, "--format", "json")
+    result = calibrate(RTX, "--set", "gpu=B200", "--output", out, "--format", "json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["log"]["kv_tokens"] == 1_993_100
@@ -68,13 +54,13 @@ def test_plan_on_the_calibrated_recipe_reproduces_the_logs_kv_tokens(tmp_path):
     assert written["memory"]["weights_bytes"] == round(75.64 * GIB)
     assert written["memory"]["cudagraph_bytes"] == {"auto": round(1.58 * GIB)}
     assert written["speculative-config"] == {"method": "mtp", "num_speculative_tokens": 2}
-    planned = json.loads(runner.invoke(app, ["plan", str(out), "--format", "json"]).output)
+    planned = json.loads(run("plan", out, "--format", "json").output)
     auto = next(b for b in planned["backends"] if b["backend"] == "auto")
     assert abs(auto["kv_cache_tokens_before_fix"] - 1_993_100) < 256
 
 
 def test_table_names_each_term(tmp_path):
-    result = run(RTX, "--set", "gpu=B200")
+    result = calibrate(RTX, "--set", "gpu=B200")
     assert result.exit_code == 0
     for term in ("weights", "peak activation", "non-torch", "CUDA graphs", "KV bytes per token", "KV tokens"):
         assert term in result.output
@@ -85,8 +71,8 @@ def test_ansi_coloured_log_calibrates_the_same(tmp_path):
     # Derived: the RTX log with coloured level names.
     coloured = tmp_path / "coloured.log"
     coloured.write_text(RTX.read_text().replace("INFO", "\x1b[32mINFO\x1b[0m"))
-    plain = json.loads(run(RTX, "--set", "gpu=B200", "-f", "json").output)
-    assert json.loads(run(coloured, "--set", "gpu=B200", "-f", "json").output)["memory_bytes"] == plain["memory_bytes"]
+    plain = json.loads(calibrate(RTX, "--set", "gpu=B200", "-f", "json").output)
+    assert json.loads(calibrate(coloured, "--set", "gpu=B200", "-f", "json").output)["memory_bytes"] == plain["memory_bytes"]
 
 
 def test_interleaved_ranks_use_the_one_with_least_kv_and_say_they_disagree(tmp_path):
@@ -97,7 +83,7 @@ def test_interleaved_ranks_use_the_one_with_least_kv_and_say_they_disagree(tmp_p
     rtx = RTX.read_text().splitlines()
     mixed = tmp_path / "mixed.log"
     mixed.write_text("\n".join(line for pair in zip(rtx, lfm + [""] * len(rtx)) for line in pair))
-    report = json.loads(run(mixed, "--set", "gpu=B200", "-f", "json").output)
+    report = json.loads(calibrate(mixed, "--set", "gpu=B200", "-f", "json").output)
     assert report["log"]["sizing_rank"] == "Worker_TP0 pid=514"  # 10.29 GiB < 13.33 GiB
     assert any("ranks disagree on available kv" in w for w in report["warnings"])
     assert any("ranks disagree on kv tokens: 1,993,100 - 2,324,244 tokens" in w for w in report["warnings"])
@@ -109,33 +95,33 @@ def test_truncated_log_names_what_is_missing(tmp_path):
     cut = tmp_path / "cut.log"
     cut.write_text(text[:text.index("Available KV cache memory")])
     out = tmp_path / "calibrated.yaml"
-    fails(run(cut, "--set", "gpu=B200", "--output", out), "Available KV cache memory", "GPU KV cache size")
+    fails(calibrate(cut, "--set", "gpu=B200", "--output", out), "Available KV cache memory", "GPU KV cache size")
     assert not out.exists()
 
 
 def test_logs_without_memory_lines_fail_cleanly(tmp_path):
     out = tmp_path / "calibrated.yaml"
-    fails(run(LOGS / "deepseek-v3.2-unknowngpu-tp8-pp4-ray-vllm31903.log", "--output", out), "no memory terms",
+    fails(calibrate(LOGS / "deepseek-v3.2-unknowngpu-tp8-pp4-ray-vllm31903.log", "--output", out), "no memory terms",
           "kv_tokens")
-    fails(run(LOGS / "deepseek-v4-flash-0731-8xb200-tp8-ep-vllm51454.log", "--output", out), "no memory terms",
+    fails(calibrate(LOGS / "deepseek-v4-flash-0731-8xb200-tp8-ep-vllm51454.log", "--output", out), "no memory terms",
           "non-default args")
-    fails(run(Path(__file__), "--output", out), "error: log: no memory terms")  # an unrelated text file
-    fails(run(tmp_path / "missing.log"), "error: log: cannot read")
+    fails(calibrate(Path(__file__), "--output", out), "error: log: no memory terms")  # an unrelated text file
+    fails(calibrate(tmp_path / "missing.log"), "error: log: cannot read")
     assert not out.exists()
 
 
 def test_unknown_model_fails_cleanly():
-    fails(run(LOGS / "nondsa-lfm2.5-1.2b-1xsm90-16gib-tp1-v0.26.0-actualusage.log", "--set", "gpu=H100"),
+    fails(calibrate(LOGS / "nondsa-lfm2.5-1.2b-1xsm90-16gib-tp1-v0.26.0-actualusage.log", "--set", "gpu=H100"),
           "error: model:", "/model")
 
 
 def test_wrong_gpu_is_caught_when_the_terms_cannot_fit():
     # The RTX log's 75.64 GiB of weights per rank (plus graphs and KV) cannot fit an H100 at 0.95 (75.2 GiB).
-    fails(run(RTX, "--set", "gpu=H100"), "H100", "75.2 GiB")
+    fails(calibrate(RTX, "--set", "gpu=H100"), "H100", "75.2 GiB")
 
 
 def test_after_log_of_another_deployment_is_refused():
-    fails(run(RTX, "--set", "gpu=B200", "--after", LOGS / "deepseek-v3.2-unknowngpu-tp8-pp4-ray-vllm31903.log"),
+    fails(calibrate(RTX, "--set", "gpu=B200", "--after", LOGS / "deepseek-v3.2-unknowngpu-tp8-pp4-ray-vllm31903.log"),
           "error: --after:")
 
 

@@ -5,23 +5,11 @@ import io
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from dsa_kvcalc.cli import app
-
-RECIPES = Path(__file__).parent.parent / "recipes"
-SEED = RECIPES / "deepseek-v4.1-flash-4xb200-dep4.yaml"
-runner = CliRunner()
-
-
-def run(*args):
-    result = runner.invoke(app, [str(a) for a in args])
-    assert "Traceback" not in result.output, result.output
-    return result
+from conftest import RECIPES, SEED, run
 
 
 def write(tmp_path, text, name="recipe.yaml"):

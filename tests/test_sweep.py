@@ -4,23 +4,13 @@ import csv
 import io
 import json
 import sys
-from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
+from conftest import SEED, run, runner
 from dsa_kvcalc.cli import app
 from dsa_kvcalc.report import flatten
 from dsa_kvcalc.sweep import parse_vary
-
-SEED = Path(__file__).parent.parent / "recipes" / "deepseek-v4.1-flash-4xb200-dep4.yaml"
-runner = CliRunner()
-
-
-def run(*args):
-    result = runner.invoke(app, [str(a) for a in args])
-    assert "Traceback" not in result.output, result.output
-    return result
 
 
 def plan_backends(*sets) -> dict:

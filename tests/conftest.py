@@ -1,0 +1,30 @@
+"""Helpers shared by the test files: paths, the CLI runner, and the one-line-error check."""
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from dsa_kvcalc.cli import app
+
+ROOT = Path(__file__).parent.parent
+RECIPES = ROOT / "recipes"
+SEED = RECIPES / "deepseek-v4.1-flash-4xb200-dep4.yaml"
+LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"
+runner = CliRunner()
+
+
+def run(*args):
+    """The CLI in process, as a user would call it; never a traceback."""
+    result = runner.invoke(app, [str(a) for a in args])
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+def fails(result, *words):
+    """Exit 2 with one line, `error: ...`, holding every word."""
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
