@@ -1,55 +1,74 @@
-"""How fast `dsa-kvcalc sweep` plans points, and that its memory stays flat as the sweep grows.
+"""What a sweep costs against one cold `plan`, both measured in this run (issue 9's target: 10,000 points in at
+most 3x one cold plan), and that its memory stays flat as the sweep grows.
 
-Sweeps the bundled seed recipe over max-num-seqs x speculative tokens (1k, 10k and 100k points), rendering CSV
-lines as the CLI does (into a sink, not a file): with the issue's two backends and with all available ones.
-Speed is timed without tracemalloc; the peak memory of the two-backend sweeps is then measured with it (tracemalloc
-slows Python down several times, so this takes a few minutes).
+A cold plan is `python -m dsa_kvcalc plan SEED --format json` in a new process. The sweep is
+`python -m dsa_kvcalc sweep SEED --vary max-num-seqs=... --vary speculative-config.num_speculative_tokens=...
+--backend auto --backend deep_select --format csv` in a new process, its output thrown away: start-up, validation,
+planning and CSV rendering of every point included. Peak memory is measured in-process with tracemalloc over sweeps
+of 1,000 to 100,000 points (tracemalloc slows Python down, so this part takes a minute or two).
 
-    .venv/bin/python benchmarks/sweep_points_per_second.py
+    python benchmarks/sweep_points_per_second.py   (with the package installed, e.g. .venv/bin/python)
 """
 
+import statistics
+import subprocess
+import sys
 import time
 import tracemalloc
 from pathlib import Path
 
-from dsa_kvcalc import sweep, sweep_render
-from dsa_kvcalc.recipe import read_yaml
+from dsa_kvcalc import sweep
+from dsa_kvcalc.recipe import read_recipe
+from dsa_kvcalc.render.sweep import csv_lines
 
 RECIPE = Path(__file__).parent.parent / "recipes" / "deepseek-v4.1-flash-4xb200-dep4.yaml"
+TARGET = 3.0
 MIB = 1 << 20
 
 
-def run_sweep(raw: dict, points: int, backends: list[str]) -> tuple[int, int]:
-    """Rows and CSV bytes of a sweep of `points` points."""
-    varies = sweep.parse_varies(["max-num-seqs=8:8000:8",
-                                 f"speculative-config.num_speculative_tokens=0:{points // 1000 - 1}:1"])
+def varies(points: int) -> list[str]:
+    return ["max-num-seqs=8:8000:8", f"speculative-config.num_speculative_tokens=0:{points // 1000 - 1}:1"]
+
+
+def seconds(command: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def cold(command: list[str], runs: int) -> float:
+    seconds(command)  # warm the file cache
+    return statistics.median(seconds(command) for _ in range(runs))
+
+
+def sweep_in_process(points: int) -> int:
+    """Rows of a sweep of `points` points, rendered as CSV into a sink."""
+    parsed = sweep.parse_varies(varies(points))
+    base = sweep.base_of(read_recipe(RECIPE), RECIPE.parent)
     failures = sweep.Failures()
-    rows = sweep.rows(raw, RECIPE.parent, varies, backends, sweep.points(varies), failures)
-    lines = size = 0
-    for chunk in sweep_render.csv_lines(rows):
-        lines += chunk.count("\n")
-        size += len(chunk)
+    rows = sweep.rows(base, parsed, ["auto", "deep_select"], sweep.points(parsed), failures)
+    lines = sum(chunk.count("\n") for chunk in csv_lines(rows))
     assert failures.count == 0, failures.first
-    return lines - 1, size  # less the header
+    return lines - 1
 
 
 def main():
-    raw = read_yaml(RECIPE)
-    print(f"{'points':>8} {'backends':>22} {'seconds':>8} {'points/s':>9} {'rows':>8} {'CSV MiB':>8} "
-          f"{'peak MiB':>9}")
-    for backends in (["auto", "deep_select"], []):
-        for points in (1_000, 10_000, 100_000):
-            start = time.perf_counter()
-            rows, size = run_sweep(raw, points, backends)
-            seconds = time.perf_counter() - start
-            peak = ""
-            if backends:
-                tracemalloc.start()
-                run_sweep(raw, points, backends)
-                peak = f"{tracemalloc.get_traced_memory()[1] / MIB:.2f}"
-                tracemalloc.stop()
-            print(f"{points:>8,} {', '.join(backends) or 'all available':>22} {seconds:>8.2f} "
-                  f"{points / seconds:>9,.0f} {rows:>8,} {size / MIB:>8.1f} {peak:>9}", flush=True)
+    module = [sys.executable, "-m", "dsa_kvcalc"]
+    plan_seconds = cold([*module, "plan", str(RECIPE), "--format", "json"], 7)
+    print(f"one cold plan:               {plan_seconds:.3f} s (median of 7)")
+    arguments = [f"--vary={v}" for v in varies(10_000)]
+    sweep_seconds = cold([*module, "sweep", str(RECIPE), *arguments, "--backend", "auto", "--backend", "deep_select",
+                          "--format", "csv"], 3)
+    ratio = sweep_seconds / plan_seconds
+    print(f"10,000-point sweep (2 backends, CSV): {sweep_seconds:.3f} s (median of 3) = {ratio:.2f}x one cold plan "
+          f"({'within' if ratio <= TARGET else 'ABOVE'} the {TARGET:.0f}x target); "
+          f"{10_000 / (sweep_seconds - plan_seconds):,.0f} points/s past start-up")
+    for points in (1_000, 10_000, 100_000):
+        tracemalloc.start()
+        rows = sweep_in_process(points)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(f"{points:>8,} points, {rows:>8,} rows: peak {peak / MIB:.2f} MiB")
 
 
 if __name__ == "__main__":

@@ -268,7 +268,7 @@ def profile_replay(plan: Plan, name: str, measured: dict, live: dict) -> dict:
         "cuda_context_bytes": live["cuda_context_bytes"],
         "non_torch_bytes": live["non_torch_bytes"], "non_torch_bytes_planned": memory.non_torch.bytes,
         "requested_bytes": requested, "starts": live["free_at_start_bytes"] >= requested,
-        "weights_bytes": memory.weights.bytes, "weights_measured": memory.weights.measured,
+        "weights_bytes": memory.weights.bytes, "weights_measured": memory.weights.provenance == "measured",
         "indexer_reservation_bytes": reserved, "peak_activation_bytes": peak,
         "cudagraph_bytes": b.cudagraph.bytes,
         "kv_cache_bytes": max(kv_bytes, 0),
