@@ -6,6 +6,7 @@ The log is read as vLLM before PR #62860 (all public logs so far): its peak acti
 #62860 gives the indexer headroom: headroom = reserved - (KV bytes before - KV bytes after).
 """
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 
@@ -18,7 +19,7 @@ from dsa_kvcalc.vllm_log import LogReading, RankReading
 RECIPE_ARGS = ("model", "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel",
                "decode_context_parallel_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
                "gpu_memory_utilization", "kv_cache_dtype", "kv_cache_memory_bytes", "speculative_config",
-               "compilation_config", "enforce_eager")
+               "compilation_config", "enforce_eager", "attention_backend", "async_scheduling")
 PRINT_ROUNDING_BYTES = GIB // 200  # the log prints GiB with two decimals: each term is within 0.005 GiB
 GPU_MATCH_BYTES = GIB // 20  # a logged total memory names a catalog GPU within 0.05 GiB
 MEMORY_LINES = "Model loading took, Actual usage is ..., Available KV cache memory, Estimated CUDA graph memory"
@@ -74,6 +75,7 @@ class Calibration:
     rows: list[TermRow]
     memory: dict  # the memory block written: term name -> bytes (per backend where the recipe keys it)
     kv_tokens_calibrated: int
+    block_tokens: int  # the logged tokens one block is worth
     kv_bytes_per_token_implied: int | None
     notes: list[str]
     headroom: Headroom | None = None
@@ -137,9 +139,12 @@ def approximate_total(rank: RankReading) -> int | None:
 
 
 def model_name(value: str) -> str:
-    """A Hugging Face cache path (.../models--deepseek-ai--DeepSeek-V3.2/snapshots/...) names its repository."""
+    """A Hugging Face cache path (.../models--deepseek-ai--DeepSeek-V3.2/snapshots/...) names its repository; a
+    local path (/models/GLM-5.2-NVFP4) its last part."""
     match = re.search(r"models--([^/]+?)--([^/]+)", value)
-    return f"{match[1]}/{match[2]}" if match else value
+    if match:
+        return f"{match[1]}/{match[2]}"
+    return value.rstrip("/").rsplit("/", 1)[-1] if value.startswith(("/", "./", "~")) else value
 
 
 def recipe_from_log(reading: LogReading) -> tuple[dict, list[str]]:
@@ -161,6 +166,13 @@ def recipe_from_log(reading: LogReading) -> tuple[dict, list[str]]:
     if "max-model-len" not in raw and rank is not None and rank.max_model_len:
         raw["max-model-len"] = rank.max_model_len
     return raw, notes
+
+
+def with_version(raw: dict, measured: Measured) -> tuple[dict, list[str]]:
+    """The log's vLLM version, where it prints one and the recipe names none."""
+    if measured.version is None or any(canonical(k) == "vllm-version" for k in raw):
+        return raw, []
+    return {**raw, "vllm-version": measured.version}, [f"vllm-version {measured.version}: as the log prints it"]
 
 
 def gpu_from_memory(total_bytes: int | None) -> str | None:
@@ -185,33 +197,34 @@ def require(raw: dict, measured: Measured) -> dict:
     return raw
 
 
-def kv_target_bytes(recipe: Recipe, memory: capacity.RankMemory, measured: Measured) -> tuple[int | None, bool | None]:
-    """The KV bytes plan must reach: the logged tokens at the catalog's bytes per token when they agree with the
+def kv_target_bytes(memory: capacity.RankMemory, measured: Measured) -> tuple[int | None, bool | None]:
+    """The KV bytes plan must reach: the logged tokens through plan's KV-cache groups when they agree with the
     logged Available KV memory (exact to the block, unlike the two-decimal GiB), else the logged memory."""
     tokens = measured.kv_tokens
     available = measured.available_kv_bytes
     if tokens is None:
         return available, None
-    tokens_bytes = capacity.kv_bytes_for(recipe, memory, tokens)
+    tokens_bytes = memory.kv.bytes_for(tokens)
     if available is None:
         return tokens_bytes, None
-    block_bytes = recipe.model.kv_block_size * memory.kv_bytes_per_token
-    agrees = abs(tokens_bytes - available) <= PRINT_ROUNDING_BYTES + block_bytes
+    agrees = abs(tokens_bytes - available) <= PRINT_ROUNDING_BYTES + memory.kv.block_bytes
     return (tokens_bytes if agrees else available), agrees
 
 
+def logged_token_bytes(recipe: Recipe) -> int:
+    kv = capacity.kv_spec(recipe, capacity.sparse_mla_backend(recipe))
+    return round(kv.block_bytes * kv.pages_per_request / recipe.max_model_len)
+
+
 def mismatch_notes(recipe: Recipe, measured: Measured, kv_per_token: int, implied: int) -> list[str]:
-    model, block = recipe.model, recipe.model.kv_block_size
-    notes = [f"KV bytes per token: the log implies {implied:,} B (Available KV {measured.available_kv_bytes / GIB:.2f} "
-             f"GiB / {measured.kv_tokens:,} tokens); the catalog has {kv_per_token:,} B for {model.name} with "
-             f"{recipe.kv_cache_format} KV: plan cannot reproduce the tokens with the catalog's figure"]
-    mtp = model.mtp_kv_bytes_per_token[recipe.kv_cache_format]
-    if mtp and abs(abs(implied - kv_per_token) - mtp) <= mtp // 10:
-        notes.append(f"the gap is one MTP draft layer ({mtp:,} B/token): vLLM allocates its KV layer when MTP "
-                     f"speculation is on; set speculative-config to match the deployment")
-    if measured.kv_tokens % block:
-        notes.append(f"{measured.kv_tokens:,} tokens is not whole {block}-token blocks: vLLM printed max concurrency x "
-                     f"max-model-len (several KV-cache groups), so per-request state is spread over the tokens")
+    notes = [f"KV bytes per logged token: the log implies {implied:,} B (Available KV "
+             f"{measured.available_kv_bytes / GIB:.2f} GiB / {measured.kv_tokens:,} tokens); plan's KV-cache groups give "
+             f"{kv_per_token:,} B for {recipe.model.name} with {recipe.kv_cache_dtype} KV on {recipe.engine.label}"]
+    mtp_on = bool(capacity.mtp_layers(recipe))
+    toggled = replace(recipe, num_speculative_tokens=0 if mtp_on else 1, speculative_method="mtp")
+    if recipe.model.mtp_layers and abs(logged_token_bytes(toggled) - implied) < abs(kv_per_token - implied):
+        notes.append(f"with{'out' if mtp_on else ''} the MTP layer's KV cache the figure is "
+                     f"{logged_token_bytes(toggled):,} B: set speculative-config to match the deployment")
     if recipe.decode_context_parallel_size > 1:
         notes.append(f"DCP {recipe.decode_context_parallel_size}: the logged tokens are logical (x DCP) per rank")
     return notes
@@ -222,14 +235,14 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     if measured.weights_bytes is None:
         raise RecipeError("log", f"no weights term (Model loading took / Actual usage): found a rank "
                                  f"({measured.rank or 'unprefixed'}) with Available KV only; nothing to calibrate")
-    raw = require(raw, measured)
-    notes: list[str] = []
+    raw, notes = with_version(require(raw, measured), measured)
     recipe = load(raw, recipe_dir)
+    if recipe.engine.profile_holds_decode_logits:
+        raise RecipeError("engine", f"calibrate reads vLLM startup logs; this recipe runs {recipe.engine.label}")
     estimate = capacity.plan(recipe)
     selected = estimate.backend(recipe.topk_backend)
-    # bytes per reported token at this max-model-len (DeepSeek V4: the per-request state spread over the request)
-    kv_per_token = round(capacity.kv_bytes_for(recipe, estimate.memory, recipe.max_model_len) / recipe.max_model_len)
-    block_bytes = recipe.model.kv_block_size * estimate.memory.kv_bytes_per_token
+    kv_per_token = logged_token_bytes(recipe)  # DeepSeek V4: each request's window and state pages folded in
+    block_bytes = estimate.memory.kv.block_bytes
 
     if measured.total_memory_bytes and abs(measured.total_memory_bytes - recipe.gpu.total_memory_bytes) > GPU_MATCH_BYTES:
         notes.append(f"the log's device has {measured.total_memory_bytes / GIB:.2f} GiB; {recipe.gpu.name} in the "
@@ -244,7 +257,7 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
         graphs = 0
         notes.append("no CUDA graph estimate in the log: this vLLM sized the KV cache without subtracting graphs "
                      "(before v0.21, or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); CUDA graphs calibrated to 0")
-    target, agrees = kv_target_bytes(recipe, estimate.memory, measured)
+    target, agrees = kv_target_bytes(estimate.memory, measured)
     if target is None:
         raise RecipeError("log", "no Available KV cache memory or GPU KV cache size (cut short before the KV cache was "
                                  "sized?): calibrating needs the KV the other terms left")
@@ -257,6 +270,10 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     weights = measured.weights_bytes
     activation, non_torch = measured.peak_activation_bytes, measured.non_torch_bytes
     sources = {"weights": "log", "cudagraph": "log" if measured.cudagraph_bytes is not None else "log (none)"}
+    if activation is not None and recipe.engine.logged_peak_includes_cudagraphs:
+        activation -= graphs
+        notes.append(f"{recipe.engine.label} logs peak activation with the CUDA-graph estimate in it (vLLM PR #49208): "
+                     f"taken out")
     # vLLM's sizing identity, solved for what the log gives only as a sum: activation + non-torch
     residual = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, 0, 0, graphs) - target
     if residual < 0:
@@ -289,12 +306,17 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
         notes.append(f"the log gives peak activation + non-torch only as a sum ({residual / GIB:.2f} GiB, from "
                      f"vLLM's sizing identity); split with plan's non-torch estimate")
 
+    rise = selected.peak_activation_bytes - estimate.memory.peak_activation.bytes
+    if recipe.engine.reserves_decode_logits and activation is not None:
+        activation = max(activation - rise, 0)  # the base peak, before the #62860 reservation
+        notes.append(f"{recipe.engine.label} reserves the decode logits (#62860): the profile's peak holds "
+                     f"{rise / GIB:.2f} GiB of it above the prefill budget; the memory block keeps the base peak")
     memory = {"weights": weights, "peak_activation": activation, "non_torch": non_torch,
               "cudagraph": {recipe.topk_backend: graphs}}
     memory = {term: value for term, value in memory.items() if value is not None}
-    calibrated_raw = with_memory(raw, memory)
+    calibrated_raw = with_memory(raw, memory, recipe.gpu.name)
     calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
-    tokens = calibrated.backend(recipe.topk_backend).kv_cache_tokens_before_fix
+    tokens = logged_tokens(calibrated.backend(recipe.topk_backend), recipe)
 
     rows = [
         TermRow("weights", "bytes", weights, estimate.memory.weights.bytes, sources["weights"]),
@@ -302,27 +324,38 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
                 sources["peak_activation"]),
         TermRow("non-torch", "bytes", measured.non_torch_bytes, estimate.memory.non_torch.bytes, sources["non_torch"]),
         TermRow("CUDA graphs", "bytes", measured.cudagraph_bytes, selected.cudagraph.bytes, sources["cudagraph"]),
-        TermRow("KV memory", "bytes", measured.available_kv_bytes, selected.kv_cache_bytes_before_fix, "log"),
-        TermRow("KV bytes per token", "B/token", implied, kv_per_token, "catalog"),
-        TermRow("KV tokens", "tokens", measured.kv_tokens, selected.kv_cache_tokens_before_fix, "log"),
+        TermRow("KV memory", "bytes", measured.available_kv_bytes, logged_kv_bytes(selected, recipe), "log"),
+        TermRow("KV bytes per logged token", "B/token", implied, kv_per_token, "KV-cache groups"),
+        TermRow("KV tokens", "tokens", measured.kv_tokens, logged_tokens(selected, recipe), "log"),
     ]
     return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
                        measured=measured, rows=rows, memory=memory, kv_tokens_calibrated=tokens,
+                       block_tokens=math.ceil(recipe.max_model_len / estimate.memory.kv.pages_per_request),
                        kv_bytes_per_token_implied=implied, notes=notes, warnings=measured.disagreements)
 
 
-def with_memory(raw: dict, memory: dict) -> dict:
-    """raw with its memory block's terms replaced by the calibrated ones (in bytes); other terms kept."""
+def logged_tokens(b: capacity.BackendPlan, recipe: Recipe) -> int:
+    """The KV tokens this vLLM version logs: with the #62860 reservation where it has it."""
+    return b.kv_cache_tokens if recipe.engine.reserves_decode_logits else b.kv_cache_tokens_before_fix
+
+
+def logged_kv_bytes(b: capacity.BackendPlan, recipe: Recipe) -> int:
+    return b.kv_cache_bytes if recipe.engine.reserves_decode_logits else b.kv_cache_bytes_before_fix
+
+
+def with_memory(raw: dict, memory: dict, gpu: str) -> dict:
+    """raw with its memory block's terms replaced by the calibrated ones (in bytes) and the GPU they were measured
+    on; other terms kept."""
     block = {k: v for k, v in (raw.get("memory") or {}).items()
              if re.sub(r"_(gib|bytes)$", "", str(k)) not in memory}
-    return {**raw, "memory": block | {f"{term}_bytes": value for term, value in memory.items()}}
+    return {**raw, "memory": block | {f"{term}_bytes": value for term, value in memory.items()} | {"gpu": gpu}}
 
 
 def measured_kv_bytes(recipe: Recipe, rank: Measured) -> tuple[int, str]:
     if rank.available_kv_bytes is not None:
         return rank.available_kv_bytes, "Available KV cache memory"
-    return (capacity.kv_bytes_for(recipe, capacity.rank_memory(recipe), rank.kv_tokens),
-            "GPU KV cache size at the catalog's KV bytes (per token and per request)")
+    return (capacity.rank_memory(recipe).kv.bytes_for(rank.kv_tokens),
+            "GPU KV cache size through plan's KV-cache groups")
 
 
 def indexer_headroom(recipe: Recipe, before: Measured, after: Measured) -> Headroom:
@@ -350,7 +383,7 @@ def calibrate_pair(reading: LogReading, after_reading: LogReading, raw: dict, re
     result = calibrate(reading, raw, recipe_source, recipe_dir)
     headroom = indexer_headroom(result.recipe, result.measured, measure_kv(after_reading))
     memory = result.memory | {"indexer_headroom": {headroom.backend: headroom.headroom_bytes}}
-    raw_recipe = with_memory(result.raw_recipe, memory)
+    raw_recipe = with_memory(result.raw_recipe, memory, result.recipe.gpu.name)
     after_tokens = capacity.plan(load(raw_recipe, recipe_dir)).backend(headroom.backend).kv_cache_tokens
     return replace(result, raw_recipe=raw_recipe, memory=memory,
                    headroom=replace(headroom, after_tokens_plan=after_tokens))

@@ -8,8 +8,9 @@ PR #62860, and plan(), which strings them together. Bytes and tokens are integer
 import math
 from dataclasses import dataclass
 
-from dsa_kvcalc import estimates
+from dsa_kvcalc import estimates, kv_cache
 from dsa_kvcalc.catalog import BACKENDS, GIB, STRIDE_ALIGNMENT_BYTES, Backend, Layout
+from dsa_kvcalc.kv_cache import KvSpec
 from dsa_kvcalc.recipe import Recipe, RecipeError
 
 DTYPE_BYTES = {"bf16": 2, "fp32": 4}
@@ -27,6 +28,8 @@ def padded_columns(columns: int, layout: Layout) -> int:
     stride_columns = STRIDE_ALIGNMENT_BYTES // DTYPE_BYTES[layout.logits_dtype]
     if layout.stride_rule == "lcm":
         return align(columns, math.lcm(layout.split_columns, stride_columns))
+    if layout.stride_rule == "split":
+        return align(columns, layout.split_columns)
     return align(align(columns, layout.split_columns), stride_columns)
 
 
@@ -75,9 +78,9 @@ def reads_bf16(recipe: Recipe, backend: Backend) -> bool:
 def decode_logits(recipe: Recipe, backend: Backend, rows: int) -> DecodeLogits:
     """[rows, padded(max_model_len)] in DeepGEMM's dtype, plus the FP32 copy where the top-k reads FP32."""
     layout = recipe.layout
-    columns = recipe.max_model_len
+    columns = recipe.max_model_len // recipe.model.indexer_logits_ratio
     if recipe.engine.logits_over_compressed_keys:
-        columns //= recipe.model.kv_compress_ratio
+        columns = recipe.max_model_len // recipe.model.kv_compress_ratio
     needs_copy = layout.logits_dtype != "fp32" and not reads_bf16(recipe, backend)
     return DecodeLogits(rows, columns, padded_columns(columns, layout), layout.logits_dtype,
                         DTYPE_BYTES[layout.logits_dtype], FP32_BYTES if needs_copy else 0)
@@ -93,6 +96,8 @@ def availability(recipe: Recipe, backend: Backend) -> str | None:
     """None when the backend runs on this recipe's engine, GPU and model, else why not."""
     if recipe.engine.name not in backend.engines:
         return f"a {'/'.join(backend.engines)} backend; this recipe runs {recipe.engine.label}"
+    if not recipe.engine.topk_backend_flag and backend.name != "auto":
+        return f"{recipe.engine.label} has no --sparse-indexer-topk-backend (vLLM 0.30.0+): its built-in chain runs"
     if recipe.gpu.arch not in backend.archs:
         return f"needs {'/'.join(backend.archs)}; {recipe.gpu.name} is {recipe.gpu.arch}"
     if backend.topk is not None and recipe.model.index_topk not in backend.topk:
@@ -124,15 +129,16 @@ class RankMemory:
     weights: Term
     peak_activation: Term  # the dummy run's torch peak with only the prefill logits budget reserved
     non_torch: Term
-    kv_bytes_per_token: int
-    kv_bytes_per_request: int  # fixed state per request (DeepSeek V4's windows and compressor states), else 0
+    kv: KvSpec
+    kv_provenance: Term  # bytes of one request of max_model_len, and where the spec comes from
+    sparse_mla_backend: str
 
 
 def weights_bytes(recipe: Recipe) -> int:
     """The dense part / TP, plus the routed experts / (TP x DP with expert parallelism, else TP)."""
     model = recipe.model
     expert_ranks = recipe.tensor_parallel_size * (recipe.data_parallel_size if recipe.enable_expert_parallel else 1)
-    dense_bytes = model.checkpoint_bytes - model.routed_expert_bytes
+    dense_bytes = model.checkpoint.value - model.routed_expert_bytes
     return dense_bytes // recipe.tensor_parallel_size + model.routed_expert_bytes // expert_ranks
 
 
@@ -148,19 +154,60 @@ def non_torch_bytes(recipe: Recipe) -> int:
     return estimates.NON_TORCH_SINGLE.value + (estimates.NON_TORCH_COLLECTIVES.value if parallel else 0)
 
 
+def sparse_mla_backend(recipe: Recipe) -> str:
+    """vLLM's sparse-MLA backend (vllm/platforms/cuda.py:94-143 at d29f7f5): the recipe's attention-backend, else
+    FLASHINFER_MLA_SPARSE_SM120 on SM12x, FLASHINFER_MLA_SPARSE on SM100 with an fp8 cache (vLLM PR #37252),
+    FLASHMLA_SPARSE elsewhere (ROCM_AITER_MLA_SPARSE on ROCm)."""
+    arch = recipe.gpu.arch
+    if recipe.attention_backend:
+        return recipe.attention_backend
+    if arch in ("sm120", "sm121"):
+        return "FLASHINFER_MLA_SPARSE_SM120"
+    if arch.startswith("gfx"):
+        return "ROCM_AITER_MLA_SPARSE"
+    if arch in ("sm100", "sm103") and recipe.kv_cache_format == "fp8" and recipe.kv_cache_dtype != "fp8_ds_mla":
+        return "FLASHINFER_MLA_SPARSE"
+    return "FLASHMLA_SPARSE"
+
+
+def mtp_layers(recipe: Recipe) -> int:
+    """MTP speculation adds the checkpoint's MTP layers to the KV cache (vllm/models/deepseek_v32/nvidia/mtp.py)."""
+    mtp = recipe.num_speculative_tokens and recipe.speculative_method in (None, "mtp", "deepseek_mtp")
+    return recipe.model.mtp_layers if mtp else 0
+
+
+def kv_spec(recipe: Recipe, backend: str) -> KvSpec:
+    """The recipe's KV-cache groups (kv_cache.py): an fp8 cache on SM12x and on FLASHMLA_SPARSE is fp8_ds_mla, and
+    so is auto on SM12x (vllm/model_executor/layers/attention/mla_attention.py:349-362)."""
+    engine, k = recipe.engine, recipe.num_speculative_tokens
+    cache_format = "fp8" if backend == "FLASHINFER_MLA_SPARSE_SM120" else recipe.kv_cache_format
+    in_flight = recipe.max_num_batched_tokens * (engine.in_flight_batches if recipe.async_scheduling else 1)
+    extra = k - 1 if engine.retains_draft_tokens and min(recipe.model.mtp_layers, k) > 1 else 0
+    return kv_cache.spec(recipe.model, engine, kv_cache.mla_token_bytes(cache_format, backend), mtp_layers(recipe),
+                         recipe.max_model_len, in_flight, extra, recipe.decode_context_parallel_size)
+
+
+def kv_provenance(recipe: Recipe, kv: KvSpec) -> Term:
+    fitted = recipe.model.logged_token_bytes
+    if fitted:
+        return Term(kv.request_bytes, fitted.provenance, fitted.basis)
+    return Term(kv.request_bytes, "derived", f"{recipe.model.name}'s config ({recipe.model.config_source}) and "
+                                             f"{recipe.engine.label}'s KV-cache grouping (kv_cache.py)")
+
+
 def rank_memory(recipe: Recipe) -> RankMemory:
-    model = recipe.model
-    kv_per_token = model.kv_bytes_per_token[recipe.kv_cache_format]
-    if recipe.num_speculative_tokens and recipe.speculative_method in (None, "mtp", "deepseek_mtp"):
-        kv_per_token += model.mtp_layers * model.mtp_kv_bytes_per_token[recipe.kv_cache_format]
+    backend = sparse_mla_backend(recipe)
+    kv = kv_spec(recipe, backend)
+    checkpoint = recipe.model.checkpoint
     return RankMemory(
         requested_bytes=math.ceil(recipe.gpu.total_memory_bytes * recipe.gpu_memory_utilization),
         weights=term(recipe.weights_bytes, weights_bytes(recipe),
-                     "the checkpoint's dense part / TP + routed experts / expert-parallel ranks"),
+                     estimates.Figure(0, checkpoint.provenance, f"the checkpoint's dense part / TP + routed experts / "
+                                                                f"expert-parallel ranks; checkpoint: {checkpoint.basis}")),
         peak_activation=term(recipe.peak_activation_bytes, base_peak_activation_bytes(recipe),
                              estimates.ACTIVATION_HIDDEN_COPIES),
         non_torch=term(recipe.non_torch_bytes, non_torch_bytes(recipe), estimates.NON_TORCH_SINGLE),
-        kv_bytes_per_token=kv_per_token, kv_bytes_per_request=model.kv_bytes_per_request)
+        kv=kv, kv_provenance=kv_provenance(recipe, kv), sparse_mla_backend=backend)
 
 
 # 4. KV-cache sizing, step by step ----------------------------------------------------------------------------------
@@ -245,33 +292,26 @@ def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int]) -
                 f"the pool measured for {measured_on}, with {backend}'s graph logits in place of {measured_on}'s")
 
 
+def cudagraphs_subtracted(recipe: Recipe) -> bool:
+    """Does this vLLM subtract its CUDA-graph estimate before sizing the KV cache? On Model Runner V1 from v0.20.0
+    (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS), on ROCm from v0.26.0. Model Runner V2, which DSA models run on from
+    v0.28.0 and DSpark drafts force from v0.25.0, estimates nothing until the seed's build (engine.py)."""
+    engine = recipe.engine
+    if recipe.gpu.arch.startswith("gfx"):  # ROCm keeps DSA models on Model Runner V1
+        return engine.estimates_cudagraphs and engine.rocm_estimates_cudagraphs
+    v2 = engine.dsa_on_model_runner_v2 or (recipe.speculative_method == "dspark" and engine.dspark_on_model_runner_v2)
+    return engine.estimates_cudagraphs and (not v2 or engine.model_runner_v2_estimates_cudagraphs)
+
+
 def kv_cache_bytes(recipe: Recipe, requested: int, weights: int, peak: int, non_torch: int, graphs: int) -> int:
     """KV bytes = requested - weights - peak activation - non-torch - CUDA graphs (vllm/v1/worker/gpu_worker.py
     determine_available_memory; graphs only where this vLLM subtracts its estimate); --kv-cache-memory-bytes
     replaces it all."""
     if recipe.kv_cache_memory_bytes is not None:
         return recipe.kv_cache_memory_bytes
-    if not recipe.engine.subtracts_cudagraph_estimate:
+    if not cudagraphs_subtracted(recipe):
         graphs = 0
     return max(requested - weights - peak - non_torch - graphs, 0)
-
-
-def kv_tokens(recipe: Recipe, memory: RankMemory, kv_bytes: int) -> int:
-    """vLLM's "GPU KV cache size". One uniform group (MLA models): whole blocks. Several groups (DeepSeek V4): max
-    concurrency x max_model_len, a request holding max_model_len tokens plus its fixed state. DCP spreads each
-    sequence over its ranks."""
-    kv_bytes = max(kv_bytes, 0) * recipe.decode_context_parallel_size
-    if memory.kv_bytes_per_request:
-        request_bytes = memory.kv_bytes_per_token * recipe.max_model_len + memory.kv_bytes_per_request
-        return kv_bytes * recipe.max_model_len // request_bytes
-    block_bytes = recipe.model.kv_block_size * memory.kv_bytes_per_token
-    return kv_bytes // block_bytes * recipe.model.kv_block_size
-
-
-def kv_bytes_for(recipe: Recipe, memory: RankMemory, tokens: int) -> int:
-    """The KV-cache bytes per rank behind a logged "GPU KV cache size" (kv_tokens backwards, to the byte)."""
-    request_bytes = memory.kv_bytes_per_token * recipe.max_model_len + memory.kv_bytes_per_request
-    return tokens * request_bytes // (recipe.max_model_len * recipe.decode_context_parallel_size)
 
 
 @dataclass(frozen=True)
@@ -358,7 +398,7 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
     kv_bytes = kv_cache_bytes(recipe, *fixed, peak, memory.non_torch.bytes, graphs.bytes)
     peak_before = peak if recipe.engine.profile_holds_decode_logits else memory.peak_activation.bytes
     kv_bytes_before = kv_cache_bytes(recipe, *fixed, peak_before, memory.non_torch.bytes, graphs.bytes)
-    tokens = kv_tokens(recipe, memory, kv_bytes)
+    tokens = memory.kv.tokens(kv_bytes)
     reason = availability(recipe, backend)
     return BackendPlan(
         backend=backend.name, available=reason is None, reason=reason or backend.note,
@@ -368,7 +408,7 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
         cudagraph_logits_rows=graph_rows, cudagraph_logits_bytes=graph_logits[backend.name], cudagraph=graphs,
         indexer_headroom_bytes=headroom, peak_activation_bytes=peak,
         kv_cache_bytes=kv_bytes, kv_cache_tokens=tokens, max_concurrency=round(tokens / recipe.max_model_len, 2),
-        kv_cache_bytes_before_fix=kv_bytes_before, kv_cache_tokens_before_fix=kv_tokens(recipe, memory, kv_bytes_before),
+        kv_cache_bytes_before_fix=kv_bytes_before, kv_cache_tokens_before_fix=memory.kv.tokens(kv_bytes_before),
         oom_before_fix=oom_before_fix(recipe, memory, dl))
 
 

@@ -5,38 +5,55 @@ Data only, each entry with its source. The arithmetic that uses it is in capacit
 
 from dataclasses import dataclass
 
-GIB = 1 << 30
-MIB = 1 << 20
+from dsa_kvcalc import estimates
+from dsa_kvcalc.estimates import Figure
+from dsa_kvcalc.units import GIB, MIB, bytes_of_gib
 
 
 @dataclass(frozen=True)
 class Gpu:
     name: str
-    arch: str  # sm90, sm100, sm103 (CUDA compute capability), gfx942, gfx950 (ROCm)
+    arch: str  # sm90, sm100, sm103, sm120, sm121 (CUDA compute capability), gfx942, gfx950 (ROCm)
     total_memory_bytes: int  # torch.cuda.get_device_properties(0).total_memory
     aliases: tuple[str, ...]
     source: str
 
 
-def bytes_of_gib(value: float) -> int:
-    return round(value * GIB)
-
-
 GPUS = [
-    Gpu("H100", "sm90", 81089 * MIB, ("H100-80GB", "H100-SXM", "NVIDIA H100 80GB HBM3"),
-        "81,089 MiB (79.19 GiB) in torch device-property printouts quoted in vllm-project/vllm issues"),
-    Gpu("H200", "sm90", 150_109_880_320, ("H200-141GB", "NVIDIA H200"),
-        "measured on the lent H200 (shared/design/capacity-model.md; 143,156 MiB in vLLM issue logs)"),
+    Gpu("H100", "sm90", 81089 * MIB, ("NVIDIA H100 80GB HBM3", "H100-80GB", "H100-SXM"),
+        "81,089 MiB (79.19 GiB): torch device properties and 'Free memory on device (78.66/79.19 GiB)' in vLLM logs "
+        "quoted in vllm-project/vllm issues"),
+    Gpu("H200", "sm90", 150_109_880_320, ("NVIDIA H200", "H200-141GB", "H200-SXM"),
+        "measured on the lent H200 (shared/design/capacity-model.md); 143,156 MiB in torch device properties"),
+    Gpu("H200 NVL", "sm90", 150_109_880_320, ("NVIDIA H200 NVL",),
+        "139.80 GiB in user reports of vLLM on H200 NVL (the H200's measured bytes; no raw torch print found)"),
+    Gpu("H20", "sm90", 97285 * MIB, ("NVIDIA H20",),
+        "torch device properties: name 'NVIDIA H20', 9.0, total_memory 97285MB, 78 SMs (vllm-project/vllm issues)"),
+    Gpu("GH200", "sm90", bytes_of_gib(94.88), ("NVIDIA GH200 480GB", "GH200 480GB"),
+        "94.88 GiB total capacity in a torch OOM on GH200 480GB (Lightning-AI/litgpt#1892); the Grace memory mode "
+        "can change what is visible"),
     Gpu("B200", "sm100", 182631 * MIB, ("NVIDIA B200",),
-        "178.35 GiB in the seed's OOM message (vLLM PR #62860); 182,631 MiB in vLLM issue logs"),
+        "178.35 GiB in the seed's OOM message (vLLM PR #62860); 182,631 MiB in torch device properties"),
     Gpu("GB200", "sm100", bytes_of_gib(184.31), ("NVIDIA GB200",),
-        "184.31 GiB total capacity in vLLM OOM messages (capacity-model.md §3)"),
-    Gpu("B300", "sm103", bytes_of_gib(267.69), ("NVIDIA B300", "B300-SXM6"),
-        "267.69 GiB total capacity in vLLM startup logs and OOM messages; compute capability 10.3"),
+        "'Free memory on device (181.84/184.31 GiB)' in a vLLM 0.26.0 GB200 startup log"),
+    Gpu("B300", "sm103", bytes_of_gib(267.69), ("NVIDIA B300 SXM6 AC", "NVIDIA B300", "B300-SXM6"),
+        "'(267.08/267.69 GiB)' in a vLLM startup log and 267.69 GiB in OOM messages; compute capability 10.3"),
+    Gpu("GB300", "sm103", bytes_of_gib(276.50), ("NVIDIA GB300",),
+        "276.50 GiB total capacity in torch OOM messages on GB300 nodes; compute capability 10.3"),
+    Gpu("RTX PRO 6000", "sm120", 97250 * MIB,
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+         "RTX PRO 6000 Blackwell", "RTX-PRO-6000"),
+        "torch device properties: 12.0, total_memory 97250MB, 188 SMs; 'Free memory on device (94.41/94.97 GiB)' "
+        "in vLLM logs (Server Edition; the Workstation Edition shows the same nvidia-smi total)"),
+    Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark"),
+        "'Free memory on device cuda:0 (x/121.69 GiB)' in many DGX Spark vLLM logs; unified memory, so the "
+        "figure moves with the OS carve-out"),
     Gpu("MI300X", "gfx942", 196592 * MIB, ("AMD Instinct MI300X",),
-        "196,592 MiB (191.98 GiB) in ROCm torch device-property printouts"),
+        "196,592 MiB (191.98 GiB) in ROCm torch device properties"),
+    Gpu("MI325X", "gfx942", bytes_of_gib(255.98), ("AMD Instinct MI325X",),
+        "255.98 GiB total capacity in HIP OOM messages (vllm-project/vllm#41962)"),
     Gpu("MI355X", "gfx950", bytes_of_gib(287.98), ("AMD Instinct MI355X",),
-        "287.98 GiB in ROCm vLLM logs (capacity-model.md §3)"),
+        "287.98 GiB total capacity in HIP OOM messages on MI355X nodes"),
 ]
 
 
@@ -48,7 +65,8 @@ class Layout:
     archs: tuple[str, ...]
     logits_dtype: str  # bf16 or fp32
     split_columns: int  # KV split: a row holds whole splits
-    stride_rule: str  # "lcm": align(L, lcm(split, 1024 B / elem)); "nested": align(align(L, split), 1024 B / elem)
+    stride_rule: str  # lcm: align(L, lcm(split, 1024 B / elem)); nested: align(align(L, split), 1024 B / elem);
+    # split: align(L, split)
     source: str
 
 
@@ -77,6 +95,11 @@ LAYOUTS = {
     ("2.2", "sm90"): Layout(
         "2.1 - 2.2", ("sm90",), "fp32", 256, "nested",
         "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (1c9fa43): FP32 logits, width aligned to 256 (4 x 64 splits)"),
+    ("nv_dev", "sm120"): Layout(
+        "nv_dev (vLLM's pin)", ("sm120", "sm121"), "fp32", 128, "split",
+        "deepseek-ai/DeepGEMM nv_dev a6b593d2 csrc/apis/attention.hpp:410-414: split_kv = 128 on SM12x, "
+        "aligned_max_context_len = align(L, 128), FP32 by default; vLLM builds it for SM12x since PR #43477 "
+        "(2026-06-23) and pins nv_dev since #47304"),
     ("rocm", "rocm"): Layout(
         "ROCm (no DeepGEMM)", ("gfx942", "gfx950"), "fp32", 256, "lcm",
         "seed (vLLM PR #62860): FP32 logits and 256-column padding on every platform but SM100 "
@@ -89,9 +112,12 @@ DEFAULT_DEEPGEMM = "2.8"
 
 
 def layout_for(release: str, gpu: "Gpu") -> Layout:
-    """The logits layout a GPU gets from a DeepGEMM release (ROCm has no DeepGEMM)."""
+    """The logits layout a GPU gets from a DeepGEMM release (ROCm has no DeepGEMM; SM12x only DeepGEMM's nv_dev
+    branch, whatever the release)."""
     if gpu.arch.startswith("gfx"):
         return LAYOUTS[("rocm", "rocm")]
+    if gpu.arch in ("sm120", "sm121"):
+        return LAYOUTS[("nv_dev", "sm120")]
     return LAYOUTS[(DEEPGEMM_RELEASES[release], "sm100" if gpu.arch in ("sm100", "sm103") else "sm90")]
 
 
@@ -106,8 +132,9 @@ class Backend:
     engines: tuple[str, ...] = ("vllm",)
 
 
-CUDA = ("sm90", "sm100", "sm103")
+CUDA = ("sm90", "sm100", "sm103", "sm120", "sm121")
 ROCM = ("gfx942", "gfx950")
+NOT_SM12X = ("sm90", "sm100", "sm103")  # cooperative top-k is off on SM12x (vLLM PR #47164)
 INDEXER_TOPK = "vllm-project/vllm vllm/model_executor/layers/indexer_topk.py (0fd8f213)"
 
 BACKENDS = [
@@ -115,7 +142,7 @@ BACKENDS = [
             "cooperative for batches of <= 64 rows, then persistent, then a per-row kernel; aiter on ROCm",
             INDEXER_TOPK),
     Backend("persistent", CUDA, (512, 1024, 2048), False, "1 MiB workspace", INDEXER_TOPK),
-    Backend("cooperative", CUDA, (512, 1024, 2048), False,
+    Backend("cooperative", NOT_SM12X, (512, 1024, 2048), False,
             "batches of <= 64 rows (32 in older vLLM); 1 MiB workspace", INDEXER_TOPK),
     Backend("deep_select", ("sm100", "sm103"), tuple(range(1, 4097)), True,
             "DeepSelect: FP32 or BF16 input, row stride a multiple of 1024 B, topk <= 4096",
@@ -123,149 +150,108 @@ BACKENDS = [
     Backend("flashinfer", CUDA, None, False, "FP32 input only", INDEXER_TOPK),
     Backend("torch", CUDA + ROCM, None, False, "reference implementation", INDEXER_TOPK),
     Backend("aiter", ROCM, None, False, "ROCm only", INDEXER_TOPK),
-    Backend("deepinfer", CUDA, None, True, "DeepInfer's own top-k over BF16 logits",
+    Backend("deepinfer", NOT_SM12X, None, True, "DeepInfer's own top-k over BF16 logits",
             "seed: DeepInfer@774ce24 index_attn.py", ("deepinfer",)),
 ]
 
 
+
+
 @dataclass(frozen=True)
 class Model:
+    """A checkpoint, as its config.json describes what the KV cache and the indexer need. The KV-cache specs are
+    derived from these fields in kv_cache.py; nothing here is a per-token figure."""
+
     name: str  # Hugging Face id
+    config_source: str  # where the config was read: a public copy (repository and path), or a local file
     num_layers: int
+    mtp_layers: int  # num_nextn_predict_layers: each adds a KV layer when MTP speculation is on
     hidden_size: int
     index_n_heads: int
     index_head_dim: int
     index_topk: int
-    kv_compress_ratio: int  # compression of the indexer's keys (V4: 4); DeepInfer's logits width divides by it
-    mtp_layers: int
     max_position_embeddings: int
-    # KV-cache bytes per token on one rank, by cache format ("fp8": fp8_ds_mla, "bf16"), main model.
-    kv_bytes_per_token: dict[str, int]
-    # Added per MTP draft layer when MTP speculation is on.
-    mtp_kv_bytes_per_token: dict[str, int]
-    kv_block_size: int
-    checkpoint_bytes: int  # all weights as stored
+    checkpoint: Figure  # bytes of all weights as stored
     routed_expert_bytes: int  # the part that expert parallelism splits
-    kv_note: str
-    source: str
     aliases: tuple[str, ...] = ()
-    kv_bytes_per_request: int = 0  # state a request holds whatever its length (V4's windows and compressor states)
+    # V3.2 and GLM-5.x: every layer is MLA (kv_lora_rank + rope) with an indexer K cache, or only those that compute
+    # the top-k when indexers are shared (GLM-5.2: index_topk_freq 4, index_skip_topk_offset 3).
+    index_topk_freq: int = 1
+    index_skip_topk_offset: int = 2
+    # DeepSeek-V4: compress_ratios per layer (0: sliding window only, 4: compressed with an indexer, 128: heavily
+    # compressed), a sliding window on every layer. V4.1: codes 0/1/2 and caches owned by kv_source_layers only.
+    compress_ratios: tuple[int, ...] = ()
+    sliding_window: int = 0
+    kv_source_layers: tuple[int, ...] = ()
+    index_source_layers: tuple[int, ...] = ()
+    # vLLM's indexer scores max_model_len // this many columns (V4: its ratio-4 layers)
+    indexer_logits_ratio: int = 1
+    # DeepInfer sizes its logits over max_model_len // kv_compress_ratio compressed keys (the seed)
+    kv_compress_ratio: int = 1
+    # DeepSeek-V4.1: vLLM's grouping of its caches is unknown; a fitted cost per logged token stands in
+    logged_token_bytes: Figure | None = None
+    note: str = ""
+
+    @property
+    def family(self) -> str:
+        if self.logged_token_bytes:
+            return "deepseek_v41"
+        return "deepseek_v4" if self.compress_ratios else "mla"
 
 
-# MLA models (V3.2, GLM-5) on FlashMLA-sparse: per layer 656 B/token with any fp8 cache (fp8_ds_mla: 512 FP8 NoPE
-# + 16 B scales + 128 B BF16 RoPE), 1152 B with bf16 (576 x 2), plus the indexer's 132 B (128 FP8 + 4 B scale) on
-# every layer with an indexer. One latent KV head: replicated on every TP rank.
-# Source: vllm-project/vllm vllm/v1/kv_cache_interface.py (MLAAttentionSpec), sparse_attn_indexer.py
-# (k_cache_head_dim = head_dim + head_dim // 128 * 4).
-MLA_FP8_BYTES = 656
-MLA_BF16_BYTES = 1152
-INDEXER_FP8_BYTES = 132
-
-V32_SOURCE = ("deepseek-ai/DeepSeek-V3.2-Exp inference/config_671B_v3.2.json: 61 layers (3 dense), hidden 7168, "
-              "index_n_heads 64, index_head_dim 128, index_topk 2048, 256 experts top-8, moe_intermediate 2048, "
-              "num_nextn_predict_layers 1, max_position_embeddings 163840, FP8 weights")
-# Routed experts: 58 MoE layers x 256 x 3 x 7168 x 2048 FP8 bytes (+ 1/4096 for the 128x128 block scales).
+AIC = "ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/model_configs"
+AIC_FORK = "xiaowanCN/aiconfigurator@5f2e6bb aic-core/src/aiconfigurator_core/model_configs"
+SYFI = "SyFI-ServingStudio/ServingStudioSim model/config"
+# Routed experts, FP8 (1 B per weight + a 4 B scale per 128 x 128 block): layers x experts x 3 x hidden x moe_inter.
 V32_EXPERT_BYTES = 58 * 256 * 3 * 7168 * 2048 * 4097 // 4096
-
-# DeepSeek V4 caches compressed KV (584 B per entry: 448 NoPE + 128 RoPE + 8 scale) every 4 or 128 tokens and an
-# indexer cache (132 B per entry) on ratio-4 layers, in 256-token blocks, pages padded to 576 B: per 256 tokens a
-# ratio-4 layer holds 37,440 + 8,640 B and a ratio-128 layer 1,728 B. Every layer (the MTP layer too) also keeps a
-# 128-token sliding window and FP32 compressor states: a fixed footprint per request, whatever its length
-# (vllm-project/vllm vllm/models/deepseek_v4/attention.py, compressor.py, vllm/v1/attention/backends/mla/sparse_swa.py).
-# vLLM reports "GPU KV cache size" as max concurrency x max_model_len, a request costing
-#     kv_bytes_per_token x max_model_len + kv_bytes_per_request
-# (vllm/v1/core/kv_cache_utils.py get_max_concurrency_for_kv_cache_config; vllm-project/vllm issue #51041 on why
-# Available KV / reported tokens is no per-token cost).
-# V4-Flash: 21 x (37,440 + 8,640) / 256 + 20 x 1,728 / 256 = 3,915 B per token. The per-request state comes from a
-# real startup log (vLLM 0.25.0, fp8, TP2, max-model-len 1,048,576, max-num-batched-tokens 4096,
-# tests/fixtures/vllm_logs/deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log): 10.29 GiB for 1,993,100 tokens,
-# i.e. 1.90077 requests of 1,048,576 tokens: 10.29 GiB / 1.90077 - 3,915 x 1,048,576 = 1,707,634,172 B per request.
-# The window and compressor pages a request needs grow with max-num-batched-tokens: this is the figure at 4096.
-V4_BLOCK_TOKENS = 256
-V4_RATIO4_BLOCK_BYTES = 37440 + 8640  # compressed KV + indexer pages of a ratio-4 layer, per 256 tokens
-V4_RATIO128_BLOCK_BYTES = 1728
-V4_FLASH_KV_BYTES = (21 * V4_RATIO4_BLOCK_BYTES + 20 * V4_RATIO128_BLOCK_BYTES) // V4_BLOCK_TOKENS
-V4_FLASH_REQUEST_BYTES = 1_707_634_172
-V4_FLASH_STATE_LAYERS = 44  # layers with a window and compressor state: 43 + the MTP layer
-# V4-Pro: 30 ratio-4 and 31 ratio-128 layers; per-request state scaled by the layer count (62 against 44).
-V4_PRO_KV_BYTES = (30 * V4_RATIO4_BLOCK_BYTES + 31 * V4_RATIO128_BLOCK_BYTES) // V4_BLOCK_TOKENS
-V4_PRO_REQUEST_BYTES = V4_FLASH_REQUEST_BYTES * 62 // V4_FLASH_STATE_LAYERS
-# V4.1-Flash has no public config (vLLM's deepseek_v41 package shares KV across layers: kv_source_layers).
-# Assumption: bytes per token from the seed (vLLM PR #62860): on main, deep_select's CUDA graphs are 6.01 GiB
-# smaller than auto's (18.40 - 12.39) and its KV cache holds 48,253,887 - 41,050,274 = 7,203,613 more tokens:
-# 6.01 GiB / 7,203,613 = 896 B per reported token at max-model-len 1,048,576, per-request state included.
-V41_FLASH_KV_BYTES = 896
-V4_FLASH_SOURCE = ("deepseek-ai/DeepSeek-V4-Flash config.json: 43 layers, hidden 4096, compress_ratios "
-                   "[0, 0, then 4 and 128 alternating, 0 for MTP], sliding_window 128, index_topk 512, 256 experts "
-                   "top-6 (FP4), 284B total / 13B active; checkpoint 148.66 GiB (vLLM 0.25.0 startup log)")
-# Routed experts: 43 layers x 256 x 3 x 4096 x 2048 MXFP4 values at 0.5 B + 1 B scale per 32.
+GLM_EXPERT_BYTES = 75 * 256 * 3 * 6144 * 2048 * 4097 // 4096
+# MXFP4 routed experts: 0.5 B per weight + 1 B scale per 32 = 17/32 B.
 V4_FLASH_EXPERT_BYTES = 43 * 256 * 3 * 4096 * 2048 * 17 // 32
+V4_PRO_EXPERT_BYTES = 61 * 384 * 3 * 7168 * 3072 * 17 // 32
+V41_FLASH_EXPERT_BYTES = 40 * 384 * 3 * 5120 * 2304 * 17 // 32
+V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
+V4_PRO_RATIOS = (128, 128) + (4, 128) * 29 + (4,)
 
-MODELS = [
-    Model("deepseek-ai/DeepSeek-V3.2-Exp", 61, 7168, 64, 128, 2048, 1, 1, 163840,
-          {"fp8": 61 * (MLA_FP8_BYTES + INDEXER_FP8_BYTES), "bf16": 61 * (MLA_BF16_BYTES + INDEXER_FP8_BYTES)},
-          {"fp8": MLA_FP8_BYTES + INDEXER_FP8_BYTES, "bf16": MLA_BF16_BYTES + INDEXER_FP8_BYTES}, 64,
-          689 * 10**9, V32_EXPERT_BYTES,
-          "61 layers x (MLA + indexer K)", V32_SOURCE + "; checkpoint about 689 GB (DeepSeek-V3 FP8 size)"),
-    Model("deepseek-ai/DeepSeek-V3.2", 61, 7168, 64, 128, 2048, 1, 1, 163840,
-          {"fp8": 61 * (MLA_FP8_BYTES + INDEXER_FP8_BYTES), "bf16": 61 * (MLA_BF16_BYTES + INDEXER_FP8_BYTES)},
-          {"fp8": MLA_FP8_BYTES + INDEXER_FP8_BYTES, "bf16": MLA_BF16_BYTES + INDEXER_FP8_BYTES}, 64,
-          689 * 10**9, V32_EXPERT_BYTES,
-          "61 layers x (MLA + indexer K)", V32_SOURCE + " (same architecture as V3.2-Exp)"),
-    Model("zai-org/GLM-5", 78, 6144, 32, 128, 2048, 1, 1, 202752,
-          {"fp8": 78 * (MLA_FP8_BYTES + INDEXER_FP8_BYTES), "bf16": 78 * (MLA_BF16_BYTES + INDEXER_FP8_BYTES)},
-          {"fp8": MLA_FP8_BYTES + INDEXER_FP8_BYTES, "bf16": MLA_BF16_BYTES + INDEXER_FP8_BYTES}, 64,
-          756 * 10**9, 75 * 256 * 3 * 6144 * 2048 * 4097 // 4096,
-          "78 layers x (MLA + indexer K)",
-          "zai-org/GLM-5-FP8 config.json (as quoted in vLLM/SGLang tests): 78 layers (3 dense), hidden 6144, "
-          "kv_lora 512, rope 64, index_n_heads 32, index_head_dim 128, index_topk 2048, 256 experts top-8, "
-          "1 MTP layer; 744B parameters, FP8 checkpoint about 756 GB",
-          ("GLM-5-FP8", "zai-org/GLM-5-FP8")),
-    Model("deepseek-ai/DeepSeek-V4-Flash", 43, 4096, 64, 128, 512, 4, 1, 1048576,
-          {"fp8": V4_FLASH_KV_BYTES, "bf16": V4_FLASH_KV_BYTES}, {"fp8": 0, "bf16": 0}, 256,
-          round(148.66 * GIB), V4_FLASH_EXPERT_BYTES,
-          "3,915 B per token from the page layout + 1.59 GiB per request, fitted to a vLLM 0.25.0 log",
-          V4_FLASH_SOURCE, kv_bytes_per_request=V4_FLASH_REQUEST_BYTES),
-    Model("deepseek-ai/DeepSeek-V4-Pro", 61, 7168, 64, 128, 1024, 4, 1, 1048576,
-          {"fp8": V4_PRO_KV_BYTES, "bf16": V4_PRO_KV_BYTES}, {"fp8": 0, "bf16": 0}, 256,
-          865 * 10**9, 61 * 384 * 3 * 7168 * 3072 * 17 // 32,
-          "5,609 B per token from the page layout + V4-Flash's per-request state x 62/44 layers (estimate)",
-          "deepseek-ai/DeepSeek-V4-Pro config.json: 61 layers, hidden 7168, index_topk 1024, 384 experts top-6 "
-          "(FP4), moe_intermediate 3072, 1 MTP layer, 1.6T / 49B parameters; checkpoint about 865 GB",
-          kv_bytes_per_request=V4_PRO_REQUEST_BYTES),
-    Model("deepseek-ai/DeepSeek-V4.1-Flash", 43, 4096, 64, 128, 512, 4, 1, 1048576,
-          {"fp8": V41_FLASH_KV_BYTES, "bf16": V41_FLASH_KV_BYTES}, {"fp8": 0, "bf16": 0}, 256,
-          round(148.66 * GIB), V4_FLASH_EXPERT_BYTES,
-          "assumed: 896 B/token derived from the seed's KV tables (no public config)",
-          "no public config: V4-Flash's shape is assumed (vLLM PR #62860 runs it at max-model-len 1048576); "
-          "KV bytes per token derived from the seed's measured KV cache per rank"),
+MLA_MODELS = [
+    Model("deepseek-ai/DeepSeek-V3.2", f"{AIC}/deepseek-ai--DeepSeek-V3.2_config.json", 61, 1, 7168, 64, 128, 2048,
+          163840, estimates.V32_CHECKPOINT, V32_EXPERT_BYTES),
+    Model("deepseek-ai/DeepSeek-V3.2-Exp", "awesome-mini-project/DeepSeek-V3.2-Exp inference/config_671B_v3.2.json "
+          "(DeepSeek's reference config)", 61, 1, 7168, 64, 128, 2048, 163840,
+          estimates.V32_CHECKPOINT, V32_EXPERT_BYTES),
+    Model("zai-org/GLM-5-FP8", f"{AIC}/zai-org--GLM-5-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 202752,
+          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5", "zai-org/GLM-5")),
+    Model("zai-org/GLM-5.1-FP8", f"{AIC}/zai-org--GLM-5.1-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 202752,
+          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5.1", "zai-org/GLM-5.1", "GLM-5.1-NVFP4",
+                                                  "nvidia/GLM-5.1-NVFP4", "lukealonso/GLM-5.1-NVFP4-MTP"),
+          note="the NVFP4 quantisations keep this KV layout (attention and indexers are not quantised); their "
+               "weights are smaller than this FP8 estimate"),
+    Model("zai-org/GLM-5.2-FP8", f"{AIC}/zai-org--GLM-5.2-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 1048576,
+          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5.2", "zai-org/GLM-5.2", "GLM-5.2-NVFP4",
+                                                  "nvidia/GLM-5.2-NVFP4"),
+          index_topk_freq=4, index_skip_topk_offset=3,
+          note="shared indexers: 21 of 78 layers (and the MTP layer) keep an indexer K cache; the NVFP4 "
+               "quantisation keeps this KV layout, its weights are smaller than this FP8 estimate"),
 ]
-
-
-def model_from_config(name: str, source: str, ratios: tuple[int, ...], num_hidden_layers: int, hidden_size: int,
-                      index_n_heads: int, index_head_dim: int, index_topk: int, num_nextn_predict_layers: int,
-                      n_routed_experts: int, moe_intermediate_size: int, first_k_dense_replace: int, vocab_size: int,
-                      max_position_embeddings: int) -> Model:
-    """A Model from a config.json's numbers (weights estimated from its shape)."""
-    layers, hidden = num_hidden_layers, hidden_size
-    request_bytes = 0
-    if ratios:  # DeepSeek V4 layout: pages per ratio; per-request state scaled from V4-Flash by the layer count
-        per_block = sum(V4_RATIO4_BLOCK_BYTES if r == 4 else V4_RATIO128_BLOCK_BYTES if r == 128 else 0
-                        for r in ratios[:layers])
-        kv = {"fp8": per_block // V4_BLOCK_TOKENS, "bf16": per_block // V4_BLOCK_TOKENS}
-        request_bytes = V4_FLASH_REQUEST_BYTES * len(ratios) // V4_FLASH_STATE_LAYERS
-        mtp_kv = {"fp8": 0, "bf16": 0}
-        block, compress = V4_BLOCK_TOKENS, 4
-    else:
-        kv = {"fp8": layers * (MLA_FP8_BYTES + INDEXER_FP8_BYTES), "bf16": layers * (MLA_BF16_BYTES + INDEXER_FP8_BYTES)}
-        mtp_kv = {"fp8": MLA_FP8_BYTES + INDEXER_FP8_BYTES, "bf16": MLA_BF16_BYTES + INDEXER_FP8_BYTES}
-        block, compress = 64, 1
-    expert_bytes = (layers - first_k_dense_replace) * n_routed_experts * 3 * hidden * moe_intermediate_size
-    dense_bytes = layers * 40 * hidden * hidden // 16 + 2 * vocab_size * hidden * 2  # attention + shared FP8; BF16 embeddings
-    return Model(
-        name=name, num_layers=layers, hidden_size=hidden, index_n_heads=index_n_heads, index_head_dim=index_head_dim,
-        index_topk=index_topk, kv_compress_ratio=compress, mtp_layers=num_nextn_predict_layers,
-        max_position_embeddings=max_position_embeddings or 163840,
-        kv_bytes_per_token=kv, mtp_kv_bytes_per_token=mtp_kv, kv_block_size=block,
-        checkpoint_bytes=expert_bytes + dense_bytes, routed_expert_bytes=expert_bytes,
-        kv_note="derived from config.json", source=source, kv_bytes_per_request=request_bytes)
+V4_MODELS = [
+    Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", 43, 1, 4096, 64,
+          128, 512, 1048576, estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES,
+          compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4),
+    Model("deepseek-ai/DeepSeek-V4-Flash-0731", f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the "
+          "same compress_ratios, sliding_window and layers as the preview)", 43, 1, 4096, 64, 128, 512, 1048576,
+          estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
+          indexer_logits_ratio=4, kv_compress_ratio=4),
+    Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", 61, 1, 7168, 64, 128,
+          1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS, sliding_window=128, indexer_logits_ratio=4,
+          kv_compress_ratio=4),
+    Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json: a third-party copy; deepseek-ai has "
+          "published no config (give model: path/to/config.json for your own)", 40, 3, 5120, 32, 128, 512, 1048576,
+          estimates.V41_FLASH_CHECKPOINT, V41_FLASH_EXPERT_BYTES,
+          compress_ratios=(0, 0) + (2,) * 18 + (1,) * 20, sliding_window=128, kv_source_layers=(2, 8, 14, 20),
+          index_source_layers=(2, 8, 14, 20, 24, 28, 32, 36), kv_compress_ratio=4,
+          logged_token_bytes=estimates.V41_FLASH_LOGGED_TOKEN_BYTES,
+          note="vLLM's grouping of V4.1's caches could not be read (its config is public only as a third-party "
+               "copy); under V4's rules that config would cost 5.7 to 10 GiB per 1M-token request where the seed "
+               "implies 0.875 GiB, so a cost per logged token fitted to the seed stands in, at max-model-len "
+               "1,048,576 only"),
+]
+MODELS = MLA_MODELS + V4_MODELS

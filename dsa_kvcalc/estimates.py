@@ -2,32 +2,63 @@
 
 Derived figures (from a model's config and a rule cited to vLLM's source) live in kv_cache.py and capacity.py.
 Measured figures come from the user's recipe (its memory block) or a vLLM log (calibrate). What is here stands in
-where neither gives a measurement; plan marks each such term "estimated" or "fitted" in its output.
+where neither gives a measurement; plan marks each such term "estimated" or "fitted" in its output. A fitted figure
+names the records it was fitted to: those records are no check of it (tests/test_records.py keeps them apart).
 """
 
 from dataclasses import dataclass
 
-from dsa_kvcalc.catalog import GIB
+from dsa_kvcalc.units import GIB, bytes_of_gib
 
 
 @dataclass(frozen=True)
 class Figure:
-    value: float
+    value: int
     provenance: str  # estimated or fitted
-    basis: str  # what it rests on: the data points for a fit, the reasoning for an estimate
+    basis: str  # the data points of a fit, or what an estimate rests on
 
+
+# The profile run's peak, per rank --------------------------------------------------------------------------------
 
 # BF16 hidden-sized temporaries live at the dummy run's peak, per batched token, on top of the prefill logits budget.
 ACTIVATION_HIDDEN_COPIES = Figure(
     24, "estimated",
-    "an order-of-magnitude allowance for the MoE dispatch, attention and MLP temporaries of one "
-    "max-num-batched-tokens step; not fitted to any log. Measure it (calibrate) for a real figure")
+    "an allowance of 24 hidden-sized BF16 temporaries per batched token for the MoE dispatch, attention and MLP of "
+    "one max-num-batched-tokens step, not fitted to any log. For GLM-5.1 on H200 (8192 tokens) it gives 2.25 GiB; "
+    "vLLM 0.19/0.20 logs of that deployment leave 4.37 GiB for peak activation and non-torch together")
 NON_TORCH_SINGLE = Figure(
-    1 * GIB, "estimated", "CUDA context, cuBLAS and DeepGEMM workspaces of one process (0.67 GiB measured by "
-                          "verify --profile on the H200, without NCCL)")
+    1 * GIB, "estimated", "CUDA context, cuBLAS and DeepGEMM workspaces of one process (verify --profile measured "
+                          "0.67 GiB on the H200, without NCCL)")
 NON_TORCH_COLLECTIVES = Figure(
     GIB + GIB // 2, "estimated", "NCCL and custom all-reduce buffers added when TP x DP > 1 (no log prints them "
                                  "apart from the other non-torch memory)")
 CUDAGRAPH_BESIDES_LOGITS = Figure(
     GIB + GIB // 2, "estimated", "CUDA-graph pool memory besides the indexer logits; a vLLM 0.25.0 V4-Flash log "
-                                 "estimated 1.58 GiB in all (tests/fixtures/vllm_logs, RTX PRO 6000 TP2)")
+                                 "estimated 1.58 GiB in all (RTX PRO 6000 TP2), a vLLM 0.26.0 GLM-5.2 log 4.99 GiB "
+                                 "(GB200 TP4)")
+
+# Checkpoints (all weights as stored) ----------------------------------------------------------------------------
+
+V32_CHECKPOINT = Figure(689 * 10**9, "estimated", "about 689 GB: DeepSeek-V3's FP8 checkpoint (671.9B parameters "
+                                                  "+ the 11.6B MTP layer)")
+GLM5_FP8_CHECKPOINT = Figure(756 * 10**9, "estimated", "about 756 GB: 753.9B parameters (MTP layer included) at "
+                                                       "about 1 B each in FP8, plus BF16 embeddings")
+V4_FLASH_CHECKPOINT = Figure(
+    bytes_of_gib(2 * 74.08), "fitted",
+    "2 x 74.08 GiB: 'Model loading took 74.08 GiB' on each rank of a TP2 vLLM 0.23.0 start without MTP "
+    "(shared/data/dsa-startup-records.json, DeepSeek-V4-Flash on 2 x H200 NVL)")
+V4_PRO_CHECKPOINT = Figure(865 * 10**9, "estimated", "about 865 GB: 1.6T parameters with MXFP4 routed experts")
+V41_FLASH_CHECKPOINT = Figure(
+    288_777_830_400 + bytes_of_gib(17), "estimated",
+    "V4.1-Flash's routed experts from its config (40 layers x 384 x 3 x 5120 x 2304 MXFP4 weights at 17/32 B = "
+    "288.8 GB) + 17 GiB for the rest (V4-Flash's 11 GiB of non-expert weights scaled by (5120 / 4096)^2)")
+
+# KV cache ------------------------------------------------------------------------------------------------------
+
+V41_FLASH_LOGGED_TOKEN_BYTES = Figure(
+    896, "fitted",
+    "the seed (vLLM PR #62860, DeepSeek-V4.1-Flash, 4 x B200 DEP4, max-model-len 1,048,576): on main, deep_select's "
+    "CUDA graphs are 18.40 - 12.39 = 6.01 GiB smaller than auto's and its KV cache holds 48,253,887 - 41,050,274 = "
+    "7,203,613 more tokens: 6.01 GiB / 7,203,613 = 896 B per logged token (894 to 897 with the rounding), i.e. "
+    "0.875 GiB per 1M-token request. It folds per-request pages into a per-token figure: it holds at "
+    "max-model-len 1,048,576 and is an estimate at any other")

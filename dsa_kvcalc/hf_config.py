@@ -3,15 +3,16 @@
 import json
 from pathlib import Path
 
-from dsa_kvcalc import catalog
 from dsa_kvcalc.catalog import Model
+from dsa_kvcalc.estimates import Figure
 
 CONFIG_MAX_BYTES = 4 << 20  # config.json files are kilobytes
 # (config key, largest plausible value): bounds keep a broken file from sizing loops or lists by its numbers
 NEEDED = {"num_hidden_layers": 1024, "hidden_size": 1 << 17, "index_n_heads": 1024, "index_head_dim": 4096,
           "index_topk": 1 << 20}
 OPTIONAL = {"num_nextn_predict_layers": 16, "n_routed_experts": 1 << 14, "moe_intermediate_size": 1 << 18,
-            "first_k_dense_replace": 1024, "vocab_size": 1 << 22, "max_position_embeddings": 1 << 31}
+            "first_k_dense_replace": 1024, "vocab_size": 1 << 22, "max_position_embeddings": 1 << 31,
+            "index_topk_freq": 1024, "index_skip_topk_offset": 1024, "sliding_window": 1 << 20}
 
 
 class ConfigError(ValueError):
@@ -39,15 +40,31 @@ def read_model(path: Path) -> Model:
     missing = [name for name in NEEDED if not config.get(name)]
     if missing:
         raise ConfigError(f"{path} is not a DSA model config: no {', '.join(missing)}")
+    if config.get("kv_source_layer_ids"):
+        raise ConfigError(f"{path} is a DeepSeek-V4.1 config (kv_source_layer_ids): vLLM's grouping of V4.1's caches "
+                          f"is not modelled")
     n = {name: whole(config, name, largest, path) for name, largest in NEEDED.items()}
     n |= {name: whole(config, name, largest, path, 0) for name, largest in OPTIONAL.items()}
-    return catalog.model_from_config(name=str(config.get("_name_or_path") or path), source=f"local {path}",
-                                     ratios=compress_ratios(config, n["num_hidden_layers"], path), **n)
+    layers, hidden = n["num_hidden_layers"], n["hidden_size"]
+    ratios = compress_ratios(config, layers, path)
+    v4 = {"compress_ratios": ratios[:layers], "sliding_window": n["sliding_window"] or 128, "indexer_logits_ratio": 4,
+          "kv_compress_ratio": 4} if ratios else {}
+    shared = {"index_topk_freq": n["index_topk_freq"] or 1, "index_skip_topk_offset": n["index_skip_topk_offset"] or 2}
+    expert_bytes = ((layers - n["first_k_dense_replace"]) * n["n_routed_experts"] * 3 * hidden
+                    * n["moe_intermediate_size"])
+    dense_bytes = layers * 40 * hidden * hidden // 16 + 2 * n["vocab_size"] * hidden * 2
+    checkpoint = Figure(expert_bytes + dense_bytes, "estimated", "from the config's shape: routed experts at 1 B a "
+                        "weight, 2.5 hidden^2 of attention and shared weights a layer, BF16 embeddings")
+    return Model(name=str(config.get("_name_or_path") or path), config_source=f"local {path}", num_layers=layers,
+                 mtp_layers=n["num_nextn_predict_layers"], hidden_size=hidden, index_n_heads=n["index_n_heads"],
+                 index_head_dim=n["index_head_dim"], index_topk=n["index_topk"],
+                 max_position_embeddings=n["max_position_embeddings"] or 163840, checkpoint=checkpoint,
+                 routed_expert_bytes=expert_bytes, **shared, **v4)
 
 
 def compress_ratios(config: dict, layers: int, path: Path) -> tuple[int, ...]:
     ratios = config.get("compress_ratios") or []
-    if not isinstance(ratios, list) or len(ratios) > 2 * layers or not all(
-            isinstance(r, int) and not isinstance(r, bool) and 0 <= r <= 1 << 16 for r in ratios):
-        raise ConfigError(f"{path}: compress_ratios must be a list of whole numbers, one per layer")
+    if not isinstance(ratios, list) or (ratios and len(ratios) < layers) or len(ratios) > 2 * layers or not all(
+            r in (0, 4, 128) and not isinstance(r, bool) for r in ratios):
+        raise ConfigError(f"{path}: compress_ratios must list 0, 4 or 128 for each of the {layers} layers")
     return tuple(ratios)

@@ -7,6 +7,7 @@ from dsa_kvcalc.catalog import GIB, MIB
 OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilization): an unfixed vLLM's KV cache takes "
                   "the rest, and eager, piecewise and mixed steps allocate the decode logits from it (the seed's rank "
                   "had 3.04 GiB free plus 1.54 GiB of live BF16 logits when it died at 131 decodes)")
+FITTED_LENGTH = 1_048_576  # the seed's max-model-len (estimates.V41_FLASH_LOGGED_TOKEN_BYTES)
 UNCOMPUTED = ("decode_logits", "prefill_budget_bytes", "reserved_bytes", "reserved_bytes_before_fix",
               "cudagraph_logits_bytes", "kv_cache_bytes", "kv_cache_tokens", "max_concurrency",
               "kv_cache_tokens_before_fix")
@@ -99,12 +100,32 @@ def warnings(plan: Plan) -> list[str]:
 
 def assumptions(plan: Plan) -> list[str]:
     recipe = plan.recipe
+    kv = plan.memory.kv_provenance
     found = [f"out-of-memory bound without #62860: {OOM_ASSUMPTION}",
-             f"KV bytes per token: {recipe.model.kv_note}"]
+             f"KV cache ({kv.provenance}): {kv.source}" + (f"; {recipe.model.note}" if recipe.model.note else "")]
+    if recipe.model.logged_token_bytes and recipe.max_model_len != FITTED_LENGTH:
+        found.append(f"{recipe.model.name}'s KV cost per logged token was fitted at max-model-len {FITTED_LENGTH:,}: "
+                     f"at {recipe.max_model_len:,} it is an estimate (each request's window pages do not scale)")
     if not recipe.indexer_headroom_bytes:
         found.append("indexer headroom = the prefill budget: the reservation raises the profiled peak by all it adds "
                      "over the budget (give memory.indexer_headroom_gib, measured, to model less)")
     return found
+
+
+def kv_bytes_per_token(plan: Plan) -> int:
+    """KV bytes per logged token at this max-model-len: the per-token cost for one-group models; for DeepSeek-V4 it
+    folds each request's window and state pages in."""
+    kv = plan.memory.kv
+    return round(kv.block_bytes * kv.pages_per_request / plan.recipe.max_model_len)
+
+
+def kv_json(plan: Plan) -> dict:
+    kv, memory = plan.memory.kv, plan.memory
+    return {"sparse_mla_backend": memory.sparse_mla_backend,
+            "groups": [{"block_tokens": g.block, "window_tokens": g.window or None, "layers": len(g.pages),
+                        "page_bytes": g.page_bytes} for g in kv.groups],
+            "block_bytes": kv.block_bytes, "pages_per_request": kv.pages_per_request,
+            "request_bytes": kv.request_bytes, **provenance(memory.kv_provenance)}
 
 
 def plan_json(plan: Plan) -> dict:
@@ -116,9 +137,9 @@ def plan_json(plan: Plan) -> dict:
         "ignored_keys": list(recipe.ignored_keys),
         "engine": {"name": engine.name, "version": engine.version, "rules": rules},
         "gpu": {"name": recipe.gpu.name, "arch": recipe.gpu.arch, "total_memory_bytes": recipe.gpu.total_memory_bytes},
-        "model": {"name": recipe.model.name, "kv_bytes_per_token": memory.kv_bytes_per_token,
-                  "kv_bytes_per_request": memory.kv_bytes_per_request,
-                  "kv_block_size": recipe.model.kv_block_size, "index_topk": recipe.model.index_topk},
+        "model": {"name": recipe.model.name, "config_source": recipe.model.config_source,
+                  "index_topk": recipe.model.index_topk, "kv_bytes_per_token": kv_bytes_per_token(plan)},
+        "kv_cache": kv_json(plan),
         "deepgemm_layout": {"versions": layout.versions, "logits_dtype": layout.logits_dtype,
                             "split_columns": layout.split_columns, "stride_rule": layout.stride_rule,
                             "source": layout.source},

@@ -272,7 +272,7 @@ def profile_replay(plan: Plan, name: str, measured: dict, live: dict) -> dict:
         "indexer_reservation_bytes": reserved, "peak_activation_bytes": peak,
         "cudagraph_bytes": b.cudagraph.bytes,
         "kv_cache_bytes": max(kv_bytes, 0),
-        "kv_cache_tokens": capacity.kv_tokens(recipe, memory, kv_bytes),
+        "kv_cache_tokens": memory.kv.tokens(kv_bytes),
         "kv_cache_tokens_planned": b.kv_cache_tokens,
     }
 

@@ -48,9 +48,16 @@ LINES = [
      rf"The current --gpu-memory-utilization={NUMBER} is equivalent to --gpu-memory-utilization={NUMBER} without "
      rf"CUDA graph memory profiling"),
     (("version",), r"\bversion (\d+\.\d+\.\d+\S*)\s*$"),
+    (("version",), r"Initializing a V1 LLM engine \(v(\d+\.\d+\.\d+[^)\s]*)\)"),
 ]
 PATTERNS = [(fields, re.compile(pattern)) for fields, pattern in LINES]
 ARGS = re.compile(r"non-default args: (\{.*)$")
+# "Initializing a V1 LLM engine (v0.26.0) with config: model='...', max_seq_len=819200, tensor_parallel_size=4, ...":
+# the engine arguments that size memory, as the config prints them (vllm/v1/engine/core.py).
+CONFIG = re.compile(r"Initializing a V1 LLM engine .*? with config: (.*)$")
+CONFIG_FIELDS = {"model": "model", "max_seq_len": "max_model_len", "tensor_parallel_size": "tensor_parallel_size",
+                 "data_parallel_size": "data_parallel_size", "kv_cache_dtype": "kv_cache_dtype",
+                 "decode_context_parallel_size": "decode_context_parallel_size", "enforce_eager": "enforce_eager"}
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,9 @@ def read_log(lines) -> LogReading:
         args = ARGS.search(line)
         if args and engine_args is None:
             engine_args = read_engine_args(args.group(1))
+        config = CONFIG.search(line)
+        if config and engine_args is None:
+            engine_args = read_engine_config(config.group(1))
         for fields, pattern in PATTERNS:
             match = pattern.search(line)
             if not match:
@@ -151,6 +161,19 @@ def read_engine_args(text: str) -> EngineArgs:
         except (ValueError, SyntaxError):
             unreadable.append(key)
     return EngineArgs(values, tuple(unreadable), not closed)
+
+
+def read_engine_config(text: str) -> EngineArgs:
+    """The memory-relevant fields of the engine's config line, as non-default args would give them."""
+    values = {}
+    for name, key in CONFIG_FIELDS.items():
+        match = re.search(rf"(?:^|, ){name}=('[^']*'|[^,]*)", text)
+        if match:
+            try:
+                values[key] = ast.literal_eval(match.group(1))
+            except (ValueError, SyntaxError):
+                values[key] = match.group(1)
+    return EngineArgs(values, (), False)
 
 
 def split_entries(body: str) -> tuple[list[str], bool]:

@@ -7,8 +7,8 @@ import json
 
 from dsa_kvcalc.capacity import BackendPlan, Plan, decode_rows
 from dsa_kvcalc.catalog import MIB
-from dsa_kvcalc.render import gib
-from dsa_kvcalc.report import assumptions, backend_json, flatten, plan_json, warnings
+from dsa_kvcalc.render import gib, least_widths, print_table, table_width
+from dsa_kvcalc.report import assumptions, backend_json, flatten, kv_bytes_per_token, plan_json, warnings
 
 MARKS = {"measured": "", "derived": "", "fitted": "^", "estimated": "~"}
 
@@ -64,8 +64,16 @@ def memory_line(plan: Plan) -> str:
         return f"{label} {gib(t.bytes)} GiB ({t.provenance})"
     return (f"per rank: requested {gib(m.requested_bytes)} GiB; {show('weights', m.weights)}; "
             f"{show('peak activation', m.peak_activation)}; {show('non-torch', m.non_torch)}; "
-            f"KV {m.kv_bytes_per_token:,} B/token"
-            + (f" + {gib(m.kv_bytes_per_request)} GiB per request" if m.kv_bytes_per_request else ""))
+            f"{kv_line(plan)}")
+
+
+def kv_line(plan: Plan) -> str:
+    kv, m = plan.memory.kv, plan.memory
+    groups = ", ".join(f"{len(g.pages)} x {g.block}" + (f"/{g.window}w" if g.window else "") for g in kv.groups)
+    return (f"KV cache ({m.kv_provenance.provenance}, {m.sparse_mla_backend}): groups of layers x page tokens "
+            f"[{groups}], {kv.block_bytes:,} B a block, {kv.pages_per_request:,} pages a request of "
+            f"{plan.recipe.max_model_len:,} tokens ({gib(kv.request_bytes)} GiB needed for one), "
+            f"{kv_bytes_per_token(plan):,} B per logged token")
 
 
 CAPTION = ("* the recipe's sparse-indexer-topk-backend; B/element: logits output + FP32 copy; graph logits: the "
@@ -74,37 +82,30 @@ CAPTION = ("* the recipe's sparse-indexer-topk-backend; B/element: logits output
 
 
 def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[list[int]]:
-    """Backend columns in groups that fit the console's width, so that no figure is ever cut."""
-    widths = [max(len(line[i]) for line in [header, *rows]) + 3 for i in range(len(header))]
-    groups, used = [[]], widths[0]
+    """Backend columns in groups that fit the console's width beside the label column, so that no figure is cut."""
+    widths = least_widths(header, rows)
+    groups: list[list[int]] = [[]]
     for i in range(1, len(header)):
-        if groups[-1] and used + widths[i] > width:
+        if groups[-1] and table_width([widths[0], *(widths[j] for j in groups[-1]), widths[i]]) > width:
             groups.append([])
-            used = widths[0]
         groups[-1].append(i)
-        used += widths[i]
     return groups
 
 
 def render_table(plan: Plan, console) -> None:
-    from rich.table import Table
+    from rich.markup import escape
 
     header, rows, unavailable = table(plan)
-    console.print(heading(plan), highlight=False)
+    console.print(heading(plan), highlight=False, markup=False)
     for group in column_groups(header, rows, console.width):
-        grid = Table()
-        for i in [0, *group]:
-            grid.add_column(header[i], justify="left" if i == 0 else "right", no_wrap=True, min_width=max(
-                len(line[i]) for line in [header, *rows]))
-        for row in rows:
-            grid.add_row(*(row[i] for i in [0, *group]))
-        console.print(grid)
+        columns = [0, *group]
+        print_table(console, [header[i] for i in columns], [[row[i] for i in columns] for row in rows])
     console.print(CAPTION, highlight=False)
     for line in unavailable:
-        console.print(f"unavailable: {line}", highlight=False)
-    console.print(memory_line(plan), highlight=False)
+        console.print(f"unavailable: {line}", highlight=False, markup=False)
+    console.print(memory_line(plan), highlight=False, markup=False)
     for line in warnings(plan):
-        console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(line)}", highlight=False)
 
 
 def render_markdown(plan: Plan) -> str:
@@ -172,13 +173,9 @@ def explain(plan: Plan) -> str:
                 f"  KV cache = requested {gib(m.requested_bytes)} - weights {gib(m.weights.bytes)} - peak "
                 f"{gib(b.peak_activation_bytes)} - non-torch {gib(m.non_torch.bytes)} - graphs {gib(b.cudagraph.bytes)}"
                 f" = {gib(b.kv_cache_bytes)} GiB")
-        block = r.model.kv_block_size
-        dcp = f" x DCP {r.decode_context_parallel_size}" if r.decode_context_parallel_size > 1 else ""
-        if m.kv_bytes_per_request:
-            tokens = (f"{b.kv_cache_bytes:,}{dcp} x {r.max_model_len:,} / ({m.kv_bytes_per_token:,} B x "
-                      f"{r.max_model_len:,} + {m.kv_bytes_per_request:,} B per request)")
-        else:
-            tokens = f"floor({b.kv_cache_bytes:,}{dcp} / ({block} x {m.kv_bytes_per_token:,} B)) x {block}"
+        kv = m.kv
+        tokens = (f"int(floor({b.kv_cache_bytes:,} / {kv.block_bytes:,} B a block) / {kv.pages_per_request:,} pages "
+                  f"a request x {r.max_model_len:,})")
         lines += [
             f"  KV tokens = {tokens} = {b.kv_cache_tokens:,} (before #62860: {b.kv_cache_tokens_before_fix:,})",
             f"  max concurrency = {b.kv_cache_tokens:,} / {r.max_model_len:,} = {b.max_concurrency:.2f}x",
