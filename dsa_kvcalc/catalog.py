@@ -221,16 +221,18 @@ MLA_MODELS = [
     Model("zai-org/GLM-5-FP8", f"{AIC}/zai-org--GLM-5-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 202752,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5", "zai-org/GLM-5")),
     Model("zai-org/GLM-5.1-FP8", f"{AIC}/zai-org--GLM-5.1-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 202752,
-          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5.1", "zai-org/GLM-5.1", "GLM-5.1-NVFP4",
-                                                  "nvidia/GLM-5.1-NVFP4", "lukealonso/GLM-5.1-NVFP4-MTP"),
-          note="the NVFP4 quantisations keep this KV layout (attention and indexers are not quantised); their "
-               "weights are smaller than this FP8 estimate"),
+          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5.1", "zai-org/GLM-5.1")),
+    Model("nvidia/GLM-5.1-NVFP4", f"{AIC}/nvidia--GLM-5.1-NVFP4_config.json", 78, 1, 6144, 32, 128, 2048, 202752,
+          estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, ("GLM-5.1-NVFP4", "lukealonso/GLM-5.1-NVFP4-MTP"),
+          note="NVFP4 routed experts; attention and indexers keep GLM-5.1's KV layout"),
     Model("zai-org/GLM-5.2-FP8", f"{AIC}/zai-org--GLM-5.2-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 1048576,
-          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5.2", "zai-org/GLM-5.2", "GLM-5.2-NVFP4",
-                                                  "nvidia/GLM-5.2-NVFP4"),
+          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5.2", "zai-org/GLM-5.2"),
           index_topk_freq=4, index_skip_topk_offset=3,
-          note="shared indexers: 21 of 78 layers (and the MTP layer) keep an indexer K cache; the NVFP4 "
-               "quantisation keeps this KV layout, its weights are smaller than this FP8 estimate"),
+          note="shared indexers: 21 of 78 layers (and the MTP layer) keep an indexer K cache"),
+    Model("nvidia/GLM-5.2-NVFP4", f"{AIC}/nvidia--GLM-5.2-NVFP4_config.json", 78, 1, 6144, 32, 128, 2048, 1048576,
+          estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, ("GLM-5.2-NVFP4",),
+          index_topk_freq=4, index_skip_topk_offset=3,
+          note="NVFP4 routed experts; shared indexers as GLM-5.2"),
 ]
 V4_MODELS = [
     Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", 43, 1, 4096, 64,

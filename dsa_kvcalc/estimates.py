@@ -43,6 +43,10 @@ V32_CHECKPOINT = Figure(689 * 10**9, "estimated", "about 689 GB: DeepSeek-V3's F
                                                   "+ the 11.6B MTP layer)")
 GLM5_FP8_CHECKPOINT = Figure(756 * 10**9, "estimated", "about 756 GB: 753.9B parameters (MTP layer included) at "
                                                        "about 1 B each in FP8, plus BF16 embeddings")
+GLM5_NVFP4_CHECKPOINT = Figure(
+    724_775_731_200 * 9 // 16 + 29_100_000_000 * 2, "estimated",
+    "the GLM-5 shape with NVFP4 routed experts (724.8B weights at 0.5 B + a 1 B scale per 16) and the other 29.1B "
+    "weights in BF16: 466 GB (a GLM-5.2-NVFP4 startup log prints 'Checkpoint size: 432.90 GiB')")
 V4_FLASH_CHECKPOINT = Figure(
     bytes_of_gib(2 * 74.08), "fitted",
     "2 x 74.08 GiB: 'Model loading took 74.08 GiB' on each rank of a TP2 vLLM 0.23.0 start without MTP "
