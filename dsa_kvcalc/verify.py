@@ -28,8 +28,8 @@ EXTRA_SHAPES = [
     ("GLM-5, max-model-len 5000, 1 MTP token", {
         "model": "zai-org/GLM-5", "max-model-len": 5000, "max-num-seqs": 64, "tensor-parallel-size": 8,
         "enable-expert-parallel": True, "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}}),
-    ("DeepSeek-V4-Flash, max-model-len 100001, 3 MTP tokens", {
-        "model": "deepseek-ai/DeepSeek-V4-Flash", "max-model-len": 100001, "max-num-seqs": 128,
+    ("DeepSeek-V4-Flash, max-model-len 400004 (indexer width 100001), 3 MTP tokens", {
+        "model": "deepseek-ai/DeepSeek-V4-Flash", "max-model-len": 400004, "max-num-seqs": 128,
         "tensor-parallel-size": 2, "enable-expert-parallel": True,
         "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}),
 ]

@@ -38,18 +38,19 @@ def test_rtx_log_needs_the_gpu_and_writes_nothing_without_it(tmp_path):
 
 
 def test_plan_on_the_calibrated_recipe_reproduces_the_logs_kv_tokens(tmp_path):
-    # The catalog has no RTX PRO 6000: B200 stands in. calibrate says the device had about 95 GiB, and the derived
-    # activation absorbs the difference; what is checked is that weights, graphs and KV round-trip through the memory
-    # block and plan's block arithmetic lands within one 256-token block of the log's 1,993,100 tokens.
+    # What is checked: weights, graphs and KV round-trip through the memory block, and plan's KV-cache groups land
+    # within one block of the log's 1,993,100 tokens.
     out = tmp_path / "calibrated.yaml"
-    result = calibrate(RTX, "--set", "gpu=B200", "--output", out, "--format", "json")
+    result = calibrate(RTX, "--set", "gpu=NVIDIA RTX PRO 6000 Blackwell Server Edition", "--output", out,
+                       "--format", "json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert report["log"]["kv_tokens"] == 1_993_100
-    assert any("about 95" in note for note in report["notes"])
-    implied = next(t for t in report["terms"] if t["term"] == "KV bytes per token")
+    assert report["log"]["kv_tokens"] == 1_993_100 and report["recipe"]["vllm-version"] == "0.25.0"
+    implied = next(t for t in report["terms"] if t["term"] == "KV bytes per logged token")
     assert implied["log"] == 5544  # 10.29 GiB / 1,993,100 tokens
-    assert implied["plan"] == 5544  # the catalog's 3,915 B/token + 1.59 GiB per request, spread over 1M tokens
+    # V4-Flash's groups at vLLM 0.25.0: 1,039,680 B a block, 5,593 pages a request of 1M tokens (hand-checked
+    # against vLLM's kv_cache_utils.py in tests/test_kv_cache.py): 5,545.5 B per logged token
+    assert implied["plan"] == 5546
     written = yaml.safe_load(out.read_text())
     assert written["memory"]["weights_bytes"] == round(75.64 * GIB)
     assert written["memory"]["cudagraph_bytes"] == {"auto": round(1.58 * GIB)}
@@ -62,7 +63,7 @@ def test_plan_on_the_calibrated_recipe_reproduces_the_logs_kv_tokens(tmp_path):
 def test_table_names_each_term(tmp_path):
     result = calibrate(RTX, "--set", "gpu=B200")
     assert result.exit_code == 0
-    for term in ("weights", "peak activation", "non-torch", "CUDA graphs", "KV bytes per token", "KV tokens"):
+    for term in ("weights", "peak activation", "non-torch", "CUDA graphs", "KV bytes per logged token", "KV tokens"):
         assert term in result.output
     assert "75.64 GiB" in result.output and "1,993,100" in result.output and "within one block" in result.output
 
@@ -139,7 +140,7 @@ def test_headroom_from_the_seeds_before_and_after_tables():
     _, deep_select = seed_headroom("deep_select", 48_253_887, 48_163_989)
     assert abs(auto.headroom_bytes / GIB - 5.32) < 0.01
     assert abs(deep_select.headroom_bytes / GIB - 2.93) < 0.01
-    assert auto.kv_source.startswith("GPU KV cache size at the catalog's KV bytes")
+    assert auto.kv_source.startswith("GPU KV cache size through plan's KV-cache groups")
 
 
 def test_plan_with_the_derived_headroom_loses_the_seeds_tokens():

@@ -147,7 +147,7 @@ def test_markdown_and_table_show_the_backends():
 
 def test_explain_substitutes_the_numbers():
     text = run("plan", SEED, "--explain").output
-    assert "min(256, 8192) x 6 = 1,536" in text
+    assert "min(256, 16384) x 6 = 1,536" in text  # B200: 16384 batched tokens by default since vLLM 0.28
     assert "1,536 x 1,049,088 x 6 = 9,668,395,008 B" in text
 
 

@@ -156,8 +156,10 @@ def test_recommend_the_issue_example_picks_deep_select():
     text = " ".join(result.output.split())
     assert "Recommended: max-num-seqs 456, speculative-config.num_speculative_tokens 5, " \
            "sparse-indexer-topk-backend deep_select" in text
+    # By hand: a B200 has 182,631 MiB = 191,503,908,864 B; at utilisation 0.97 an unfixed vLLM leaves
+    # 191,503,908,864 - ceil(0.97 x 191,503,908,864) = 5,745,117,265 B free. A decode of 1 + 5 rows at 1,049,088
+    # BF16 columns takes 12,589,056 B with deep_select (456.4 fit) and 37,767,168 B with the FP32 copy (152.1 fit).
     assert "at 457: OOM risk without #62860" in text and "logits of 456 decodes" in text
-    # auto cannot even hold the target: above 152 decodes an unfixed vLLM runs out of memory
     assert "already at 256: OOM risk without #62860" in text and "logits of 152 decodes" in text
 
 
@@ -165,6 +167,8 @@ def test_recommend_trades_spec_tokens_for_sequences():
     result = recommend("--target-concurrency", 128, "--min-kv-tokens", 1_000_000, "--backend", "auto",
                        "--backend", "deep_select", "--max-spec-tokens", 5)
     text = " ".join(result.output.split())
+    # Fewer spec tokens, fewer rows per decode: with none, a decode's logits are 1 x 1,049,088 x 2 B and 456 x 6
+    # = 2,736 would fit the OOM bound (5,745,117,265 B / 2,098,176 B = 2,738.1), so spec 0 allows the most sequences.
     assert "Recommended: max-num-seqs 2738, speculative-config.num_speculative_tokens 0, " \
            "sparse-indexer-topk-backend deep_select" in text
     assert "auto │ 5 │ 152 │" in text  # the seed's setting, unfixed: 152 decodes
@@ -183,8 +187,8 @@ def test_recommend_stops_where_the_kv_target_binds():
 
 
 @pytest.mark.parametrize("args, words", [
-    # vLLM refuses max-num-seqs above max-num-batched-tokens (8192 by default on a B200)
-    (["--target-concurrency", 9000, "--min-kv-tokens", 0], ["above max-num-batched-tokens 8,192"]),
+    # vLLM refuses max-num-seqs above max-num-batched-tokens (16384 by default on a B200 since vLLM 0.28)
+    (["--target-concurrency", 17000, "--min-kv-tokens", 0], ["above max-num-batched-tokens 16,384"]),
     # 210 M tokens x 896 B per token would be 175 GiB: more than all 173 GiB requested
     (["--target-concurrency", 1, "--min-kv-tokens", 210_000_000], ["< 210,000,000"]),
 ])

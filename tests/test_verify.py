@@ -69,12 +69,12 @@ def test_plan_predicts_every_recorded_h200_shape_byte_for_byte():
 
 def test_recorded_widths_that_are_not_multiples_of_256():
     # Hand-derived: 256 rows x align(4097, 256) = 4352 FP32 columns; 64 sequences x next_n 2 at align(5000, 256) =
-    # 5120; 128 x 4 rows at align(100001, 256) = 100096. Peaks as the allocator charges them: 512 x 100,096 x 4 B =
+    # 5120; 128 x 4 rows at align(400004 // 4, 256) = 100096 (DeepSeek-V4's indexer scores max_model_len // 4). Peaks as the allocator charges them: 512 x 100,096 x 4 B =
     # 204,996,608 B = 97.75 x 2 MiB takes the whole 98th granule (0.25 is below its 1 MiB split threshold);
     # 4,456,448 B (4.25 MiB, under 10 MiB) is split off a larger segment. The H200 measured the same.
     for name, rows, stride, peak in (("DeepSeek-V3.2, max-model-len 4097", 256, 4352, 4_456_448),
                                      ("GLM-5, max-model-len 5000, 1 MTP token", 128, 5120, 128 * 5120 * 4),
-                                     ("DeepSeek-V4-Flash, max-model-len 100001, 3 MTP tokens", 512, 100096,
+                                     ("DeepSeek-V4-Flash, max-model-len 400004 (indexer width 100001), 3 MTP tokens", 512, 100096,
                                       98 * 2 * 2**20)):
         entry = shape(builtin(), name)
         logits = capacity.plan(load(entry["recipe"])).backend("auto").decode_logits
@@ -134,7 +134,7 @@ def test_a_difference_gives_exit_1():
 
 
 def test_scaled_down_rows_compare_bytes_per_row():
-    entry = copy.deepcopy(shape(builtin(), "DeepSeek-V4-Flash, max-model-len 100001, 3 MTP tokens"))
+    entry = copy.deepcopy(shape(builtin(), "DeepSeek-V4-Flash, max-model-len 400004 (indexer width 100001), 3 MTP tokens"))
     measured = entry["measured"][0]
     measured |= {"rows": 100, "storage_bytes": 100 * 100096 * 4, "peak_bytes": 100 * 100096 * 4}
     result = replay(entry)[0]
