@@ -154,3 +154,23 @@ def test_plan_with_the_derived_headroom_loses_the_seeds_tokens():
         planned = capacity.plan(load(raw, SEED.parent)).backend(backend)
         lost = planned.kv_cache_tokens_before_fix - planned.kv_cache_tokens
         assert abs(lost - (before - after)) <= 256, (backend, lost)
+
+
+def test_a_vllm_026_log_with_graph_estimate_and_standard_fp8_calibrates_to_its_tokens(tmp_path):
+    # tests/fixtures/vllm_logs/glm-5.2-nvfp4-4xgb200-tp4-ep-v0.26.0.log: "Using standard fp8 KV cache format"
+    # (FlashInfer's sparse MLA, 576 B a token a layer), "Estimated CUDA graph memory: 4.99 GiB", "Available KV cache
+    # memory: 50.62 GiB", "GPU KV cache size: 1,139,456 tokens". The log names neither GPU nor recipe file: the
+    # version, model, TP and cache dtype come from its engine-config line, the GPU from its 184.31 GiB (GB200).
+    out = tmp_path / "glm52.yaml"
+    result = calibrate(LOGS / "glm-5.2-nvfp4-4xgb200-tp4-ep-v0.26.0.log", "--output", out, "--format", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["recipe"]["vllm-version"] == "0.26.0" and report["recipe"]["gpu"] == "GB200"
+    # GLM-5.2 since vLLM 0.24: 78 MLA pages of 576 B and 21 indexer pages of 132 B a token = 47,700 B
+    implied = next(t for t in report["terms"] if t["term"] == "KV bytes per logged token")
+    assert implied["plan"] == 78 * 576 + 21 * 132
+    written = yaml.safe_load(out.read_text())
+    assert written["memory"]["gpu"] == "GB200" and written["memory"]["cudagraph_bytes"] == {"auto": round(4.99 * GIB)}
+    planned = json.loads(run("plan", out, "--format", "json").output)
+    auto = next(b for b in planned["backends"] if b["backend"] == "auto")
+    assert auto["kv_cache_tokens_before_fix"] == 1_139_456  # vLLM 0.26.0 has no #62860: its log is "before fix"
