@@ -5,6 +5,7 @@ memory terms vLLM's profile measures, (4) the steps of KV-cache sizing for one b
 PR #62860, and plan(), which strings them together. Bytes and tokens are integers.
 """
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -238,27 +239,35 @@ def peak_activation(memory: RankMemory, reserved: int, headroom: int) -> int:
 
 
 def capture_sizes(recipe: Recipe) -> list[int]:
-    """vLLM's CUDA-graph capture sizes (vllm/config/vllm.py _set_cudagraph_sizes); empty under NONE."""
+    """vLLM's CUDA-graph capture sizes (vllm/config/vllm.py:1984-2040); empty under NONE."""
     if recipe.cudagraph_mode == "NONE":
         return []
-    decode_query_len = 1 + recipe.num_speculative_tokens
-    limit = recipe.max_cudagraph_capture_size
-    if recipe.cudagraph_capture_sizes:
-        sizes = [s for s in recipe.cudagraph_capture_sizes if s <= recipe.max_num_batched_tokens]
-        return sorted(s for s in sizes if limit is None or s <= limit)
+    ceiling = recipe.engine.capture_ceiling_sm100 if recipe.gpu.arch in ("sm100", "sm103") else 512
+    return default_capture_sizes(recipe.num_speculative_tokens, recipe.max_cudagraph_capture_size,
+                                 recipe.cudagraph_capture_sizes, ceiling, recipe.max_num_seqs,
+                                 recipe.max_num_batched_tokens)
+
+
+@functools.cache
+def default_capture_sizes(k: int, limit: int | None, given: tuple[int, ...], ceiling: int, max_num_seqs: int,
+                          max_num_batched_tokens: int) -> list[int]:
+    """The given sizes, or the grid up to min(max_num_seqs x (1 + k) x 2, ceiling), plus request counts n x (1 + k)
+    on the same grid (FULL decode graphs of whole requests), all at most max_num_batched_tokens."""
+    decode_query_len = 1 + k
+    if given:
+        return sorted(s for s in given if s <= max_num_batched_tokens and (limit is None or s <= limit))
     extra = []
     if limit is None:
-        ceiling = 1024 if recipe.gpu.arch in ("sm100", "sm103") else 512
-        limit = min(recipe.max_num_seqs * decode_query_len * 2, ceiling)
-        if decode_query_len > 1:  # request counts n x (1 + k), n on the same grid
-            requests = min(recipe.max_num_seqs, ceiling)
+        limit = min(max_num_seqs * decode_query_len * 2, ceiling)
+        if decode_query_len > 1:
+            requests = min(max_num_seqs, ceiling)
             counts = grid(requests) + [requests]
             extra = [n * decode_query_len for n in counts if n * decode_query_len <= limit]
-    limit = min(limit, recipe.max_num_batched_tokens)
+    limit = min(limit, max_num_batched_tokens)
     sizes = grid(limit)
-    if recipe.max_num_batched_tokens <= limit:
-        sizes.append(recipe.max_num_batched_tokens)
-    return sorted({s for s in sizes + extra if s <= recipe.max_num_batched_tokens})
+    if max_num_batched_tokens <= limit:
+        sizes.append(max_num_batched_tokens)
+    return sorted({s for s in sizes + extra if s <= max_num_batched_tokens})
 
 
 def grid(limit: int) -> list[int]:
@@ -412,8 +421,9 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
         oom_before_fix=oom_before_fix(recipe, memory, dl))
 
 
-def plan(recipe: Recipe) -> Plan:
-    """Every backend of the recipe's engine, through the doc's steps."""
+def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
+    """Every backend of the recipe's engine through the doc's steps, or those in `only` (and auto, which the report
+    compares them with): a sweep plans just the backends it shows."""
     memory = rank_memory(recipe)
     check_weights_fit(recipe, memory)
     backends = engine_backends(recipe)
@@ -422,4 +432,5 @@ def plan(recipe: Recipe) -> Plan:
     graph_rows = cudagraph_logits_rows(recipe)
     graph_logits = {name: graph_rows * dl.padded_columns * dl.bytes_per_element for name, dl in logits.items()}
     check_graph_pools(recipe, graph_logits)
-    return Plan(recipe, memory, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits) for b in backends])
+    shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
+    return Plan(recipe, memory, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits) for b in shown])

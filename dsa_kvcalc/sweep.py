@@ -67,6 +67,8 @@ def parse_vary(text: str) -> Vary:
     check_key(option, key)
     if not spec:
         raise RecipeError(option, "no values")
+    if any("\ud800" <= char <= "\udfff" for char in spec):  # bytes that are not UTF-8 on the command line
+        raise RecipeError(option, "the values are not UTF-8 text")
     if ":" in spec:
         return Vary(key, parse_range(option, spec))
     items = [item.strip() for item in spec.split(",")]
@@ -101,34 +103,42 @@ def check_key(option: str, key: str) -> None:
 
 
 def parse_range(option: str, spec: str):
+    """start:stop:step, stop included: a range of whole numbers (128k and 1M too), else a DecimalRange. Each number
+    is at most 10^18 with at most 12 decimals, so that counting the values is exact and quick."""
     parts = [part.strip() for part in spec.split(":")]
     if len(parts) != 3:
         raise RecipeError(option, f"expected a range start:stop:step, got {spec!r}")
-    try:
-        start, stop, step = (parse_size(option, part) for part in parts)
-    except RecipeError:
+    numbers = []
+    for part in parts:
         try:
-            start, stop, step = (Decimal(part) for part in parts)
-        except InvalidOperation:
-            raise RecipeError(option, f"range bounds and step must be numbers, got {spec!r}") from None
-        if not all(part.is_finite() for part in (start, stop, step)):
-            raise RecipeError(option, f"range bounds and step must be finite, got {spec!r}")
+            numbers.append(Decimal(parse_size(option, part)))
+        except RecipeError:
+            try:
+                numbers.append(Decimal(part))
+            except InvalidOperation:
+                raise RecipeError(option, f"range bounds and step must be numbers, got {spec!r}") from None
+    if not all(n.is_finite() and abs(n) <= 10 ** 18 and n.normalize().as_tuple().exponent >= -12 for n in numbers):
+        raise RecipeError(option, f"range bounds and step must be finite, at most 1e18 and have at most 12 decimals, "
+                                  f"got {spec!r}")
+    start, stop, step = numbers
     if step <= 0:
         raise RecipeError(option, f"step must be above 0, got {step}")
     if start > stop:
         raise RecipeError(option, f"start {start} is above stop {stop}")
     if (stop - start) / step >= MAX_POINTS:
         raise RecipeError(option, f"over {MAX_POINTS:,} values: raise the step")
-    if all(isinstance(part, int) for part in (start, stop, step)):
-        return range(start, stop + 1, step)
-    return DecimalRange(Decimal(start), Decimal(stop), Decimal(step))
+    if all(n == n.to_integral_value() for n in numbers):
+        return range(int(start), int(stop) + 1, int(step))
+    return DecimalRange(start, stop, step)
 
 
 def parse_scalar(text: str):
     """As YAML reads it (the way --set does): 3 is a number, fp8 a word, true a flag."""
+    from dsa_kvcalc.recipe import yaml_loader
+
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return yaml.load(text, Loader=yaml_loader())
+    except (yaml.YAMLError, RecipeError, RecursionError):
         return text
 
 
@@ -190,7 +200,7 @@ def rows(base: Base, varies: list[Vary], backends: list[str], points, failures: 
     for point in points:
         values = dict(zip(keys, point))
         try:
-            plan = capacity.plan(recipe_at(base, values))
+            plan = capacity.plan(recipe_at(base, values), set(backends) if backends else None)
         except RecipeError as error:
             failures.count += 1
             failures.first = failures.first or str(error)

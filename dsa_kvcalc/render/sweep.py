@@ -5,8 +5,11 @@ import io
 import itertools
 import json
 
-from dsa_kvcalc.render import gib
+from dsa_kvcalc.render import gib, print_table
 from dsa_kvcalc.sweep import Candidate
+
+
+CHUNK_ROWS = 256  # rows written at once: memory stays flat, and the writes few
 
 
 def csv_lines(rows):
@@ -19,13 +22,15 @@ def csv_lines(rows):
             break
     fields = list(dict.fromkeys([*(key for row in waiting for key in row), "error"]))
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
-    writer.writeheader()
-    for row in itertools.chain(waiting, rows):
-        writer.writerow(row)
-        yield out.getvalue()
-        out.seek(0)
-        out.truncate()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(fields)
+    for count, row in enumerate(itertools.chain(waiting, rows), 1):
+        writer.writerow([row.get(field, "") for field in fields])
+        if count % CHUNK_ROWS == 0:
+            yield out.getvalue()
+            out.seek(0)
+            out.truncate()
+    yield out.getvalue()
 
 
 def jsonl_lines(rows):
@@ -46,28 +51,33 @@ def table_cells(keys: list[str], row: dict, notes: dict[str, int]) -> list[str]:
             f"{row['max_concurrency']:.2f}x", risk]
 
 
-def render_table(keys: list[str], rows, console) -> None:
-    from rich.table import Table
+CAPTION = ("reserved: the decode-logits reservation after vLLM #62860; OOM before fix: concurrent decodes above which a "
+           "vLLM without it runs out of memory")
+TABLE_ROWS = 1000  # rows per table: a large sweep prints table after table, and memory stays flat
 
-    grid = Table(caption="reserved: the decode-logits reservation after vLLM #62860; OOM before fix: concurrent "
-                         "decodes above which a vLLM without it runs out of memory", caption_justify="left")
-    notes: dict[str, int] = {}
-    cells = [table_cells(keys, row, notes) for row in rows]
-    labels = (*keys, "backend", "reserved GiB", "KV tokens/rank", "max concurrency", "OOM before fix")
-    for i, label in enumerate(labels):  # values keep their width; long labels wrap
-        grid.add_column(label, justify="left" if label == "backend" else "right", overflow="fold",
-                        min_width=max((len(line[i]) for line in cells), default=1))
-    for line in cells:
-        grid.add_row(*line)
-    console.print(grid)
-    for note, number in notes.items():
-        console.print(f"[{number}] {note}", highlight=False, markup=False)
+
+def table_parts(keys: list[str], rows, console):
+    """Print the rows as tables of TABLE_ROWS rows, each followed by its notes, then the caption; yield after each
+    part, so that the caller can pass its text on."""
+    labels = [*keys, "backend", "reserved GiB", "KV tokens/rank", "max concurrency", "OOM before fix"]
+    rows = iter(rows)
+    while chunk := list(itertools.islice(rows, TABLE_ROWS)):
+        notes: dict[str, int] = {}
+        print_table(console, labels, [table_cells(keys, row, notes) for row in chunk], left=(len(keys),))
+        for note, number in notes.items():
+            console.print(f"[{number}] {note}", highlight=False, markup=False)
+        yield
+    console.print(CAPTION, highlight=False)
+    yield
+
+
+def render_table(keys: list[str], rows, console) -> None:
+    for _ in table_parts(keys, rows, console):
+        pass
 
 
 def render_recommendation(candidates: list[Candidate], target_concurrency: int, min_kv_tokens: int,
                           data_parallel_size: int, console) -> None:
-    from rich.table import Table
-
     console.print(
         f"Targets, per rank (one vLLM engine; with data-parallel-size {data_parallel_size} the deployment holds "
         f"{data_parallel_size}x): max-num-seqs >= {target_concurrency} so that {target_concurrency} requests run at "
@@ -75,20 +85,21 @@ def render_recommendation(candidates: list[Candidate], target_concurrency: int, 
         f"that concurrency); no decode-logits OOM on a vLLM without #62860 (so the answer holds with or without "
         f"it); max-num-seqs <= max-num-batched-tokens (vLLM's rule). Preferred: the largest max-num-seqs, then the "
         f"most spec tokens, then the most KV tokens.", highlight=False)
-    grid = Table("backend", "spec tokens", "largest max-num-seqs", "KV tokens/rank", "max concurrency",
-                 "what fails one step up")
+    header = ["backend", "spec tokens", "largest max-num-seqs", "KV tokens/rank", "max concurrency",
+              "what fails one step up"]
     alike: dict[tuple, list[str]] = {}  # backends with the same numbers share a row
     for c in candidates:
         alike.setdefault((c.spec_tokens, c.max_num_seqs, c.kv_cache_tokens, c.max_concurrency, *c.stops),
                          []).append(c.backend)
+    lines = []
     for (spec_tokens, seqs, tokens, concurrency, *stops), backends in alike.items():
         if seqs is None:
-            grid.add_row(", ".join(backends), str(spec_tokens), "none", "", "",
-                         f"already at {target_concurrency}: " + "; ".join(stops))
+            lines.append([", ".join(backends), str(spec_tokens), "none", "", "",
+                          f"already at {target_concurrency}: " + "; ".join(stops)])
         else:
-            grid.add_row(", ".join(backends), str(spec_tokens), str(seqs), f"{tokens:,}", f"{concurrency:.2f}x",
-                         f"at {seqs + 1}: " + "; ".join(stops))
-    console.print(grid)
+            lines.append([", ".join(backends), str(spec_tokens), str(seqs), f"{tokens:,}", f"{concurrency:.2f}x",
+                          f"at {seqs + 1}: " + "; ".join(stops)])
+    print_table(console, header, lines, left=(0, 5), prose=(0, 5))
     best = candidates[0] if candidates and candidates[0].max_num_seqs is not None else None
     if best is None:
         console.print("No setting meets the targets: see why above.", highlight=False)
