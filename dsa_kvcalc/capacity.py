@@ -213,11 +213,23 @@ def rank_memory(recipe: Recipe) -> RankMemory:
 
 # 4. KV-cache sizing, step by step ----------------------------------------------------------------------------------
 
+def rocm_indexer_workspace_bytes(recipe: Recipe) -> int:
+    """ROCm's AITER indexer locks one (max_num_batched_tokens, max_model_len) FP32 buffer for the decode logits
+    while profiling (vLLM 0.23+, engine.py): 32 GiB at 8192 x 1M (vLLM issue #55132)."""
+    if not (recipe.gpu.arch.startswith("gfx") and recipe.engine.rocm_locks_indexer_workspace):
+        return 0
+    return recipe.max_num_batched_tokens * recipe.max_model_len * FP32_BYTES
+
+
 def reservation(recipe: Recipe, logits: DecodeLogits) -> tuple[int, int]:
     """reserved = max(prefill_budget, rows x padded_width x bytes_per_element)   (after #62860; before: the budget)
-    DeepInfer's profile run holds the decode logits themselves, before and after."""
+    DeepInfer's profile run holds the decode logits themselves, before and after; ROCm's locked workspace holds them
+    on top of the budget, before and after."""
     if recipe.engine.profile_holds_decode_logits:
         return logits.bytes, logits.bytes
+    workspace = rocm_indexer_workspace_bytes(recipe)
+    if workspace:
+        return recipe.prefill_budget_bytes + workspace, recipe.prefill_budget_bytes + workspace
     return max(recipe.prefill_budget_bytes, logits.bytes), recipe.prefill_budget_bytes
 
 
@@ -337,7 +349,8 @@ def oom_before_fix(recipe: Recipe, memory: RankMemory, logits: DecodeLogits) -> 
     free_bytes = recipe.gpu.total_memory_bytes - memory.requested_bytes
     per_decode = (1 + recipe.num_speculative_tokens) * logits.padded_columns * logits.bytes_per_element
     max_decodes = free_bytes // per_decode
-    at_risk = not recipe.engine.profile_holds_decode_logits and max_decodes < recipe.max_num_seqs
+    preallocated = recipe.engine.profile_holds_decode_logits or rocm_indexer_workspace_bytes(recipe)
+    at_risk = not preallocated and max_decodes < recipe.max_num_seqs
     return OomRisk(free_bytes, per_decode, max_decodes, at_risk)
 
 
@@ -409,8 +422,9 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
     kv_bytes_before = kv_cache_bytes(recipe, *fixed, peak_before, memory.non_torch.bytes, graphs.bytes)
     tokens = memory.kv.tokens(kv_bytes)
     reason = availability(recipe, backend)
+    note = backend.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows)
     return BackendPlan(
-        backend=backend.name, available=reason is None, reason=reason or backend.note,
+        backend=backend.name, available=reason is None, reason=reason or note,
         selected=backend.name == recipe.topk_backend,
         decode_logits=dl, prefill_budget_bytes=recipe.prefill_budget_bytes,
         reserved_bytes=reserved, reserved_bytes_before_fix=reserved_before,

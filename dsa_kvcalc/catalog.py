@@ -139,11 +139,12 @@ INDEXER_TOPK = "vllm-project/vllm vllm/model_executor/layers/indexer_topk.py (0f
 
 BACKENDS = [
     Backend("auto", CUDA + ROCM, None, False,
-            "cooperative for batches of <= 64 rows, then persistent, then a per-row kernel; aiter on ROCm",
+            "cooperative for batches of <= {cooperative_rows} rows, then persistent, then a per-row kernel; aiter on "
+            "ROCm",
             INDEXER_TOPK),
     Backend("persistent", CUDA, (512, 1024, 2048), False, "1 MiB workspace", INDEXER_TOPK),
     Backend("cooperative", NOT_SM12X, (512, 1024, 2048), False,
-            "batches of <= 64 rows (32 in older vLLM); 1 MiB workspace", INDEXER_TOPK),
+            "batches of <= {cooperative_rows} rows; 1 MiB workspace", INDEXER_TOPK),
     Backend("deep_select", ("sm100", "sm103"), tuple(range(1, 4097)), True,
             "DeepSelect: FP32 or BF16 input, row stride a multiple of 1024 B, topk <= 4096",
             INDEXER_TOPK + "; BF16 ranking: vLLM PR #62240"),

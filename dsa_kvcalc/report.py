@@ -70,7 +70,8 @@ def oom_warnings(plan: Plan) -> list[str]:
         if b.available and b.oom_before_fix.at_risk:
             dl = b.decode_logits
             at_risk.setdefault((b.oom_before_fix, dl.padded_columns, dl.bytes_per_element), []).append(b.backend)
-    return [f"without vLLM #62860 ({', '.join(names)}): a step that runs its decode logits outside a CUDA graph "
+    lacks = "" if recipe.engine.reserves_decode_logits else f"{recipe.engine.label} lacks #62860: "
+    return [f"{lacks}without vLLM #62860 ({', '.join(names)}): a step that runs its decode logits outside a CUDA graph "
             f"(eager, piecewise, mixed) runs out of memory above {oom.max_decodes} concurrent decodes "
             f"(max-num-seqs {recipe.max_num_seqs}): {1 + recipe.num_speculative_tokens} rows x {padded:,} columns x "
             f"{element} B = {oom.bytes_per_decode / MIB:.1f} MiB per decode against {oom.free_bytes / GIB:.2f} GiB "

@@ -54,7 +54,9 @@ def heading(plan: Plan) -> str:
     return (f"{r.model.name} on {r.gpu.name} ({r.gpu.arch}, {gib(r.gpu.total_memory_bytes)} GiB), {parallel}, "
             f"{r.engine.label}, DeepGEMM {r.layout.versions} ({r.layout.logits_dtype} logits); "
             f"max-num-seqs {r.max_num_seqs}, max-model-len {r.max_model_len:,}, "
-            f"{r.num_speculative_tokens} spec tokens, gpu-memory-utilization {r.gpu_memory_utilization}")
+            f"{r.num_speculative_tokens} spec tokens, gpu-memory-utilization {r.gpu_memory_utilization}; "
+            f"{r.engine.label} logs the '"
+            f"{'KV tokens/rank' if r.engine.reserves_decode_logits else 'tokens before fix'}' row")
 
 
 def memory_line(plan: Plan) -> str:
