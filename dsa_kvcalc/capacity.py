@@ -260,7 +260,7 @@ def capture_sizes(recipe: Recipe) -> list[int]:
                                  recipe.max_num_batched_tokens)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=256)  # a sweep repeats few shapes; bounded, so memory stays flat
 def default_capture_sizes(k: int, limit: int | None, given: tuple[int, ...], ceiling: int, max_num_seqs: int,
                           max_num_batched_tokens: int) -> list[int]:
     """The given sizes, or the grid up to min(max_num_seqs x (1 + k) x 2, ceiling), plus request counts n x (1 + k)

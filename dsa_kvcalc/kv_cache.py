@@ -206,7 +206,7 @@ def pages_per_request(g: Group, max_model_len: int, in_flight_tokens: int, extra
 
 # The spec of a recipe --------------------------------------------------------------------------------------------
 
-@functools.cache
+@functools.lru_cache(maxsize=256)  # a sweep repeats few shapes; bounded, so memory stays flat
 def spec(model: Model, engine: Engine, token_bytes: int, mtp_layers: int, max_model_len: int, in_flight_tokens: int,
          extra_retained: int, dcp: int) -> KvSpec:
     """The groups, block bytes and pages per request of a model under one vLLM version's rules."""
