@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field, replace
 
 from dsa_kvcalc import capacity
-from dsa_kvcalc.catalog import GIB, GPUS
+from dsa_kvcalc.catalog import GPUS
+from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import Recipe, RecipeError, canonical, load
 from dsa_kvcalc.vllm_log import LogReading, RankReading
 
@@ -139,12 +140,9 @@ def approximate_total(rank: RankReading) -> int | None:
 
 
 def model_name(value: str) -> str:
-    """A Hugging Face cache path (.../models--deepseek-ai--DeepSeek-V3.2/snapshots/...) names its repository; a
-    local path (/models/GLM-5.2-NVFP4) its last part."""
+    """A Hugging Face cache path (.../models--deepseek-ai--DeepSeek-V3.2/snapshots/...) names its repository."""
     match = re.search(r"models--([^/]+?)--([^/]+)", value)
-    if match:
-        return f"{match[1]}/{match[2]}"
-    return value.rstrip("/").rsplit("/", 1)[-1] if value.startswith(("/", "./", "~")) else value
+    return f"{match[1]}/{match[2]}" if match else value
 
 
 def recipe_from_log(reading: LogReading) -> tuple[dict, list[str]]:
@@ -230,6 +228,53 @@ def mismatch_notes(recipe: Recipe, measured: Measured, kv_per_token: int, implie
     return notes
 
 
+def device_notes(recipe: Recipe, measured: Measured) -> list[str]:
+    """Where the log's device is not the recipe's GPU."""
+    total, approximate, gpu = measured.total_memory_bytes, measured.approximate_total_memory_bytes, recipe.gpu
+    if total and abs(total - gpu.total_memory_bytes) > GPU_MATCH_BYTES:
+        return [f"the log's device has {total / GIB:.2f} GiB; {gpu.name} in the catalog has "
+                f"{gpu.total_memory_bytes / GIB:.2f} GiB: the derived terms absorb the gap"]
+    if total is None and approximate and abs(approximate / gpu.total_memory_bytes - 1) > 0.02:
+        return [f"the log's device has about {approximate / GIB:.1f} GiB (CUDA graph estimate / utilisation gap), not "
+                f"{gpu.name}'s {gpu.total_memory_bytes / GIB:.2f} GiB: the derived terms absorb the gap; is the gpu "
+                f"right?"]
+    return []
+
+
+@dataclass(frozen=True)
+class Split:
+    """Peak activation and non-torch memory, from the log or from vLLM's sizing identity, and where each came from."""
+    activation: int
+    non_torch: int
+    sources: dict
+    notes: list[str]
+
+
+def split_residual(recipe: Recipe, residual: int, activation: int | None, non_torch: int | None,
+                   estimate_non_torch: int, tolerance: int) -> Split:
+    """activation + non-torch = residual (vLLM's identity): logged terms where the log has them, the rest derived."""
+    derived = "derived: requested - logged terms - KV"
+    if activation is not None and non_torch is not None:
+        gap = residual - activation - non_torch
+        if abs(gap) <= tolerance:
+            return Split(activation + gap, non_torch, {"peak_activation": "log", "non_torch": "log"},
+                         [f"peak activation adjusted by {gap / 2**20:+.1f} MiB: the log's terms are rounded to 0.01 "
+                          f"GiB; the adjustment makes them add up to its KV tokens"])
+        return Split(activation, non_torch, {"peak_activation": "log", "non_torch": "log"},
+                     [f"the logged terms leave {gap / GIB:+.2f} GiB unexplained on {recipe.gpu.name} at "
+                      f"gpu-memory-utilization {recipe.gpu_memory_utilization}: check the gpu and the utilisation"])
+    if activation is not None:
+        return Split(activation, max(residual - activation, 0), {"peak_activation": "log", "non_torch": derived}, [])
+    if non_torch is not None:
+        return Split(max(residual - non_torch, 0), non_torch, {"peak_activation": derived, "non_torch": "log"}, [])
+    activation = max(residual - estimate_non_torch, 0)
+    return Split(activation, residual - activation,
+                 {"peak_activation": "derived: requested - weights - graphs - KV - non-torch estimate",
+                  "non_torch": "plan's estimate (the log gives only the sum with activation)"},
+                 [f"the log gives peak activation + non-torch only as a sum ({residual / GIB:.2f} GiB, from vLLM's "
+                  f"sizing identity); split with plan's non-torch estimate"])
+
+
 def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) -> Calibration:
     measured = measure(reading)
     if measured.weights_bytes is None:
@@ -242,21 +287,11 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     estimate = capacity.plan(recipe)
     selected = estimate.backend(recipe.topk_backend)
     kv_per_token = logged_token_bytes(recipe)  # DeepSeek V4: each request's window and state pages folded in
-    block_bytes = estimate.memory.kv.block_bytes
-
-    if measured.total_memory_bytes and abs(measured.total_memory_bytes - recipe.gpu.total_memory_bytes) > GPU_MATCH_BYTES:
-        notes.append(f"the log's device has {measured.total_memory_bytes / GIB:.2f} GiB; {recipe.gpu.name} in the "
-                     f"catalog has {recipe.gpu.total_memory_bytes / GIB:.2f} GiB: the derived terms absorb the gap")
-    approximate = measured.approximate_total_memory_bytes
-    if measured.total_memory_bytes is None and approximate and abs(approximate / recipe.gpu.total_memory_bytes - 1) > 0.02:
-        notes.append(f"the log's device has about {approximate / GIB:.1f} GiB (CUDA graph estimate / utilisation "
-                     f"gap), not {recipe.gpu.name}'s {recipe.gpu.total_memory_bytes / GIB:.2f} GiB: the derived terms "
-                     f"absorb the gap; is the gpu right?")
-    graphs = measured.cudagraph_bytes
-    if graphs is None:
-        graphs = 0
-        notes.append("no CUDA graph estimate in the log: this vLLM sized the KV cache without subtracting graphs "
-                     "(before v0.21, or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); CUDA graphs calibrated to 0")
+    notes += device_notes(recipe, measured)
+    graphs = measured.cudagraph_bytes or 0
+    if measured.cudagraph_bytes is None:
+        notes.append(f"no CUDA graph estimate in the log: {recipe.engine.label} sized the KV cache without "
+                     f"subtracting graphs (before v0.20, Model Runner V2, or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)")
     target, agrees = kv_target_bytes(estimate.memory, measured)
     if target is None:
         raise RecipeError("log", "no Available KV cache memory or GPU KV cache size (cut short before the KV cache was "
@@ -267,9 +302,7 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     if agrees is False:
         notes += mismatch_notes(recipe, measured, kv_per_token, implied)
 
-    weights = measured.weights_bytes
-    activation, non_torch = measured.peak_activation_bytes, measured.non_torch_bytes
-    sources = {"weights": "log", "cudagraph": "log" if measured.cudagraph_bytes is not None else "log (none)"}
+    weights, activation = measured.weights_bytes, measured.peak_activation_bytes
     if activation is not None and recipe.engine.logged_peak_includes_cudagraphs:
         activation -= graphs
         notes.append(f"{recipe.engine.label} logs peak activation with the CUDA-graph estimate in it (vLLM PR #49208): "
@@ -281,57 +314,42 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
                                  f"exceed what {recipe.gpu.name} at gpu-memory-utilization "
                                  f"{recipe.gpu_memory_utilization} allows ({estimate.memory.requested_bytes / GIB:.2f} "
                                  f"GiB): is the gpu right?")
-    if activation is not None and non_torch is not None:
-        gap = residual - activation - non_torch
-        if abs(gap) <= 4 * PRINT_ROUNDING_BYTES + block_bytes:
-            activation += gap
-            notes.append(f"peak activation adjusted by {gap / 2**20:+.1f} MiB: the log's terms are rounded to "
-                         f"0.01 GiB; the adjustment makes them add up to its KV tokens")
-        else:
-            notes.append(f"the logged terms leave {gap / GIB:+.2f} GiB unexplained on {recipe.gpu.name} at "
-                         f"gpu-memory-utilization {recipe.gpu_memory_utilization}: check the gpu and the utilisation")
-        sources |= {"peak_activation": "log", "non_torch": "log"}
-    elif activation is not None:
-        non_torch = max(residual - activation, 0)
-        sources |= {"peak_activation": "log", "non_torch": "derived: requested - logged terms - KV"}
-    elif non_torch is not None:
-        activation = max(residual - non_torch, 0)
-        sources |= {"peak_activation": "derived: requested - logged terms - KV", "non_torch": "log"}
-    else:
-        estimate_non_torch = estimate.memory.non_torch.bytes
-        activation = max(residual - estimate_non_torch, 0)
-        non_torch = residual - activation
-        sources |= {"peak_activation": "derived: requested - weights - graphs - KV - non-torch estimate",
-                    "non_torch": "plan's estimate (the log gives only the sum with activation)"}
-        notes.append(f"the log gives peak activation + non-torch only as a sum ({residual / GIB:.2f} GiB, from "
-                     f"vLLM's sizing identity); split with plan's non-torch estimate")
-
-    rise = selected.peak_activation_bytes - estimate.memory.peak_activation.bytes
-    if recipe.engine.reserves_decode_logits and activation is not None:
+    split = split_residual(recipe, residual, activation, measured.non_torch_bytes, estimate.memory.non_torch.bytes,
+                           4 * PRINT_ROUNDING_BYTES + estimate.memory.kv.block_bytes)
+    notes += split.notes
+    activation = split.activation
+    if recipe.engine.reserves_decode_logits:
+        rise = selected.peak_activation_bytes - estimate.memory.peak_activation.bytes
         activation = max(activation - rise, 0)  # the base peak, before the #62860 reservation
         notes.append(f"{recipe.engine.label} reserves the decode logits (#62860): the profile's peak holds "
                      f"{rise / GIB:.2f} GiB of it above the prefill budget; the memory block keeps the base peak")
-    memory = {"weights": weights, "peak_activation": activation, "non_torch": non_torch,
+    memory = {"weights": weights, "peak_activation": activation, "non_torch": split.non_torch,
               "cudagraph": {recipe.topk_backend: graphs}}
-    memory = {term: value for term, value in memory.items() if value is not None}
     calibrated_raw = with_memory(raw, memory, recipe.gpu.name)
     calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
-    tokens = logged_tokens(calibrated.backend(recipe.topk_backend), recipe)
+    sources = split.sources | {"weights": "log", "cudagraph": "log" if measured.cudagraph_bytes is not None
+                                                               else "log (none)"}
+    return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
+                       measured=measured, rows=term_rows(recipe, estimate, measured, sources, implied, kv_per_token),
+                       memory=memory, kv_tokens_calibrated=logged_tokens(calibrated.backend(recipe.topk_backend), recipe),
+                       block_tokens=math.ceil(recipe.max_model_len / estimate.memory.kv.pages_per_request),
+                       kv_bytes_per_token_implied=implied, notes=notes, warnings=measured.disagreements)
 
-    rows = [
-        TermRow("weights", "bytes", weights, estimate.memory.weights.bytes, sources["weights"]),
-        TermRow("peak activation", "bytes", measured.peak_activation_bytes, estimate.memory.peak_activation.bytes,
+
+def term_rows(recipe: Recipe, estimate: capacity.Plan, measured: Measured, sources: dict, implied: int | None,
+              kv_per_token: int) -> list[TermRow]:
+    """What the log says against what plan predicts for the same recipe, term by term."""
+    memory, selected = estimate.memory, estimate.backend(recipe.topk_backend)
+    return [
+        TermRow("weights", "bytes", measured.weights_bytes, memory.weights.bytes, sources["weights"]),
+        TermRow("peak activation", "bytes", measured.peak_activation_bytes, memory.peak_activation.bytes,
                 sources["peak_activation"]),
-        TermRow("non-torch", "bytes", measured.non_torch_bytes, estimate.memory.non_torch.bytes, sources["non_torch"]),
+        TermRow("non-torch", "bytes", measured.non_torch_bytes, memory.non_torch.bytes, sources["non_torch"]),
         TermRow("CUDA graphs", "bytes", measured.cudagraph_bytes, selected.cudagraph.bytes, sources["cudagraph"]),
         TermRow("KV memory", "bytes", measured.available_kv_bytes, logged_kv_bytes(selected, recipe), "log"),
         TermRow("KV bytes per logged token", "B/token", implied, kv_per_token, "KV-cache groups"),
         TermRow("KV tokens", "tokens", measured.kv_tokens, logged_tokens(selected, recipe), "log"),
     ]
-    return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
-                       measured=measured, rows=rows, memory=memory, kv_tokens_calibrated=tokens,
-                       block_tokens=math.ceil(recipe.max_model_len / estimate.memory.kv.pages_per_request),
-                       kv_bytes_per_token_implied=implied, notes=notes, warnings=measured.disagreements)
 
 
 def logged_tokens(b: capacity.BackendPlan, recipe: Recipe) -> int:

@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass
 
 from dsa_kvcalc import estimates, kv_cache
-from dsa_kvcalc.catalog import BACKENDS, GIB, STRIDE_ALIGNMENT_BYTES, Backend, Layout
+from dsa_kvcalc.catalog import BACKENDS, STRIDE_ALIGNMENT_BYTES, Backend, Layout
+from dsa_kvcalc.units import GIB
 from dsa_kvcalc.kv_cache import KvSpec
 from dsa_kvcalc.recipe import Recipe, RecipeError
 

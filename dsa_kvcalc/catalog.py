@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from dsa_kvcalc import estimates
 from dsa_kvcalc.estimates import Figure
-from dsa_kvcalc.units import GIB, MIB, bytes_of_gib
+from dsa_kvcalc.units import MIB, bytes_of_gib
 
 
 @dataclass(frozen=True)

@@ -100,8 +100,8 @@ VLLM_RULES = {
                                 f"release {AFTER_SEED}"),)),
     "default_gpu_memory_utilization": Rule(
         0.90, f"{MIRROR} vllm/config/cache.py: gpu_memory_utilization default 0.9",
-        (Change("0.20.0", 0.92, f"vLLM PR #38284 (96a85c575, 2026-04-21): default 0.92 (vllm/config/cache.py:80); "
-                                f"a v0.20.0 startup log shows it"),)),
+        (Change("0.20.0", 0.92, "vLLM PR #38284 (96a85c575, 2026-04-21): default 0.92 (vllm/config/cache.py:80); "
+                                "a v0.20.0 startup log shows it"),)),
     "estimates_cudagraphs": Rule(
         False, f"{WORKER}: graph memory measured but not subtracted (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); "
                f"graphs are captured after the KV cache, out of the (1 - utilisation) margin",

@@ -5,7 +5,7 @@ import io
 import math
 from numbers import Real
 
-from dsa_kvcalc.catalog import GIB
+from dsa_kvcalc.units import GIB
 
 
 def load_pyplot():

@@ -17,9 +17,10 @@ import yaml
 
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc import hf_config
-from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, DEFAULT_DEEPGEMM, GIB, GPUS, MIB, MODELS, Gpu, Layout, \
-    Model, layout_for
+from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, DEFAULT_DEEPGEMM, GPUS, MODELS, Gpu, Layout, Model, \
+    layout_for
 from dsa_kvcalc.engine import Engine
+from dsa_kvcalc.units import GIB, MIB
 
 RECIPE_MAX_BYTES = 1 << 20  # a recipe is a few hundred bytes; anything this large is not one
 
@@ -54,6 +55,8 @@ MEMORY_TERMS = ("weights", "peak_activation", "non_torch", "cudagraph", "indexer
 PER_BACKEND_TERMS = ("cudagraph", "indexer_headroom")
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla")
+SPARSE_MLA_BACKENDS = ("FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE",
+                       "FLASHINFER_MLA_SPARSE_SM120", "ROCM_AITER_MLA_SPARSE")
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,13 @@ class Recipe:
     kv_cache_memory_bytes: int | None = key("kv-cache-memory-bytes", "size", None,
                                             "Fixed KV cache size per rank; replaces the memory profile",
                                             ARG_UTILS, 1, 1 << 50)
+    attention_backend: str | None = key("attention-backend", "str", None,
+                                        "Sparse-MLA backend; default: vLLM's priority for the GPU and cache dtype "
+                                        "(FlashInfer's keeps standard fp8 at 576 B, FlashMLA's fp8_ds_mla 656 B)",
+                                        "vllm/platforms/cuda.py:94-143", choices=SPARSE_MLA_BACKENDS)
+    async_scheduling: bool = key("async-scheduling", "bool", True, "Two batches in flight: sliding-window caches "
+                                 "hold twice max-num-batched-tokens (vLLM 0.26+); on by default",
+                                 "vllm/config/vllm.py:583-605")
     topk_backend: str = key("sparse-indexer-topk-backend", "choice", "auto",
                             "The indexer top-k backend vLLM is told to use", choices=tuple(b.name for b in BACKENDS))
     enforce_eager: bool = key("enforce-eager", "bool", False, "No CUDA graphs")
@@ -164,7 +174,7 @@ IGNORED_KEYS = {
     "tool-call-parser", "reasoning-parser", "enable-auto-tool-choice", "chat-template", "disable-log-requests",
     "disable-log-stats", "enable-log-requests", "uvicorn-log-level", "max-log-len", "seed", "dtype", "quantization",
     "load-format", "download-dir", "block-size", "enable-prefix-caching", "no-enable-prefix-caching",
-    "enable-chunked-prefill", "async-scheduling", "attention-backend", "all2all-backend", "data-parallel-rpc-port",
+    "enable-chunked-prefill", "all2all-backend", "data-parallel-rpc-port",
     "data-parallel-size-local", "data-parallel-address", "data-parallel-start-rank", "data-parallel-hybrid-lb",
     "data-parallel-external-lb", "api-server-count", "distributed-executor-backend", "enable-eplb", "eplb-config",
     "model-impl", "disable-custom-all-reduce", "stream-interval", "swap-space", "hf-overrides", "model-tag",
@@ -219,6 +229,8 @@ def check_bounds(name: str, number, k: Key):
 def check_value(name: str, k: Key, value):
     """One key's value, as the user wrote `name`; raises RecipeError."""
     if k.kind in ("int", "size"):
+        if k.name == "max-model-len" and value in ("auto", "-1", -1):
+            return None  # as in vLLM: the model's maximum, the default
         if k.kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
             raise RecipeError(name, f"expected a whole number, got {value!r}")
         return check_bounds(name, parse_size(name, value), k)
@@ -240,7 +252,11 @@ def check_value(name: str, k: Key, value):
         text = str(value).strip() if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
         release = ".".join(text.lstrip("v").split(".")[:2])
         if release not in k.choices:
-            raise RecipeError(name, f"no known logits layout for DeepGEMM {value!r}; known: {', '.join(k.choices)}")
+            families: dict[str, list[str]] = {}
+            for known, family in DEEPGEMM_RELEASES.items():
+                families.setdefault(family, []).append(known)
+            layouts = ", ".join(f"{r[0]} - {r[-1]}" if len(r) > 1 else r[0] for r in reversed(families.values()))
+            raise RecipeError(name, f"no known logits layout for DeepGEMM {value!r}; known layouts: {layouts}")
         return release
     if k.kind == "sizes":
         if not isinstance(value, list) or any(isinstance(s, bool) or not isinstance(s, int) for s in value):
@@ -260,9 +276,10 @@ def check_value(name: str, k: Key, value):
 
 
 def memory_bytes(name: str, value, unit: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if not whole and not (isinstance(value, float) and math.isfinite(value)):
         raise RecipeError(name, f"expected a number of {'GiB' if unit == 'gib' else 'bytes'}, got {value!r}")
-    if unit == "bytes" and not isinstance(value, int):
+    if unit == "bytes" and not whole:
         raise RecipeError(name, f"bytes must be a whole number, got {value!r}")
     if not 0 <= value <= (1 << 50 if unit == "bytes" else 1 << 20):
         raise RecipeError(name, f"must be between 0 and {'2^50 bytes' if unit == 'bytes' else '2^20 GiB'}, "
@@ -288,6 +305,8 @@ def nested_mapping(name: str, value) -> dict:
             value = json.loads(value)
         except json.JSONDecodeError as error:
             raise RecipeError(name, f"not valid JSON: {error.msg}") from None
+        except RecursionError:
+            raise RecipeError(name, "nests too deeply") from None
     if not isinstance(value, dict):
         raise RecipeError(name, f"expected a mapping, got {value!r}")
     return value
@@ -307,7 +326,10 @@ def find_gpu(name: str, key: str = "gpu") -> Gpu:
 
 
 def find_model(name: str, recipe_dir: Path) -> Model:
-    model = MODEL_NAMES.get(name.strip().lower())
+    """A catalog name, the last part of a path to a checkpoint the catalog knows (/models/GLM-5.2-NVFP4), or a local
+    config.json (or the folder that holds one)."""
+    spelled = name.strip().lower()
+    model = MODEL_NAMES.get(spelled) or MODEL_NAMES.get(spelled.rstrip("/").rsplit("/", 1)[-1])
     if model is not None:
         return model
     path = (recipe_dir / name).expanduser()
@@ -361,8 +383,10 @@ def read_nested(name: str, top: str, mapping: dict) -> dict:
                 raise RecipeError(path, f"unknown memory term; expected one of "
                                         f"{', '.join(t + '_gib' for t in MEMORY_TERMS)} (or _bytes)")
             field_name = BY_NAME[f"memory.{term}"]
+            if value is None:  # null: the estimate
+                continue
             if field_name in values:
-                raise RecipeError(path, f"{term} is given twice")
+                raise RecipeError(path, f"{term} is given twice, in GiB and in bytes")
             values[field_name] = memory_term(path, value, term, unit)
         elif f"{top}.{inner}" in BY_NAME:
             if value is not None:
@@ -412,6 +436,9 @@ def check_across(recipe: Recipe) -> None:
     if recipe.engine.logits_over_compressed_keys and recipe.max_model_len < model.kv_compress_ratio:
         raise RecipeError("max-model-len", f"{recipe.max_model_len} leaves DeepInfer no compressed key to score "
                                            f"(kv_compress_ratio {model.kv_compress_ratio})")
+    if recipe.attention_backend is not None and recipe.attention_backend not in SPARSE_MLA_BACKENDS:
+        raise RecipeError("attention-backend", f"{recipe.attention_backend} is no sparse-MLA backend; DSA models run "
+                                               f"on {', '.join(SPARSE_MLA_BACKENDS)}")
     if recipe.kv_cache_memory_bytes is not None and recipe.kv_cache_memory_bytes > gpu.total_memory_bytes:
         raise RecipeError("kv-cache-memory-bytes", f"{recipe.kv_cache_memory_bytes:,} B is more than {gpu.name}'s "
                                                    f"{gpu.total_memory_bytes:,} B")
@@ -434,12 +461,18 @@ def set_override(raw: dict, assignment: str) -> None:
     path, equals, text = assignment.partition("=")
     if not equals:
         raise RecipeError("--set", f"expected key=value, got {assignment!r}")
+    name = f"--set {path.strip()}"
     if not text.strip():
-        raise RecipeError(f"--set {path.strip()}", "no value (null restores the default)")
+        raise RecipeError(name, "no value (null restores the default)")
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = text
+        text.encode()
+        value = yaml.load(text, Loader=yaml_loader())
+    except UnicodeEncodeError:  # bytes that are not UTF-8 on the command line
+        raise RecipeError(name, "the value is not UTF-8 text") from None
+    except RecipeError as error:  # a mapping with a key given twice
+        raise RecipeError(name, str(error)) from None
+    except (yaml.YAMLError, RecursionError):
+        value = text  # not YAML: the text itself, which the key's check then judges
     set_value(raw, path, value)
 
 
@@ -453,32 +486,71 @@ def set_value(raw: dict, path: str, value) -> None:
     if not inner:
         raw[written] = value
         return
-    if canonical(top) not in NESTED:
+    if canonical(top) in BY_NAME:  # an unknown key is reported, with a suggestion, when the recipe is read
         raise RecipeError(path, f"{top} has no nested keys")
     node = raw[written] = dict(nested_mapping(top, raw.get(written) or {}))
+    if top == "memory":  # one unit per term: weights_gib replaces weights_bytes; a backend's figure takes the term's
+        term = re.sub(r"_(gib|bytes)$", "", inner[0])
+        for other in [k for k in node if k != inner[0] and re.sub(r"_(gib|bytes)$", "", str(k)) == term]:
+            if len(inner) > 1:
+                raise RecipeError(path, f"the recipe gives {term} as {other}: set {'.'.join([top, other, *inner[1:]])}")
+            del node[other]
     *parents, last = inner
     for part in parents:
         child = node.get(part)
         if child is not None and not isinstance(child, dict):
             raise RecipeError(path, f"{top}.{part} is {child!r}, not a mapping: set {top}.{part} instead")
         node[part] = node = dict(child or {})
-    if top == "memory" and not parents:  # weights_gib replaces weights_bytes
-        term = re.sub(r"_(gib|bytes)$", "", last)
-        for existing in [k for k in node if re.sub(r"_(gib|bytes)$", "", str(k)) == term]:
-            del node[existing]
     node[last] = value
 
 
 def yaml_loader():
+    """PyYAML's safe loader, stricter where a recipe needs it: a key given twice is an error (YAML would keep the
+    last), a number has at most 100 digits, and aliases may not expand a document beyond what a recipe file holds
+    (a "billion laughs" file would otherwise take all memory as soon as a value is printed)."""
+    from yaml.constructor import ConstructorError
+
+    def expanded_size(node, sizes: dict) -> int:
+        if id(node) not in sizes:
+            sizes[id(node)] = 0  # a node that holds itself counts once
+            children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
+                node.value if isinstance(node, yaml.SequenceNode) else []
+            sizes[id(node)] = 1 + (len(node.value) if isinstance(node, yaml.ScalarNode) else 0) + sum(
+                expanded_size(child, sizes) for child in children)
+        return sizes[id(node)]
+
     class Loader(yaml.SafeLoader):
+        def construct_document(self, node):
+            if expanded_size(node, {}) > RECIPE_MAX_BYTES:
+                raise ConstructorError(None, None, "its aliases expand to more than a recipe holds", node.start_mark)
+            return super().construct_document(node)
+
+        def construct_object(self, node, deep=False):
+            if node.tag == "tag:yaml.org,2002:int" and len(node.value) > 100:
+                raise ConstructorError(None, None, f"a number of {len(node.value)} digits", node.start_mark)
+            try:
+                value = super().construct_object(node, deep)
+                if isinstance(value, str):
+                    value.encode()
+                return value
+            except UnicodeEncodeError:  # "\ud800": half a UTF-16 pair, which no output can print
+                raise ConstructorError(None, None, "an escape such as \\ud800 that is half a character",
+                                       node.start_mark) from None
+            except ValueError as error:  # a date such as 2001-13-45
+                raise ConstructorError(None, None, str(error), node.start_mark) from None
+
         def construct_mapping(self, node, deep=False):
             names = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # <<: *defaults, overridden by the keys beside it
+                    continue
                 name = self.construct_object(key_node, deep=True)
-                if isinstance(name, (str, int, float, bool)) and name in names:
+                if not isinstance(name, (str, int, float, bool)):
+                    continue  # a list or a mapping: PyYAML says it is unhashable
+                if name in names:
                     mark = key_node.start_mark
                     raise RecipeError(shown(name), f"given twice (line {mark.line + 1}): YAML would keep the last")
-                names.add(name) if isinstance(name, (str, int, float, bool)) else None
+                names.add(name)
             return super().construct_mapping(node, deep)
     return Loader
 
@@ -500,7 +572,7 @@ def read_yaml(path: Path) -> dict:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or "invalid YAML"
+        problem = getattr(error, "problem", None) or getattr(error, "reason", None) or "invalid YAML"
         raise RecipeError("recipe", f"YAML error in {path}{where}: {problem}") from None
     except RecursionError:
         raise RecipeError("recipe", f"{path} nests too deeply") from None
@@ -539,13 +611,15 @@ def json_schema() -> dict:
     """The recipe's JSON Schema (draft 2020-12), for editors. Names take dashes or underscores at the top level."""
     def schema(k: Key) -> dict:
         bounds = {"minimum": k.minimum} | ({} if k.maximum == math.inf else {"maximum": k.maximum})
+        auto = [{"enum": [-1, "-1", "auto"]}] if k.name == "max-model-len" else []
         return {
             "int": {"type": "integer"} | bounds,
             "size": {"anyOf": [{"type": "integer"} | bounds,
-                               {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?[kmgt]|\d+[KMGT]|auto|-?\d+)\s*$"}]},
+                               {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?[kmgt]|\d+[KMGT]|\d+)\s*$"}, *auto]},
             "fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
             "bool": {"type": "boolean"},
-            "choice": {"type": ["string", "number"]},
+            "choice": {"type": ["string", "number"], "examples": list(k.choices)},
+            "release": {"type": ["string", "number"], "examples": list(k.choices)},
             "sizes": {"type": "array", "items": {"type": "integer"} | bounds},
             "version": {"type": ["string", "number"]},
         }.get(k.kind, {"type": "string"})
@@ -556,16 +630,14 @@ def json_schema() -> dict:
                         if k.default not in (None, ()) else {})
 
     number = {"type": "number", "minimum": 0}
-    per_backend = {"anyOf": [number, {"type": "object", "additionalProperties": number}]}
+    per_backend = {"anyOf": [number, {"type": "object", "propertyNames": {"enum": [b.name for b in BACKENDS]},
+                                      "additionalProperties": number}]}
     nested = {top: {} for top in NESTED}
     for k in KEYS.values():
         top, _, inner = k.name.partition(".")
-        if top == "memory":
-            term = inner
+        if k.kind == "memory":
             for unit in ("gib", "bytes"):
-                nested[top][f"{term}_{unit}"] = per_backend if term in PER_BACKEND_TERMS else number
-            if term == "weights":
-                nested[top]["gpu"] = {"type": "string", "description": "the GPU the terms were measured on"}
+                nested[top][f"{inner}_{unit}"] = per_backend if inner in PER_BACKEND_TERMS else number
         elif inner:
             nested[top][inner] = described(k)
     properties = {}

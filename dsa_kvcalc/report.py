@@ -2,7 +2,7 @@
 sweep read a plan through this module; it formats nothing for people."""
 
 from dsa_kvcalc.capacity import BackendPlan, Plan, Term
-from dsa_kvcalc.catalog import GIB, MIB
+from dsa_kvcalc.units import GIB, MIB
 
 OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilization): an unfixed vLLM's KV cache takes "
                   "the rest, and eager, piecewise and mixed steps allocate the decode logits from it (the seed's rank "

@@ -12,7 +12,8 @@ from pathlib import Path
 import yaml
 
 from dsa_kvcalc import capacity
-from dsa_kvcalc.catalog import BACKENDS, GIB
+from dsa_kvcalc.catalog import BACKENDS
+from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import (
     BY_NAME, IGNORED_KEYS, KEYS, NESTED, PER_BACKEND_TERMS, Recipe, RecipeError, canonical, load, parse_size,
     read_values, resolve, set_value)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import DecodeLogits, Plan
-from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, GPUS, LAYOUTS, MIB, Gpu, Layout, layout_for
+from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, GPUS, LAYOUTS, Gpu, Layout, layout_for
+from dsa_kvcalc.units import MIB
 from dsa_kvcalc.recipe import Recipe, RecipeError, find_gpu, load, read_recipe
 
 INSTALL = "pip install 'dsa-kvcalc[gpu]'"

@@ -19,7 +19,7 @@ import yaml
 from conftest import LOGS, SEED, fails, run
 from dsa_kvcalc import capacity
 from dsa_kvcalc.calibrate import indexer_headroom, measure_kv
-from dsa_kvcalc.catalog import GIB
+from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import load, load_recipe, read_yaml
 from dsa_kvcalc.vllm_log import LogReading, RankReading
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from dsa_kvcalc import capacity
-from dsa_kvcalc.catalog import BACKENDS, LAYOUTS, MIB
+from dsa_kvcalc.catalog import BACKENDS, LAYOUTS
+from dsa_kvcalc.units import MIB
 from dsa_kvcalc.recipe import load_recipe
 
 SEED = Path(__file__).parent.parent / "recipes" / "deepseek-v4.1-flash-4xb200-dep4.yaml"

@@ -6,7 +6,7 @@ import json
 import yaml
 
 from dsa_kvcalc.calibrate import Calibration, TermRow
-from dsa_kvcalc.catalog import GIB
+from dsa_kvcalc.units import GIB
 
 CARRIED = ("carried over unchanged by plan: weights, non-torch, and the CUDA-graph memory besides the indexer logits; "
            "re-derived: the decode logits, the #62860 reservation and its effect on the peak (through the indexer "
@@ -41,7 +41,7 @@ def summary(c: Calibration) -> list[str]:
     ]
     if log_tokens is not None:
         gap = c.kv_tokens_calibrated - log_tokens
-        block = r.model.kv_block_size * r.decode_context_parallel_size
+        block = c.block_tokens
         verdict = "within one block" if abs(gap) < block else f"off by more than one {block}-token block"
         lines.append(f"calibrated plan (tokens before fix, {r.topk_backend}): {c.kv_tokens_calibrated:,} KV tokens vs "
                      f"the log's {log_tokens:,} ({gap:+,}: {verdict})")

@@ -6,7 +6,7 @@ import io
 import json
 
 from dsa_kvcalc.capacity import BackendPlan, Plan, decode_rows
-from dsa_kvcalc.catalog import MIB
+from dsa_kvcalc.units import MIB
 from dsa_kvcalc.render import gib, least_widths, print_table, table_width
 from dsa_kvcalc.report import assumptions, backend_json, flatten, kv_bytes_per_token, plan_json, warnings
 
