@@ -254,7 +254,6 @@ def stdout_to_stderr():
 
 def run_verify(shapes: list, backends: list[str], env: dict, target, profile: bool, reproduce: bool) -> dict:
     """Every shape through the live pass, compared with plan; the report verify prints (as JSON)."""
-    import torch
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -270,52 +269,58 @@ def run_verify(shapes: list, backends: list[str], env: dict, target, profile: bo
         "notes": list(target.notes),
         "shapes": [],
     }
-    entry_point = env["entry_points"][0]
     with stdout_to_stderr(), console.status("DeepGEMM: starting", spinner="dots") as status:
         for shape in shapes:
-            plan, named_plan = capacity.plan(shape.planned), capacity.plan(shape.named)
-            names = backends or [b.backend for b in named_plan.backends if b.available]
-            passes = {}
-            results = []
-            for name in names:
-                b = plan.backend(name)
-                if not b.available:
-                    results.append(verify.backend_result(shape, plan, named_plan, name, None, env["deepgemm_version"]))
-                    continue
-                dl = b.decode_logits
-                if dl.copy_bytes_per_element not in passes:
-                    request = verify.pass_request(shape.planned, dl, dl.rows, entry_point)
-                    rows = verify.rows_that_fit(dl, torch.cuda.mem_get_info()[0], request["next_n"])
-                    request = verify.pass_request(shape.planned, dl, rows, entry_point)
-                    status.update(f"{shape.name}: paged MQA logits, {rows:,} rows x {dl.columns:,} columns "
-                                  f"(DeepGEMM compiles its kernels on first use: seconds)")
-                    started = time.monotonic()
-                    passes[dl.copy_bytes_per_element] = measure_pass(request)
-                    torch.cuda.empty_cache()
-                    console.log(f"{shape.name}: {rows:,} x {dl.columns:,} {dl.logits_dtype} in "
-                                f"{time.monotonic() - started:.1f} s")
-                results.append(verify.backend_result(shape, plan, named_plan, name, passes[dl.copy_bytes_per_element],
-                                                     env["deepgemm_version"]))
-            entry = {"name": shape.name, "recipe": shape.planned.resolved(), "recipe_gpu": shape.named.gpu.name,
-                     "notes": list(shape.notes), "measured": list(passes.values()), "backends": results}
-            ran = [r["backend"] for r in results if r["agree"] is not None]
-            main = next((name for name in ran if plan.backend(name).selected), ran[0] if ran else None)
-            if profile and main:
-                entry["profile"] = verify.profile_replay(plan, main, passes[plan.backend(main).decode_logits
-                                                                     .copy_bytes_per_element], live_memory(env))
-            if reproduce and main:
-                b = plan.backend(main)
-                if b.oom_before_fix.at_risk:
-                    oom = verify.oom_request(plan, main)
-                    per_decode = 1 + shape.planned.num_speculative_tokens
-                    request = verify.pass_request(shape.planned, b.decode_logits, per_decode, entry_point)
-                    status.update(f"{shape.name}: reproducing the out-of-memory error (ballast leaves "
-                                  f"{oom['free_bytes']:,} B free)")
-                    entry["reproduce_oom"] = verify.oom_verdict(plan, main, reproduce_oom(request, oom, per_decode))
-                    console.log(f"{shape.name}: {entry['reproduce_oom']['verdict']}")
-                else:
-                    entry["reproduce_oom_skipped"] = (f"not at risk: {b.oom_before_fix.max_decodes:,} decodes fit, "
-                                                      f"max-num-seqs is {shape.planned.max_num_seqs}")
-            report["shapes"].append(entry)
+            report["shapes"].append(verify_shape(shape, backends, env, profile, reproduce, status, console))
     report["exit_code"] = verify.exit_code(report)
     return report
+
+
+def verify_shape(shape, backends: list[str], env: dict, profile: bool, reproduce: bool, status, console) -> dict:
+    """One shape: a live pass per distinct working set (with or without the FP32 copy), each backend's verdict, and
+    the --profile and --reproduce-oom runs of the recipe's backend."""
+    import torch
+
+    plan, named_plan = capacity.plan(shape.planned), capacity.plan(shape.named)
+    entry_point = env["entry_points"][0]
+    passes, results = {}, []
+    for name in backends or [b.backend for b in named_plan.backends if b.available]:
+        b = plan.backend(name)
+        if not b.available:
+            results.append(verify.backend_result(shape, plan, named_plan, name, None, env["deepgemm_version"]))
+            continue
+        dl = b.decode_logits
+        if dl.copy_bytes_per_element not in passes:
+            request = verify.pass_request(shape.planned, dl, dl.rows, entry_point)
+            rows = verify.rows_that_fit(dl, torch.cuda.mem_get_info()[0], request["next_n"])
+            request = verify.pass_request(shape.planned, dl, rows, entry_point)
+            status.update(f"{shape.name}: paged MQA logits, {rows:,} rows x {dl.columns:,} columns "
+                          f"(DeepGEMM compiles its kernels on first use: seconds)")
+            started = time.monotonic()
+            passes[dl.copy_bytes_per_element] = measure_pass(request)
+            torch.cuda.empty_cache()
+            console.log(f"{shape.name}: {rows:,} x {dl.columns:,} {dl.logits_dtype} in "
+                        f"{time.monotonic() - started:.1f} s")
+        results.append(verify.backend_result(shape, plan, named_plan, name, passes[dl.copy_bytes_per_element],
+                                             env["deepgemm_version"]))
+    entry = {"name": shape.name, "recipe": shape.planned.resolved(), "recipe_gpu": shape.named.gpu.name,
+             "notes": list(shape.notes), "measured": list(passes.values()), "backends": results}
+    ran = [r["backend"] for r in results if r["agree"] is not None]
+    main = next((name for name in ran if plan.backend(name).selected), ran[0] if ran else None)
+    if profile and main:
+        measured = passes[plan.backend(main).decode_logits.copy_bytes_per_element]
+        entry["profile"] = verify.profile_replay(plan, main, measured, live_memory(env))
+    if reproduce and main:
+        b = plan.backend(main)
+        if b.oom_before_fix.at_risk:
+            oom = verify.oom_request(plan, main)
+            per_decode = 1 + shape.planned.num_speculative_tokens
+            request = verify.pass_request(shape.planned, b.decode_logits, per_decode, entry_point)
+            status.update(f"{shape.name}: reproducing the out-of-memory error (ballast leaves {oom['free_bytes']:,} "
+                          f"B free)")
+            entry["reproduce_oom"] = verify.oom_verdict(plan, main, reproduce_oom(request, oom, per_decode))
+            console.log(f"{shape.name}: {entry['reproduce_oom']['verdict']}")
+        else:
+            entry["reproduce_oom_skipped"] = (f"not at risk: {b.oom_before_fix.max_decodes:,} decodes fit, "
+                                              f"max-num-seqs is {shape.planned.max_num_seqs}")
+    return entry
