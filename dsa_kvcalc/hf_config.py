@@ -31,7 +31,7 @@ def read_model(path: Path) -> Model:
         with path.open("rb") as file:
             data = file.read(CONFIG_MAX_BYTES + 1)
         config = json.loads(data)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+    except (OSError, ValueError, RecursionError) as error:  # ValueError: bad JSON, or a number too long to read
         raise ConfigError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
     if len(data) > CONFIG_MAX_BYTES:
         raise ConfigError(f"{path} is over {CONFIG_MAX_BYTES >> 20} MiB: not a config.json")
@@ -40,6 +40,9 @@ def read_model(path: Path) -> Model:
     missing = [name for name in NEEDED if not config.get(name)]
     if missing:
         raise ConfigError(f"{path} is not a DSA model config: no {', '.join(missing)}")
+    name = config.get("_name_or_path") or str(path)
+    if not isinstance(name, str) or not name.isprintable() or not name.encode(errors="ignore").decode() == name:
+        raise ConfigError(f"{path}: _name_or_path must be a printable name, got {name!r}")
     if config.get("kv_source_layer_ids"):
         raise ConfigError(f"{path} is a DeepSeek-V4.1 config (kv_source_layer_ids): vLLM's grouping of V4.1's caches "
                           f"is not modelled")
@@ -55,7 +58,7 @@ def read_model(path: Path) -> Model:
     dense_bytes = layers * 40 * hidden * hidden // 16 + 2 * n["vocab_size"] * hidden * 2
     checkpoint = Figure(expert_bytes + dense_bytes, "estimated", "from the config's shape: routed experts at 1 B a "
                         "weight, 2.5 hidden^2 of attention and shared weights a layer, BF16 embeddings")
-    return Model(name=str(config.get("_name_or_path") or path), config_source=f"local {path}", num_layers=layers,
+    return Model(name=name, config_source=f"local {path}", num_layers=layers,
                  mtp_layers=n["num_nextn_predict_layers"], hidden_size=hidden, index_n_heads=n["index_n_heads"],
                  index_head_dim=n["index_head_dim"], index_topk=n["index_topk"],
                  max_position_embeddings=n["max_position_embeddings"] or 163840, checkpoint=checkpoint,

@@ -305,6 +305,8 @@ def nested_mapping(name: str, value) -> dict:
             value = json.loads(value)
         except json.JSONDecodeError as error:
             raise RecipeError(name, f"not valid JSON: {error.msg}") from None
+        except ValueError:  # Python reads no number of over 4,300 digits
+            raise RecipeError(name, "a number too long to read") from None
         except RecursionError:
             raise RecipeError(name, "nests too deeply") from None
     if not isinstance(value, dict):
@@ -433,9 +435,10 @@ def check_across(recipe: Recipe) -> None:
     if recipe.max_model_len > model.max_position_embeddings:
         raise RecipeError("max-model-len", f"{recipe.max_model_len:,} exceeds {model.name}'s maximum of "
                                            f"{model.max_position_embeddings:,}")
-    if recipe.engine.logits_over_compressed_keys and recipe.max_model_len < model.kv_compress_ratio:
-        raise RecipeError("max-model-len", f"{recipe.max_model_len} leaves DeepInfer no compressed key to score "
-                                           f"(kv_compress_ratio {model.kv_compress_ratio})")
+    ratio = model.kv_compress_ratio if recipe.engine.logits_over_compressed_keys else model.indexer_logits_ratio
+    if recipe.max_model_len < ratio:
+        raise RecipeError("max-model-len", f"{recipe.max_model_len} leaves the indexer no compressed key to score "
+                                           f"(it scores max-model-len // {ratio})")
     if recipe.attention_backend is not None and recipe.attention_backend not in SPARSE_MLA_BACKENDS:
         raise RecipeError("attention-backend", f"{recipe.attention_backend} is no sparse-MLA backend; DSA models run "
                                                f"on {', '.join(SPARSE_MLA_BACKENDS)}")
