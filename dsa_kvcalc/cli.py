@@ -3,11 +3,11 @@ calibrate, sweep and verify, and prints what the renderers make of their results
 
 import io
 import json
+import os
+import signal
 import sys
 from enum import Enum
 from pathlib import Path
-
-import os
 
 import typer
 from typer.exceptions import TyperException
@@ -78,6 +78,17 @@ def console_text(draw) -> str:
     console = Console(file=io.StringIO(), width=200, force_terminal=False)
     draw(console)
     return console.file.getvalue()
+
+
+def console_chunks(parts):
+    """The text that parts(console), a generator, prints on a 200-column console, passed on part by part."""
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=200, force_terminal=False)
+    for _ in parts(console):
+        yield console.file.getvalue()
+        console.file.seek(0)
+        console.file.truncate()
 
 
 def console():
@@ -151,6 +162,16 @@ def read_log_file(path: Path, key: str):
     return guarded(lambda: read(path, key))
 
 
+def check_vllm(raw: dict) -> None:
+    """calibrate reads vLLM startup logs: a recipe for another engine cannot be calibrated from one."""
+    from dsa_kvcalc.recipe import read_values
+
+    engine = read_values(raw)[0].get("engine_name", "vllm")
+    if engine != "vllm":
+        raise RecipeError("engine", f"calibrate reads vLLM startup logs; a {engine} recipe cannot be calibrated "
+                                    f"from one")
+
+
 @app.command()
 def calibrate(
     log: Path = typer.Argument(..., help="A vLLM startup log (any version since the v1 engine; several ranks is fine)"),
@@ -180,6 +201,7 @@ def calibrate(
             source, recipe_dir = str(recipe), recipe.parent
         if set_:
             source += " and --set"
+        check_vllm(raw)
         if after is None:
             result = calibration.calibrate(reading, raw, source, recipe_dir)
         else:
@@ -250,7 +272,7 @@ def sweep(
         elif output is None:
             render.render_table(keys, rows, console())
         else:
-            emit([console_text(lambda c: render.render_table(keys, rows, c))], output)
+            emit(console_chunks(lambda c: render.table_parts(keys, rows, c)), output)
     if plot is not None:
         emit([plotting.png_bytes(series)], plot, "--plot", binary=True)
     if failures.count:
@@ -334,15 +356,39 @@ def verify(
     raise typer.Exit(report["exit_code"])
 
 
+def usage_line(error: TyperException) -> str:
+    """One of typer's usage errors as `KEY: problem (see COMMAND --help)`, naming the option or argument as the
+    command line spells it. The classes are typer's vendored click exceptions, told apart by name."""
+    ctx = getattr(error, "ctx", None)
+    command = ctx.command_path if ctx else "dsa-kvcalc"
+    kind, param, option = type(error).__name__, getattr(error, "param", None), getattr(error, "option_name", None)
+    message = error.message.removeprefix("Value error, ").rstrip(".")
+    if param is not None:
+        key = max(param.opts, key=len)
+        problem = "missing" if kind == "MissingParameter" else message
+    elif kind == "NoSuchOption":
+        possible = getattr(error, "possibilities", None)
+        key, problem = option, "no such option" + (f" (did you mean {', '.join(possible)}?)" if possible else "")
+    elif option:
+        key, problem = option, message.removeprefix(f"Option '{option}' ")
+    else:
+        key, problem = command, message[:1].lower() + message[1:]
+    return f"{key}: {problem} (see {command} --help)"
+
+
 def main(args: list[str] | None = None):
-    """The console script. Usage errors are one line, like every other error."""
+    """The console script. Usage errors are one line, like every other error; no arguments print the help."""
     try:
         code = app(args=args, prog_name="dsa-kvcalc", standalone_mode=False)
     except TyperException as error:  # typer's usage errors (bad option, missing argument)
-        ctx = getattr(error, "ctx", None)
-        command = ctx.command_path if ctx else "dsa-kvcalc"
-        typer.echo(f"error: {error.format_message()} (see {command} --help)", err=True)
-        code = error.exit_code
+        if type(error).__name__ == "NoArgsIsHelpError":
+            typer.echo(error.message)
+            code = 0
+        else:
+            typer.echo(f"error: {usage_line(error)}", err=True)
+            code = error.exit_code
+    except (KeyboardInterrupt, typer.Abort):  # Ctrl-C: the shell's convention, and no traceback
+        code = 128 + signal.SIGINT
     except BrokenPipeError:  # the reader went away (| head): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1

@@ -51,8 +51,8 @@ def table_cells(keys: list[str], row: dict, notes: dict[str, int]) -> list[str]:
             f"{row['max_concurrency']:.2f}x", risk]
 
 
-CAPTION = ("reserved: the decode-logits reservation after vLLM #62860; OOM before fix: concurrent decodes above which a "
-           "vLLM without it runs out of memory")
+CAPTION = ("reserved: the decode-logits reservation after vLLM #62860; OOM before fix: concurrent decodes above "
+           "which a vLLM without it runs out of memory")
 TABLE_ROWS = 1000  # rows per table: a large sweep prints table after table, and memory stays flat
 
 

@@ -2,7 +2,8 @@
 
 import json
 
-from dsa_kvcalc.catalog import GIB
+from dsa_kvcalc.units import GIB
+from dsa_kvcalc.render import print_table
 
 
 def render_json(report: dict) -> str:
@@ -34,28 +35,25 @@ def heading(report: dict) -> str:
 
 
 def render_table(report: dict, console) -> None:
-    from rich.table import Table
+    from rich.text import Text
 
     console.print(heading(report), highlight=False)
     for note in report["notes"][1:]:
-        console.print(f"note: {note}", highlight=False)
+        console.print(f"note: {note}", highlight=False, markup=False)
     for shape in report["shapes"]:
-        console.print(f"\n[bold]{shape['name']}[/bold]", highlight=False)
+        console.print(Text(f"\n{shape['name']}", style="bold"))
         for note in shape["notes"]:
-            console.print(f"  note: {note}", highlight=False)
+            console.print(f"  note: {note}", highlight=False, markup=False)
         for names, result in check_groups(shape):
             if result["checks"]:
-                grid = Table(title=", ".join(names), title_justify="left")
-                for column in ("quantity", "predicted (plan)", "measured", ""):
-                    grid.add_column(column, justify="left" if column == "quantity" else "right")
-                for check in result["checks"]:
-                    grid.add_row(check["quantity"], show(check["predicted"]), show(check["measured"]),
-                                 "[green]ok[/green]" if check["agree"] else "[red]DIFFERS[/red]")
-                console.print(grid)
+                rows = [[check["quantity"], show(check["predicted"]), show(check["measured"]),
+                         Text.from_markup("[green]ok[/green]" if check["agree"] else "[red]DIFFERS[/red]")]
+                        for check in result["checks"]]
+                print_table(console, ["quantity", "predicted (plan)", "measured", ""], rows, title=", ".join(names))
             colour = {True: "green", False: "red", None: "yellow"}[result["agree"]]
-            console.print(f"  [{colour}]{', '.join(names)}: {result['verdict']}[/{colour}]", highlight=False)
+            console.print(f"  {', '.join(names)}: {result['verdict']}", style=colour, highlight=False, markup=False)
             for line in result["cannot_show"]:
-                console.print(f"  cannot show here: {line}", highlight=False)
+                console.print(f"  cannot show here: {line}", highlight=False, markup=False)
         for measured in shape["measured"]:
             reference, topk = measured["reference"], measured["topk"]
             console.print(f"  kernel vs torch reference on rows {reference['rows']}: diff {reference['diff']:.2e}, "
@@ -75,8 +73,9 @@ def render_table(report: dict, console) -> None:
         if "reproduce_oom" in shape:
             oom = shape["reproduce_oom"]
             colour = "green" if oom["agree"] else "red"
-            console.print(f"  [{colour}]reproduce-oom ({oom['backend']}): {oom['verdict']}[/{colour}]", highlight=False)
+            console.print(f"  reproduce-oom ({oom['backend']}): {oom['verdict']}", style=colour, highlight=False,
+                          markup=False)
         if "reproduce_oom_skipped" in shape:
-            console.print(f"  reproduce-oom: {shape['reproduce_oom_skipped']}", highlight=False)
+            console.print(f"  reproduce-oom: {shape['reproduce_oom_skipped']}", highlight=False, markup=False)
     verdict = "all agree" if report["exit_code"] == 0 else "differences found"
     console.print(f"\nverify: {verdict} (exit {report['exit_code']})", highlight=False)

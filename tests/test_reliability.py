@@ -1,0 +1,748 @@
+"""Issue 10: every bad input gets one line (`error: KEY: ...`, exit 2) and writes nothing, --output never harms a file,
+and no figure a person reads is cut. One test per case of the issue, each saying what the user did; then property
+tests that throw hostile recipes, --set values, sweep ranges and output targets at the command line."""
+
+import io
+import json
+import os
+import re
+import resource
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+from rich.console import Console
+
+from conftest import LOGS, RECIPES, ROOT, SEED, fails, run, runner
+from dsa_kvcalc.catalog import MODELS
+from dsa_kvcalc.cli import app, main
+from dsa_kvcalc.recipe import json_schema
+from dsa_kvcalc.render import verify as verify_render
+from dsa_kvcalc.sweep import MAX_POINTS, parse_varies, points
+
+RTX = LOGS / "deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log"
+BASE = "model: DeepSeek-V3.2\ngpu: H200\ntensor-parallel-size: 8\n"
+V4 = "model: DeepSeek-V4-Flash\ngpu: B200\ndata-parallel-size: 4\nenable-expert-parallel: true\n"
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
+MEMORY_LIMIT = 2 << 30  # address space for a child: the 7.5 GB config.json of the issue would not fit
+SECONDS = 5  # "within seconds"
+
+
+def cli(*args, env=None):
+    """conftest's run, stricter: an exception other than typer's exit fails (CliRunner hides its traceback), and so
+    does a run of more than a few seconds. env: variables for the run (COLUMNS)."""
+    started = time.monotonic()
+    result = run(*args) if env is None else runner.invoke(app, [str(a) for a in args], env=env)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert time.monotonic() - started < SECONDS, args
+    return result
+
+
+def child(*args, timeout=20):
+    """python -m dsa_kvcalc, as the console script runs, in at most MEMORY_LIMIT of address space."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+    return subprocess.run([sys.executable, "-m", "dsa_kvcalc", *map(str, args)], env=CHILD_ENV, capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=limit)
+
+
+def main_run(capsys, *args) -> tuple[int, str, str]:
+    """dsa_kvcalc.cli.main, the console script's entry, in process: (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exited:
+        main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return exited.value.code, out, err
+
+
+def one_line(text: str, start: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(start), text
+    return lines[0]
+
+
+def write(folder: Path, text: str, name: str = "recipe.yaml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def state(*roots) -> dict:
+    """Everything a command could harm under roots: per path its type, mode, owner, content (a link: where it points;
+    a device: its number) and modification time. A folder's time changes when anything is created in it, even
+    briefly, as a temporary file would be."""
+    found = {}
+    for root in map(Path, roots):
+        walk = [root, *sorted(root.rglob("*"))] if root.is_dir() and not root.is_symlink() else [root]
+        for path in walk:
+            info = os.lstat(path)
+            kind = stat.S_IFMT(info.st_mode)
+            content = os.readlink(path) if stat.S_ISLNK(info.st_mode) else \
+                path.read_bytes() if stat.S_ISREG(info.st_mode) else info.st_rdev
+            timed = stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode)
+            found[str(path)] = (kind, stat.S_IMODE(info.st_mode), info.st_uid, content, timed and info.st_mtime_ns)
+    return found
+
+
+def hidden(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name.startswith(".")]
+
+
+# --output (plan, calibrate, sweep, --plot) ----------------------------------------------------------------------
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_output_to_dev_full_is_one_line_and_the_device_stays():
+    # Running as root, `plan R -o /dev/full` replaced the device node with a regular file.
+    result = cli("plan", SEED, "-o", "/dev/full")
+    fails(result, "error: --output: cannot write /dev/full: No space left on device")
+    assert stat.S_ISCHR(os.lstat("/dev/full").st_mode)
+
+
+@pytest.mark.skipif(not os.path.islink("/dev/stdout"), reason="no /dev/stdout link")
+def test_output_to_dev_stdout_writes_the_pipe_and_keeps_the_link():
+    # Running as root, `plan R -f json -o /dev/stdout` replaced the /dev/stdout symlink with a regular file.
+    target = os.readlink("/dev/stdout")
+    done = child("plan", SEED, "-f", "json", "-o", "/dev/stdout")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["recipe"]["gpu"] == "B200"
+    assert os.path.islink("/dev/stdout") and os.readlink("/dev/stdout") == target
+
+
+def test_output_through_a_symlink_writes_its_target_and_keeps_the_link(tmp_path):
+    # `plan R -o link.csv`, link.csv -> data/plan.csv: the link was replaced by a regular file.
+    (tmp_path / "data").mkdir()
+    real = write(tmp_path / "data", "old\n", "plan.csv")
+    link = tmp_path / "link.csv"
+    link.symlink_to("data/plan.csv")
+    assert cli("plan", SEED, "-f", "csv", "-o", link).exit_code == 0
+    assert link.is_symlink() and os.readlink(link) == "data/plan.csv"
+    assert real.read_text().startswith("backend,") and hidden(tmp_path) == hidden(real.parent) == []
+
+
+def test_output_keeps_a_private_files_mode(tmp_path):
+    # `plan R -o secret.json` over a mode-600 file gave it back as 644.
+    out = write(tmp_path, "old", "secret.json")
+    out.chmod(0o600)
+    assert cli("plan", SEED, "-f", "json", "-o", out).exit_code == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and json.loads(out.read_text())["recipe"]
+
+
+@pytest.mark.parametrize("spelling", ["same path", "symlink", "hard link"])
+def test_plan_refuses_to_write_over_its_recipe(tmp_path, spelling):
+    # `plan R -o R` overwrote the recipe with the table.
+    recipe = write(tmp_path, SEED.read_text())
+    target = {"same path": recipe, "symlink": tmp_path / "link.yaml", "hard link": tmp_path / "hard.yaml"}[spelling]
+    if spelling == "symlink":
+        target.symlink_to(recipe.name)
+    if spelling == "hard link":
+        os.link(recipe, target)
+    before = state(tmp_path)
+    fails(cli("plan", recipe, "-o", target), f"error: --output: {target} is an input of this command")
+    assert state(tmp_path) == before
+
+
+@pytest.mark.parametrize("option", ["log", "--recipe"])
+def test_calibrate_refuses_to_write_over_its_log_or_recipe(tmp_path, option):
+    # `calibrate LOG -o LOG` overwrote the log with the calibrated recipe.
+    log = write(tmp_path, RTX.read_text(), "startup.log")
+    recipe = write(tmp_path, BASE)
+    target = log if option == "log" else recipe
+    before = state(tmp_path)
+    fails(cli("calibrate", log, "--recipe", recipe, "--set", "gpu=B200", "-o", target),
+          f"error: --output: {target} is an input of this command")
+    assert state(tmp_path) == before
+
+
+def test_sweep_killed_by_sigterm_leaves_no_temporary_and_the_old_file(tmp_path):
+    # A `sweep -o` killed by SIGTERM left its hidden temporary file behind (1.17 GB after ten minutes).
+    out = write(tmp_path, "old\n", "sweep.csv")
+    sweep = subprocess.Popen([sys.executable, "-m", "dsa_kvcalc", "sweep", SEED, "--vary", "max-num-seqs=1:1000000:1",
+                              "--backend", "auto", "-o", out], env=CHILD_ENV, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not hidden(tmp_path) and time.monotonic() < deadline and sweep.poll() is None:
+        time.sleep(0.02)
+    assert hidden(tmp_path), "the sweep never started writing"
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(20) == 128 + signal.SIGTERM
+    assert b"Traceback" not in sweep.stderr.read()
+    assert hidden(tmp_path) == [] and out.read_text() == "old\n"
+
+
+def test_plot_into_a_missing_folder_writes_no_csv(tmp_path):
+    # `sweep R -o out.csv --plot missing/plot.png` failed on the plot, yet out.csv was written.
+    before = state(tmp_path)
+    result = cli("sweep", SEED, "--vary", "max-num-seqs=64,128", "-o", tmp_path / "out.csv",
+                 "--plot", tmp_path / "missing" / "plot.png")
+    fails(result, "error: --plot: cannot write", "does not exist")
+    assert state(tmp_path) == before
+
+
+# Tracebacks, hangs and unbounded memory instead of one line -------------------------------------------------------
+
+def commands(recipe: Path) -> dict[str, list]:
+    """Every command that reads a recipe, as a user would run it on that recipe."""
+    return {
+        "plan": ["plan", recipe],
+        "sweep": ["sweep", recipe, "--vary", "max-num-seqs=64,128"],
+        "recommend": ["recommend", recipe, "--target-concurrency", 64, "--min-kv-tokens", 1000],
+        "verify": ["verify", recipe, "--gpu"],  # the recipe is read before the GPU is looked for
+        "calibrate": ["calibrate", RTX, "--recipe", recipe, "--set", "gpu=B200"],
+    }
+
+
+@pytest.mark.parametrize("command", ["plan", "sweep", "recommend", "verify", "calibrate"])
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", ".NaN"])
+def test_nan_and_inf_memory_terms_are_one_line_in_every_command(tmp_path, command, value):
+    # `memory: {weights_gib: .nan}` (or .inf) gave a traceback in plan, sweep, recommend, verify and calibrate.
+    recipe = write(tmp_path, f"model: DeepSeek-V4-Flash\ngpu: B200\nmemory: {{weights_gib: {value}}}\n")
+    fails(cli(*commands(recipe)[command]), "error: memory.weights_gib: expected a number of GiB")
+
+
+@pytest.mark.parametrize("value, problem", [
+    ('\'{"weights_gib": NaN}\'', "memory.weights_gib: expected a number of GiB, got nan"),
+    ('\'{"weights_gib": 1' + "0" * 5000 + '}\'', "memory: a number too long to read"),
+    ("'" + "[" * 100_000 + "'", "memory: nests too deeply"),
+    ("1" + "0" * 5000, "recipe: YAML error in"),
+])
+def test_odd_numbers_in_a_json_string_or_yaml_are_one_line(tmp_path, value, problem):
+    # vLLM takes nested configs as JSON strings: NaN, a 5,000-digit number or deep nesting there, or a 5,000-digit
+    # YAML number, gave tracebacks (Python reads no int of over 4,300 digits).
+    fails(cli("plan", write(tmp_path, BASE + f"memory: {value}\n")), f"error: {problem}")
+
+
+@pytest.mark.parametrize("key, shown", [("1", "1"), ("2.5", "2.5"), ("true", "True"), ("null", "None"),
+                                        ("2001-01-01", "datetime.date(2001, 1, 1)")])
+def test_a_non_string_key_is_one_line(tmp_path, key, shown):
+    # A recipe line `1: 3` gave a traceback: the key is a number, not a name.
+    fails(cli("plan", write(tmp_path, BASE + f"{key}: 3\n")), f"error: {shown}: a key must be a name")
+
+
+@pytest.mark.parametrize("value", ["[" * 5000 + "]" * 5000, "{a: " * 3000 + "1" + "}" * 3000,
+                                   "".join(f"\n{'  ' * (i + 1)}a:" for i in range(900)) + " 1"])
+def test_deep_nesting_under_an_ignored_key_is_one_line(tmp_path, value):
+    # A deeply nested value under `host:` (a key dsa-kvcalc ignores) gave a RecursionError traceback.
+    fails(cli("plan", write(tmp_path, BASE + f"host: {value}\n")), "error: recipe: ", "nests too deeply")
+
+
+def test_aliases_that_expand_without_bound_are_one_line(tmp_path):
+    # Nine aliases of nine aliases ("billion laughs") under an ignored key, then one of them as the model: printing the
+    # value in the error took all memory. Run in a child with 2 GiB of address space.
+    lines = ["host:", "  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    recipe = write(tmp_path, "\n".join(lines) + "\nmodel: *a8\ngpu: H200\n")
+    done = child("plan", recipe)
+    assert done.returncode == 2, done.stderr
+    one_line(done.stderr, "error: recipe: ")
+    assert "aliases expand" in done.stderr
+
+
+NEEDED = {"num_hidden_layers": 61, "hidden_size": 7168, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048}
+
+
+@pytest.mark.parametrize("config", [
+    json.dumps({name: str(value) for name, value in NEEDED.items()}),
+    json.dumps(NEEDED | {"max_position_embeddings": "163840"}),
+    json.dumps(NEEDED | {"num_hidden_layers": 10 ** 12}),
+    json.dumps(NEEDED | {"compress_ratios": "4" * 1_000_000}),
+    json.dumps(NEEDED | {"_name_or_path": "\ud800"}),  # JSON's "\ud800" is half a character: no output prints it
+    json.dumps(NEEDED)[:-1] + ', "vocab_size": 1' + "0" * 5000 + "}",  # Python reads no int of over 4,300 digits
+])
+def test_a_local_config_json_with_strings_for_numbers_is_one_line_in_bounded_memory(tmp_path, config):
+    # A local config.json with strings where numbers belong gave a traceback; one used 7.5 GB of RAM before failing.
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    (folder / "config.json").write_text(config)
+    done = child("plan", write(tmp_path, "model: checkpoint\ngpu: H200\n"))
+    assert done.returncode == 2, done.stderr
+    one_line(done.stderr, "error: model: ")
+
+
+def test_huge_capture_sizes_end_within_seconds_in_bounded_memory(tmp_path):
+    # Found by the property test below: max-num-batched-tokens and max_cudagraph_capture_size of 2e9, each within its
+    # bounds, made plan build vLLM's capture-size grid of 250 million sizes (MemoryError, or minutes). Either plan
+    # answers or the recipe is refused in one line; either way within seconds and 2 GiB.
+    recipe = write(tmp_path, BASE + "max-num-batched-tokens: 2000000000\n"
+                                    "compilation-config:\n  max_cudagraph_capture_size: 2000000000\n")
+    done = child("plan", recipe, timeout=SECONDS)
+    assert done.returncode in (0, 2) and "Traceback" not in done.stderr, done.stderr
+    if done.returncode == 2:
+        one_line(done.stderr, "error: ")
+
+
+@pytest.mark.parametrize("spec", ["1:1e12:1", "1:1e30:1", "1:1e999999:1", "0:1:1e-999999", "0.1:0.9:1e-30",
+                                  "1:1000001:1"])
+def test_sweep_ranges_beyond_the_limit_are_one_line_at_once(spec):
+    # `sweep --vary max-num-seqs=1:1e12:1` raised MemoryError and 1:1e30:1 grew memory without bound.
+    done = child("sweep", SEED, "--vary", f"max-num-seqs={spec}", timeout=SECONDS)
+    assert done.returncode == 2, done.stderr
+    one_line(done.stderr, f"error: --vary max-num-seqs={spec}: ")
+
+
+def test_a_single_vary_is_lazy():
+    # A single --vary built its whole range before the first row streamed.
+    [vary] = parse_varies([f"max-num-seqs=1:{MAX_POINTS}:1"])
+    assert isinstance(vary.values, range) and len(vary.values) == MAX_POINTS
+    started = time.monotonic()
+    assert next(points([vary])) == (1,) and time.monotonic() - started < 0.1
+
+
+def test_a_max_model_len_below_the_indexers_ratio_is_one_line(tmp_path):
+    # Found by the property test below: DeepSeek-V4's indexer scores max-model-len // 4 keys, so `--set
+    # max-model-len=1` left it none and plan divided by zero.
+    recipe = write(tmp_path, V4)
+    fails(cli("plan", recipe, "--set", "max-model-len=3"), "error: max-model-len: ")
+
+
+def test_recommend_max_spec_tokens_is_bounded_by_the_keys_maximum():
+    # `recommend --max-spec-tokens 1000000` ran for minutes.
+    result = cli("recommend", SEED, "--target-concurrency", 64, "--min-kv-tokens", 1000, "--max-spec-tokens", 1000000)
+    fails(result, "error: --max-spec-tokens: must be at least 0 and at most 64")
+
+
+# Accepted silently, with wrong answers ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, key", [
+    (BASE + "max-num-seqs: 3\nmax-num-seqs: 4\n", "max-num-seqs: given twice (line 5)"),
+    (BASE + "max_num_seqs: 3\nmax-num-seqs: 4\n", "max-num-seqs: given twice (as max_num_seqs and max-num-seqs)"),
+    (BASE + "memory:\n  weights_gib: 3\n  weights_gib: 4\n", "weights_gib: given twice (line 6)"),
+    (BASE + "memory:\n  weights_gib: 3\n  weights_bytes: 4\n", "memory.weights_bytes: weights is given twice"),
+])
+def test_duplicate_keys_are_refused(tmp_path, text, key):
+    # A key given twice was accepted, and the last one won.
+    fails(cli("plan", write(tmp_path, text)), f"error: {key}")
+
+
+def test_a_duplicate_key_in_a_set_value_is_refused():
+    # --set takes YAML: a mapping with a key given twice is the same mistake as in a file.
+    result = cli("plan", SEED, "--set", "speculative-config={num_speculative_tokens: 1, num_speculative_tokens: 2}")
+    fails(result, "error: --set speculative-config: num_speculative_tokens: given twice")
+
+
+def test_a_tensor_parallel_size_of_10_to_the_30_is_refused(tmp_path):
+    # tensor-parallel-size: 10^30 was accepted and planned.
+    fails(cli("plan", write(tmp_path, BASE.replace("8", "1" + "0" * 30))),
+          "error: tensor-parallel-size: must be at least 1 and at most 1,024")
+
+
+def test_kv_cache_memory_bytes_larger_than_the_gpu_is_refused():
+    # kv-cache-memory-bytes larger than the GPU was accepted.
+    fails(cli("plan", SEED, "--set", "kv-cache-memory-bytes=200G"), "error: kv-cache-memory-bytes: ", "more than B200")
+
+
+def test_set_with_an_empty_value_is_refused_and_null_restores_the_default():
+    # `--set max-num-seqs=` with an empty value was accepted.
+    fails(cli("plan", SEED, "--set", "max-num-seqs="), "error: --set max-num-seqs: no value")
+    restored = json.loads(cli("plan", SEED, "-f", "json", "--set", "max-num-seqs=null").output)
+    assert restored["recipe"]["max-num-seqs"] == 1024  # vLLM's default on a GPU of >= 70 GiB, not the recipe's 256
+
+
+def test_a_measured_graph_pool_smaller_than_its_logits_is_refused():
+    # A measured CUDA-graph pool of 0.5 GiB was accepted though its FULL decode graph holds 9 GiB of indexer logits.
+    fails(cli("plan", SEED, "--set", "memory.cudagraph_gib.auto=0.5"),
+          "error: memory.cudagraph_gib.auto: 0.50 GiB is less than the 9.00 GiB of indexer logits")
+
+
+def test_set_gpu_on_a_recipe_measured_on_another_gpu_is_refused():
+    # `--set gpu=H200` on the seed's recipe, measured on B200, gave 0 KV tokens and "OOM before fix > 268 decodes".
+    fails(cli("plan", SEED, "--set", "gpu=H200"), "error: memory: measured on B200", "runs on H200")
+
+
+def test_sweep_over_engines_keeps_a_row_for_a_backend_one_engine_lacks():
+    # `sweep --vary engine=vllm,deepinfer --backend deep_select` dropped the deepinfer point without an error row.
+    result = cli("sweep", SEED, "--vary", "engine=vllm,deepinfer", "--backend", "deep_select", "-f", "jsonl")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["engine"], r["backend"], r["available"]) for r in rows] == [
+        ("vllm", "deep_select", True), ("deepinfer", "deep_select", False)]
+    assert "not a backend of DeepInfer" in rows[1]["reason"]
+
+
+def test_calibrate_a_deepinfer_recipe_is_one_line(tmp_path):
+    # `calibrate LOG --set engine=deepinfer` failed with a StopIteration traceback.
+    out = tmp_path / "calibrated.yaml"
+    fails(cli("calibrate", RTX, "--set", "gpu=B200", "--set", "engine=deepinfer", "-o", out),
+          "error: engine: calibrate reads vLLM startup logs")
+    assert not out.exists()
+
+
+# Documented, but rejected -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spelling", ["auto", "-1", "'-1'"])
+def test_max_model_len_auto_and_minus_one_mean_the_models_maximum(tmp_path, spelling):
+    # `max-model-len: auto` and `-1`, documented as the model's maximum, were rejected.
+    result = cli("plan", write(tmp_path, BASE + f"max-model-len: {spelling}\n"), "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["recipe"]["max-model-len"] == 163_840
+    swept = cli("sweep", SEED, "--vary", "max-model-len=auto,128k", "-f", "jsonl", "--backend", "auto")
+    assert [json.loads(line)["decode_logits.columns"] for line in swept.stdout.splitlines()] == [1_048_576, 128_000]
+
+
+def test_deepgemm_2_8_unquoted_is_accepted_and_the_error_lists_the_layouts(tmp_path):
+    # `deepgemm: 2.8` (a YAML float) was rejected, and the error listed layouts that differ from the README's.
+    assert cli("plan", write(tmp_path, BASE + "deepgemm: 2.8\n")).exit_code == 0
+    fails(cli("plan", write(tmp_path, BASE + "deepgemm: 2.7\n")),
+          "error: deepgemm: no known logits layout for DeepGEMM 2.7; known layouts: 2.8, 2.3 - 2.6, 2.1 - 2.2")
+
+
+def test_set_a_backends_graph_pool_on_a_recipe_without_the_mapping(tmp_path):
+    # `--set memory.cudagraph_gib.auto=3` on a recipe with no such mapping was rejected, and the message renamed the
+    # key. Errors name the key as the user wrote it.
+    recipe = write(tmp_path, BASE)
+    assert cli("plan", recipe, "--set", "memory.cudagraph_gib.auto=3").exit_code == 0
+    fails(cli("plan", recipe, "--set", "memory.cudagraph-gib.auto=3"),
+          "error: memory.cudagraph-gib: unknown memory term")
+    fails(cli("plan", recipe, "--set", "memory.cudagraph_gib.fastest=3"),
+          "error: memory.cudagraph_gib.fastest: unknown backend")
+    in_bytes = write(tmp_path, BASE + "memory:\n  cudagraph_bytes: {auto: 2000000000}\n", "bytes.yaml")
+    fails(cli("plan", in_bytes, "--set", "memory.cudagraph_gib.auto=3"),
+          "error: memory.cudagraph_gib.auto: the recipe gives cudagraph as cudagraph_bytes")
+    assert cli("plan", in_bytes, "--set", "memory.cudagraph_gib=null").exit_code == 0  # null: the estimate
+
+
+@pytest.mark.parametrize("command", [["verify", SEED, "--gpu"], ["calibrate", RTX]])
+def test_verify_and_calibrate_offer_only_the_formats_they_take(capsys, command):
+    # `verify --help` and `calibrate --help` offered markdown and csv, then rejected them.
+    code, out, _ = main_run(capsys, command[0], "--help")
+    assert code == 0 and "<table|json>" in out and "markdown" not in out and "csv" not in out
+    code, _, err = main_run(capsys, *command, "-f", "csv")
+    assert code == 2
+    one_line(err, "error: --format: 'csv' is not one of 'table', 'json'")
+
+
+# Output a person reads ----------------------------------------------------------------------------------------------
+
+def figures(text: str, *numbers: int) -> None:
+    """No figure cut: none of rich's ellipses, and every number whole (thousands separated) in the text."""
+    assert "…" not in text, text
+    for number in numbers:
+        assert f"{number:,}" in text, (number, text)
+
+
+def test_plan_at_80_columns_cuts_no_figure():
+    # In a pipe, at 80 columns, plan's table cut `1,049,0…` and `36,637,…`.
+    data = json.loads(cli("plan", SEED, "-f", "json").output)
+    text = cli("plan", SEED, env={"COLUMNS": "80"}).output
+    figures(text, *(b["kv_cache_tokens"] for b in data["backends"] if b["available"]),
+            *(b["decode_logits"]["padded_columns"] for b in data["backends"] if b["available"]))
+
+
+def test_models_and_gpus_in_a_pipe_cut_no_name():
+    # `models | cat` cut every model name.
+    done = child("models")
+    assert done.returncode == 0, done.stderr
+    figures(done.stdout, *(m.max_position_embeddings for m in MODELS))
+    for model in MODELS:
+        assert re.search(rf"(^|\s){re.escape(model.name)}(\s|;|$)", done.stdout, re.M), model.name
+    gpus = cli("gpus", env={"COLUMNS": "80"}).output
+    figures(gpus, 191_502_483_456)  # B200's bytes
+
+
+@pytest.mark.parametrize("varies", [["max-num-seqs=64:256:64"],
+                                    ["max-num-seqs=64,128", "speculative-config.num_speculative_tokens=0,5"],
+                                    ["engine=vllm,deepinfer", "memory.cudagraph_gib.deep_select=100,12.5"]])
+def test_sweep_table_at_80_columns_cuts_no_figure(varies):
+    # A sweep table at 80 columns cut `persist…` and the KV tokens.
+    args = [a for vary in varies for a in ("--vary", vary)]
+    rows = [json.loads(line) for line in cli("sweep", SEED, *args, "-f", "jsonl").stdout.splitlines()]
+    text = cli("sweep", SEED, *args, env={"COLUMNS": "80"}).output
+    figures(text, *(row["kv_cache_tokens"] for row in rows if row.get("available")))
+    for backend in {row["backend"] for row in rows}:
+        assert backend in text
+
+
+@pytest.mark.parametrize("spec", [None, 3])
+def test_recommend_at_80_columns_cuts_no_figure(spec):
+    # The recommendation table cut `deep_sele…` and `max-num-s…` at 80 columns.
+    args = ["--target-concurrency", 64, "--min-kv-tokens", 1_000_000] + (["--max-spec-tokens", spec] if spec else [])
+    wide = cli("recommend", SEED, *args, env={"COLUMNS": "250"}).output
+    text = cli("recommend", SEED, *args, env={"COLUMNS": "80"}).output
+    figures(text, *(int(n.replace(",", "")) for n in re.findall(r"\b\d{1,3}(?:,\d{3})+\b", wide)))
+    for backend in ("deep_select", "persistent", "cooperative", "flashinfer"):
+        assert backend in text
+
+
+def test_calibrate_at_80_columns_cuts_no_figure():
+    result = cli("calibrate", RTX, "--set", "gpu=B200", env={"COLUMNS": "80"})
+    figures(result.output, 1_993_100)
+
+
+@pytest.mark.parametrize("fixture", ["h200-builtin.json", "h200-v41-as-local-oom.json"])
+def test_verify_table_at_80_columns_cuts_no_figure(fixture):
+    report = json.loads((Path(__file__).parent / "fixtures" / "verify" / fixture).read_text())
+    console = Console(file=io.StringIO(), width=80)
+    verify_render.render_table(report, console)
+    checks = [c for shape in report["shapes"] for b in shape["backends"] for c in b["checks"]]
+    figures(console.file.getvalue(), *(c[side] for c in checks for side in ("predicted", "measured")
+                                       if isinstance(c[side], int) and not isinstance(c[side], bool)))
+
+
+@pytest.mark.parametrize("args, key", [
+    (["plan", SEED, "--bogus"], "--bogus: no such option"),
+    (["plan", "--forma", "json", SEED], "--forma: no such option (did you mean --format?)"),
+    (["plan", SEED, "-f", "xml"], "--format: 'xml' is not one of 'table', 'json', 'markdown', 'csv'"),
+    (["plan", SEED, "--format"], "--format: requires an argument"),
+    (["plan"], "recipe: missing"),
+    (["recommend", SEED, "--min-kv-tokens", 1], "--target-concurrency: missing"),
+    (["recommend", SEED, "--target-concurrency", "x", "--min-kv-tokens", 1], "--target-concurrency: "),
+    (["bogus"], "dsa-kvcalc: no such command 'bogus'"),
+    (["plan", SEED, "extra"], "dsa-kvcalc plan: got unexpected extra argument"),
+])
+def test_usage_errors_are_one_short_line(capsys, args, key):
+    # Typer's boxed usage errors took 5 to 6 lines, in another style than every other error.
+    code, out, err = main_run(capsys, *args)
+    assert code == 2 and out == ""
+    line = one_line(err, f"error: {key}")
+    assert line.endswith("--help)") and "╭" not in line
+
+
+def test_no_arguments_print_the_help(capsys):
+    code, out, err = main_run(capsys)
+    assert code == 0 and out.startswith("Usage: dsa-kvcalc") and err == ""
+
+
+def test_the_schema_validates_every_bundled_recipe_and_rejects_wrong_types():
+    # `dsa-kvcalc schema` emitted properties that refer to themselves: any validator recursed forever.
+    schema = json.loads(cli("schema").output)
+    assert schema == json.loads(json.dumps(json_schema())) and "$ref" not in json.dumps(schema)
+    Draft202012Validator.check_schema(schema)
+    validator = Draft202012Validator(schema)
+    bundled = sorted(RECIPES.glob("*.yaml")) + sorted((ROOT / "dsa_kvcalc" / "recipes").glob("*.yaml"))
+    assert bundled
+    for path in bundled:
+        assert list(validator.iter_errors(yaml.safe_load(path.read_text()))) == [], path
+    base = yaml.safe_load(BASE)
+    for documented in [{"max-model-len": "auto"}, {"max-model-len": -1}, {"deepgemm": 2.8}, {"max_num_seqs": 8},
+                       {"memory": {"cudagraph_gib": {"auto": 18.4}, "gpu": "B200"}}, {"host": "0.0.0.0"}]:
+        assert list(validator.iter_errors(base | documented)) == [], documented
+    for wrong in [{"max-num-seqs": "many"}, {"enforce-eager": "yes"}, {"model": 3}, {"gpu-memory-utilization": 2},
+                  {"memory": {"weights_gib": "x"}}, {"memory": {"cudagraph_gib": {"fastest": 1}}},
+                  {"max-num-seq": 8}, {"speculative-config": {"num_speculative_tokens": 1.5}}]:
+        assert list(validator.iter_errors(base | wrong)), wrong
+
+
+# Property tests: hostile inputs of every kind -----------------------------------------------------------------------
+
+SNIPPETS = [".nan", ".inf", "-.inf", "1e400", "-1e400", "-1", "0", "1", "3", "64", "auto", "128k", "1M", "2.5K", "1k",
+            "null", "~", "''", "yes", "no", "true", "0x10", "0o17", "1_000", "9" * 30, "1" + "0" * 300, "-0.0",
+            "1e-400", "0.92", "1.5", "[1, 2, [3]]", "[]", "{}", "{a: 1}", "{auto: 3, deep_select: .nan}",
+            "'{\"num_speculative_tokens\": 2}'", "'{broken'", "2001-13-45", "2001-12-25", "12:30:00", "!!binary AAAA",
+            "!!python/object:os.system x", "!!str 3", "!!float x", "&anchor [1, 2]", "*anchor", "*nowhere",
+            "[" * 400 + "]" * 400, "'" + "x" * 3000 + "'", "fp8", "H200", "B200", "deep_select", "DeepSeek-V3.2",
+            "mtp", "FULL", "2.8", "2.6.1", "0.20.0", "'a[/b]'", "\"\\t\"", "'1; rm -rf /'"]
+TOP_KEYS = ["model", "gpu", "max-num-seqs", "max_num_seqs", "max-model-len", "max-num-batched-tokens",
+            "tensor-parallel-size", "data-parallel-size", "decode-context-parallel-size", "gpu-memory-utilization",
+            "kv-cache-memory-bytes", "kv-cache-dtype", "deepgemm", "engine", "vllm-version",
+            "sparse-indexer-topk-backend", "enforce-eager", "enable-expert-parallel", "host", "hf-overrides",
+            "speculative-config", "compilation-config", "env", "memory", "max-num-seq", "1", "2.5", "true", "null",
+            "2001-01-01", "'a.b'", "''"]
+NESTED = {"speculative-config": ["num_speculative_tokens", "method", "model", "bogus"],
+          "compilation-config": ["cudagraph_mode", "max_cudagraph_capture_size", "cudagraph_capture_sizes", "level"],
+          "env": ["VLLM_SPARSE_INDEXER_MAX_LOGITS_MB", "OTHER"],
+          "memory": ["weights_gib", "weights_bytes", "peak_activation_gib", "non_torch_bytes", "cudagraph_gib",
+                     "cudagraph_bytes", "indexer_headroom_gib", "gpu", "bogus_gib", "1"]}
+DOTTED = TOP_KEYS + [f"{top}.{inner}" for top, inners in NESTED.items() for inner in inners] + [
+    "memory.cudagraph_gib.auto", "memory.cudagraph_gib.deep_select", "memory.indexer_headroom_gib.bogus",
+    "memory..x", ".x", "max-num-seqs.x", "Memory.weights_gib", ""]
+BASES = [BASE, V4, SEED.read_text()]
+
+snippet = st.one_of(st.sampled_from(SNIPPETS), st.integers(-2 ** 80, 2 ** 80).map(str),
+                    st.floats(allow_nan=True, allow_infinity=True).map(repr).map(
+                        lambda r: {"nan": ".nan", "inf": ".inf", "-inf": "-.inf"}.get(r, r)),
+                    st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=12).map(json.dumps))
+
+
+SANE = {"max-num-seqs": ["64", "256"], "max_num_seqs": ["128"], "max-model-len": ["auto", "-1", "32k", "65536"],
+        "max-num-batched-tokens": ["8192", "16k"], "tensor-parallel-size": ["8"], "data-parallel-size": ["1"],
+        "decode-context-parallel-size": ["1"], "gpu-memory-utilization": ["0.9", "0.95"], "kv-cache-dtype": ["fp8"],
+        "kv-cache-memory-bytes": ["null"], "deepgemm": ["2.8", "'2.6.1'"], "engine": ["vllm", "deepinfer"],
+        "vllm-version": ["null"], "sparse-indexer-topk-backend": ["deep_select", "auto"], "enforce-eager": ["false"],
+        "enable-expert-parallel": ["true"], "host": ["0.0.0.0"], "hf-overrides": ["{rope_scaling: null}"],
+        "speculative-config": ["{num_speculative_tokens: 1, method: mtp}"], "compilation-config": ["{level: 3}"],
+        "env": ["{VLLM_SPARSE_INDEXER_MAX_LOGITS_MB: 256}"], "memory": ["null"], "num_speculative_tokens": ["2"],
+        "method": ["mtp"], "model": ["DeepSeek-V3.2"], "cudagraph_mode": ["PIECEWISE"],
+        "max_cudagraph_capture_size": ["512"], "cudagraph_capture_sizes": ["[1, 2, 4]"], "level": ["3"],
+        "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": ["1024"], "OTHER": ["1"], "weights_gib": ["40.5"],
+        "peak_activation_gib": ["5"], "non_torch_bytes": ["2000000000"], "indexer_headroom_gib": ["0.5"],
+        "cudagraph_gib": ["{auto: 30, deep_select: 30}"], "gpu": ["H200"]}
+
+
+def value_for(draw, key: str) -> str:
+    """Mostly what the key takes (so that plans run and files get written), often something hostile."""
+    sane = SANE.get(key.rsplit(".", 1)[-1])
+    return draw(st.sampled_from(sane)) if sane and draw(st.integers(0, 2)) else draw(snippet)
+
+
+@st.composite
+def hostile_recipes(draw) -> str:
+    """A bundled or minimal recipe, then lines of odd keys and values: duplicates, NaN and infinities, huge numbers,
+    non-string keys, tags, aliases, deep nesting, mappings where scalars belong."""
+    lines = [draw(st.sampled_from(BASES))]
+    for key in draw(st.lists(st.sampled_from(TOP_KEYS), max_size=draw(st.sampled_from([0, 0, 2, 4])))):
+        if key in NESTED and draw(st.booleans()):
+            inner = draw(st.lists(st.sampled_from(NESTED[key]), min_size=1, max_size=3))
+            lines.append(f"{key}:" + "".join(f"\n  {name}: {value_for(draw, name)}" for name in inner))
+        else:
+            lines.append(f"{key}: {value_for(draw, key)}")
+    return "\n".join(lines) + "\n"
+
+
+def range_spec(draw) -> str:
+    kind = draw(st.sampled_from(["small", "decimal", "huge", "junk"]))
+    if kind == "small":  # few values: a sweep that runs
+        start, step = draw(st.integers(-2, 2000)), draw(st.integers(-1, 300))
+        return f"{start}:{start + step * draw(st.integers(0, 6))}:{step}"
+    if kind == "decimal":
+        return draw(st.sampled_from(["0.90:0.97:0.01", "0.5:1:0.25", "1k:2k:0.5k", "1:3:1.0", "0.1:0.1:0.1"]))
+    if kind == "huge":  # over the limit: refused at once
+        return draw(st.sampled_from(["1:1e12:1", "1:1e30:1", "0:1:1e-13", "1:1000001:1", "-1e18:1e18:1",
+                                     "1:1e999999:1", "0:1e18:0.000000000001"]))
+    return draw(st.sampled_from(["1:2", "1:2:3:4", "a:b:c", "nan:1:1", "1:inf:1", "3:1:1", "1:3:0", "1:3:-1", ":",
+                                 "1::1", "1e400:1e401:1"]))
+
+
+VARIED = ["max-num-seqs", "gpu-memory-utilization", "max-model-len", "engine",
+          "speculative-config.num_speculative_tokens", "memory.weights_gib", "memory.cudagraph_gib.auto",
+          "kv-cache-dtype", "host", "bogus", "memory.x_gib"]
+
+
+@st.composite
+def varies(draw) -> list[str]:
+    found = []
+    for key in draw(st.lists(st.sampled_from(VARIED), min_size=draw(st.sampled_from([0, 1, 1, 1])), max_size=2)):
+        values = st.lists(st.builds(value_for, st.just(draw), st.just(key)), min_size=1, max_size=3)
+        spec = range_spec(draw) if draw(st.booleans()) else ",".join(draw(values))
+        found.append(f"{key}={spec}")
+    return found
+
+
+TARGETS = ["stdout", "new", "existing", "private", "symlink", "dangling", "missing folder", "folder", "/dev/null",
+           "the recipe", "a hard link to the recipe", "the log"]
+
+
+def target(folder: Path, recipe: Path, log: Path, kind: str, suffix: str = ".csv") -> Path | None:
+    """An output target of the given kind, in a folder prepared by make_targets."""
+    if kind == "stdout":
+        return None
+    paths = {"new": folder / f"out{suffix}", "existing": folder / "old.csv", "private": folder / "private",
+             "symlink": folder / "link.csv", "dangling": folder / "dangling", "missing folder": folder / "no" / "x",
+             "folder": folder / "dir", "/dev/null": Path("/dev/null"), "the recipe": recipe,
+             "a hard link to the recipe": folder / "hard.yaml", "the log": log}
+    return paths[kind]
+
+
+def make_targets(folder: Path, recipe: Path) -> None:
+    write(folder, "old\n", "old.csv")
+    write(folder, "old\n", "private").chmod(0o600)
+    write(folder, "old\n", "real.csv")
+    (folder / "link.csv").symlink_to("real.csv")
+    (folder / "dangling").symlink_to("gone/x")
+    (folder / "dir").mkdir()
+    os.link(recipe, folder / "hard.yaml")
+
+
+@st.composite
+def invocations(draw):
+    """(command line with {recipe}/{log}/{out}/{plot} placeholders, recipe text, output kind, plot kind)."""
+    command = draw(st.sampled_from(["plan", "plan", "plan", "sweep", "sweep", "recommend", "calibrate", "schema"]))
+    keys = draw(st.lists(st.sampled_from(DOTTED), max_size=draw(st.sampled_from([0, 0, 1, 2]))))
+    sets = [f"{key}={value_for(draw, key)}" if draw(st.integers(0, 5)) else
+            draw(st.sampled_from(["=", "max-num-seqs", "=3", "a=", " = "])) for key in keys]
+    set_args = [a for s in sets for a in ("--set", s)]
+    out, plot = draw(st.sampled_from(TARGETS)), None
+    if command == "plan":
+        args = ["plan", "{recipe}", *set_args, "-f", draw(st.sampled_from(["table", "json", "csv", "markdown"]))]
+        args += draw(st.sampled_from([[], ["--explain"]]))
+    elif command == "sweep":
+        args = ["sweep", "{recipe}", *(a for v in draw(varies()) for a in ("--vary", v))]
+        args += [a for b in draw(st.lists(st.sampled_from(["auto", "deep_select", "aiter", "fastest"]), max_size=2))
+                 for a in ("--backend", b)]
+        args += draw(st.sampled_from([[], ["-f", "csv"], ["-f", "jsonl"], ["-f", "table"]]))
+        plot = draw(st.sampled_from([None] * len(TARGETS) + TARGETS[1:]))
+    elif command == "recommend":
+        numbers = st.sampled_from([64, 1, 0, -1, 10 ** 30, 1_000_000])
+        args = ["recommend", "{recipe}", "--target-concurrency", draw(numbers), "--min-kv-tokens", draw(numbers)]
+        args += draw(st.sampled_from([[], ["--max-spec-tokens", 2], ["--max-spec-tokens", 65], ["--backend", "auto"]]))
+        out = "stdout"
+    elif command == "calibrate":
+        args = ["calibrate", "{log}", *draw(st.sampled_from([[], ["--recipe", "{recipe}"]])), "--set", "gpu=B200",
+                *set_args, *draw(st.sampled_from([[], ["-f", "json"]]))]
+    else:
+        args = ["schema"]
+    if out != "stdout":
+        args += ["-o", "{out}"]
+    if plot:
+        args += ["--plot", "{plot}"]
+    return args, draw(hostile_recipes()), out, plot
+
+
+def check_run(folder: Path, inputs: list[Path], code: int, stderr: str, before: dict) -> None:
+    """The contract of every run: exit 0-3; on 2 one line `error: ...`; on failure nothing touched; on success the
+    inputs, links and modes kept and no temporary left behind."""
+    assert code in (0, 1, 2, 3), stderr
+    assert "Traceback" not in stderr
+    if code == 2:
+        one_line(stderr, "error: ")
+    after = state(folder, "/dev/null")
+    if code != 0:
+        assert after == before, stderr
+        return
+    for path, (kind, *_) in before.items():
+        if stat.S_ISLNK(kind) or Path(path) in inputs:
+            assert after[path][:4] == before[path][:4], path  # type, mode, owner, content or link target
+    assert stat.S_IMODE(os.stat(folder / "private").st_mode) == 0o600
+    assert hidden(folder) == []
+
+
+def fill(args: list, **paths) -> list[str]:
+    return [str(paths[a[1:-1]]) if isinstance(a, str) and a[1:-1] in paths else str(a) for a in args]
+
+
+@settings(max_examples=300, deadline=SECONDS * 1000, suppress_health_check=list(HealthCheck))
+@given(invocations())
+def test_hostile_input_in_process_ends_in_0_to_3_with_one_line_and_harms_nothing(invocation):
+    args, text, out, plot = invocation
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        recipe, log = write(folder, text), write(folder, RTX.read_text(), "startup.log")
+        make_targets(folder, recipe)
+        paths = {"recipe": recipe, "log": log, "out": target(folder, recipe, log, out),
+                 "plot": plot and target(folder, recipe, log, plot, ".png")}
+        before = state(folder, "/dev/null")
+        result = cli(*fill(args, **paths))
+        inputs = [paths[name] for name in ("recipe", "log") if f"{{{name}}}" in args]
+        check_run(folder, inputs, result.exit_code, result.stderr, before)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before  # KiB
+    assert grown < 512 << 10, f"memory grew by {grown >> 10} MiB"
+
+
+USAGE_JUNK = [["--bogus"], ["-f"], ["-f", "xml"], ["--set"], ["--vary"], ["--target-concurrency", "x"], ["extra"],
+              ["--max-spec-tokens", "-5"], ["--output"], ["--explain=3"], ["--help"], []]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(["plan", "sweep", "recommend", "calibrate", "verify", "models", "nonsense"]),
+       st.sampled_from(USAGE_JUNK), hostile_recipes(), st.sampled_from(TARGETS))
+def test_hostile_command_lines_through_the_console_script(command, junk, text, out):
+    # main() is what the console script runs: usage errors from typer become one line there, not under CliRunner.
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        recipe, log = write(folder, text), write(folder, RTX.read_text(), "startup.log")
+        make_targets(folder, recipe)
+        first = {"calibrate": log, "models": None, "nonsense": None}.get(command, recipe)
+        path = target(folder, recipe, log, out)
+        args = [command, *([first] if first else []), *junk, *(["-o", path] if path else [])]
+        before = state(folder, "/dev/null")
+        started = time.monotonic()
+        done = child(*args)
+        assert time.monotonic() - started < SECONDS + 3, args  # a child also imports everything
+        check_run(folder, [p for p in (first,) if p], done.returncode, done.stderr, before)
