@@ -7,18 +7,21 @@ from dsa_kvcalc.render import print_table
 
 
 def render_models(console) -> None:
-    header = ["model", "layers", "index topk", "checkpoint GiB", "max len"]
-    rows = [[m.name, str(m.num_layers), str(m.index_topk), f"{m.checkpoint.value / GIB:.1f}",
-             f"{m.max_position_embeddings:,}"] for m in MODELS]
+    header = ["model", "layers + MTP", "index topk", "KV cache", "checkpoint GiB", "max len"]
+    rows = [[m.name, f"{m.num_layers} + {m.mtp_layers}", str(m.index_topk),
+             m.logged_token_bytes.provenance if m.logged_token_bytes else "derived",
+             f"{m.checkpoint.value / GIB:.1f} {m.checkpoint.provenance}", f"{m.max_position_embeddings:,}"]
+            for m in MODELS]
     print_table(console, header, rows)
     for m in MODELS:
-        console.print(f"{m.name}: {m.config_source}" + (f"; {m.note}" if m.note else ""), highlight=False,
-                      markup=False)
+        console.print(f"{m.name}: config {m.config_source}; checkpoint {m.checkpoint.basis}"
+                      + (f"; {m.note}" if m.note else ""), highlight=False, markup=False)
 
 
 def render_gpus(console) -> None:
-    header = ["gpu", "arch", "total memory (torch)", "bytes"]
-    rows = [[g.name, g.arch, f"{g.total_memory_bytes / GIB:.2f} GiB", f"{g.total_memory_bytes:,}"] for g in GPUS]
-    print_table(console, header, rows, left=(0, 1))
+    header = ["gpu", "as torch names it", "arch", "total memory (torch)", "bytes"]
+    rows = [[g.name, next((a for a in g.aliases if a.startswith(("NVIDIA", "AMD"))), "-"), g.arch,
+             f"{g.total_memory_bytes / GIB:.2f} GiB", f"{g.total_memory_bytes:,}"] for g in GPUS]
+    print_table(console, header, rows, left=(0, 1, 2))
     for g in GPUS:
         console.print(f"{g.name}: {g.source}", highlight=False, markup=False)
