@@ -5,7 +5,6 @@ memory terms vLLM's profile measures, (4) the steps of KV-cache sizing for one b
 PR #62860, and plan(), which strings them together. Bytes and tokens are integers.
 """
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -251,50 +250,44 @@ def peak_activation(memory: RankMemory, reserved: int, headroom: int) -> int:
     return memory.peak_activation.bytes + max(0, reserved - headroom)
 
 
-def capture_sizes(recipe: Recipe) -> list[int]:
-    """vLLM's CUDA-graph capture sizes (vllm/config/vllm.py:1984-2040); empty under NONE."""
-    if recipe.cudagraph_mode == "NONE":
-        return []
-    ceiling = recipe.engine.capture_ceiling_sm100 if recipe.gpu.arch in ("sm100", "sm103") else 512
-    return default_capture_sizes(recipe.num_speculative_tokens, recipe.max_cudagraph_capture_size,
-                                 recipe.cudagraph_capture_sizes, ceiling, recipe.max_num_seqs,
-                                 recipe.max_num_batched_tokens)
+def on_grid(size: int, limit: int) -> bool:
+    """vLLM's capture grid up to limit: 1, 2, 4, multiples of 8 below 256, multiples of 16 from 256
+    (vllm/config/vllm.py:2013-2040)."""
+    return 0 < size <= limit and (size in (1, 2, 4) or size % (8 if size < 256 else 16) == 0)
 
 
-@functools.lru_cache(maxsize=256)  # a sweep repeats few shapes; bounded, so memory stays flat
-def default_capture_sizes(k: int, limit: int | None, given: tuple[int, ...], ceiling: int, max_num_seqs: int,
-                          max_num_batched_tokens: int) -> list[int]:
-    """The given sizes, or the grid up to min(max_num_seqs x (1 + k) x 2, ceiling), plus request counts n x (1 + k)
-    on the same grid (FULL decode graphs of whole requests), all at most max_num_batched_tokens."""
-    decode_query_len = 1 + k
-    if given:
-        return sorted(s for s in given if s <= max_num_batched_tokens and (limit is None or s <= limit))
-    extra = []
-    if limit is None:
-        limit = min(max_num_seqs * decode_query_len * 2, ceiling)
-        if decode_query_len > 1:
-            requests = min(max_num_seqs, ceiling)
-            counts = grid(requests) + [requests]
-            extra = [n * decode_query_len for n in counts if n * decode_query_len <= limit]
-    limit = min(limit, max_num_batched_tokens)
-    sizes = grid(limit)
-    if max_num_batched_tokens <= limit:
-        sizes.append(max_num_batched_tokens)
-    return sorted({s for s in sizes + extra if s <= max_num_batched_tokens})
-
-
-def grid(limit: int) -> list[int]:
-    return [n for n in (1, 2, 4) if n <= limit] + list(range(8, min(limit + 1, 256), 8)) + list(range(256, limit + 1, 16))
+def largest_on_grid(at_most: int, limit: int, step: int) -> int:
+    """The largest grid size up to at_most that is a multiple of step (0 if none): a few steps down, never the whole
+    grid, however large the limit."""
+    size = min(at_most, limit) // step * step
+    while size > 0 and not on_grid(size, limit):
+        size -= step
+    return size
 
 
 def cudagraph_logits_rows(recipe: Recipe) -> int:
-    """Decode rows whose logits the graph pool holds: the largest FULL graph of a uniform decode batch
-    (a multiple of 1 + k tokens), at most the decode worst case."""
+    """Decode rows whose logits the graph pool holds: the largest FULL graph of a uniform decode batch, a multiple of
+    1 + k tokens, at most the decode worst case. vLLM captures the given sizes, or its grid up to
+    min(max_num_seqs x (1 + k) x 2, ceiling) and whole requests n x (1 + k) with n on the grid, all at most
+    max_num_batched_tokens (vllm/config/vllm.py:1984-2040; the ceiling is 1024 on SM10x from vLLM 0.28.0)."""
     if recipe.cudagraph_mode not in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
         return 0
-    worst = decode_rows(recipe)
     per_seq = 1 + recipe.num_speculative_tokens
-    return next((s for s in reversed(capture_sizes(recipe)) if s <= worst and s % per_seq == 0), 0)
+    worst, tokens, limit = decode_rows(recipe), recipe.max_num_batched_tokens, recipe.max_cudagraph_capture_size
+    if recipe.cudagraph_capture_sizes:
+        return max((size for size in recipe.cudagraph_capture_sizes if size <= min(worst, tokens, limit or tokens)
+                    and size % per_seq == 0), default=0)
+    ceiling = recipe.engine.capture_ceiling_sm100 if recipe.gpu.arch in ("sm100", "sm103") else 512
+    requests = min(recipe.max_num_seqs, ceiling)
+    whole_requests = limit is None and per_seq > 1
+    limit = min(limit if limit is not None else min(recipe.max_num_seqs * per_seq * 2, ceiling), tokens)
+    candidates = [largest_on_grid(worst, limit, per_seq)]
+    if tokens <= limit and tokens <= worst and tokens % per_seq == 0:
+        candidates.append(tokens)
+    if whole_requests:
+        fits = min(limit, worst) // per_seq
+        candidates += [largest_on_grid(fits, requests, 1) * per_seq, requests * per_seq if requests <= fits else 0]
+    return max(candidates)
 
 
 def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int]) -> Term:
