@@ -162,16 +162,6 @@ def read_log_file(path: Path, key: str):
     return guarded(lambda: read(path, key))
 
 
-def check_vllm(raw: dict) -> None:
-    """calibrate reads vLLM startup logs: a recipe for another engine cannot be calibrated from one."""
-    from dsa_kvcalc.recipe import read_values
-
-    engine = read_values(raw)[0].get("engine_name", "vllm")
-    if engine != "vllm":
-        raise RecipeError("engine", f"calibrate reads vLLM startup logs; a {engine} recipe cannot be calibrated "
-                                    f"from one")
-
-
 @app.command()
 def calibrate(
     log: Path = typer.Argument(..., help="A vLLM startup log (any version since the v1 engine; several ranks is fine)"),
@@ -201,7 +191,6 @@ def calibrate(
             source, recipe_dir = str(recipe), recipe.parent
         if set_:
             source += " and --set"
-        check_vllm(raw)
         if after is None:
             result = calibration.calibrate(reading, raw, source, recipe_dir)
         else:
