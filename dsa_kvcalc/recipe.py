@@ -10,7 +10,7 @@ import difflib
 import json
 import math
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
@@ -601,13 +601,6 @@ def read_recipe(path: Path, overrides: list[str] = ()) -> dict:
 
 def load_recipe(path: Path, overrides: list[str] = ()) -> Recipe:
     return load(read_recipe(path, overrides), path.parent)
-
-
-def with_values(recipe: Recipe, **changes) -> Recipe:
-    """The recipe with some fields replaced, through the same checks across keys."""
-    changed = replace(recipe, **changes)
-    check_across(changed)
-    return changed
 
 
 def json_schema() -> dict:
