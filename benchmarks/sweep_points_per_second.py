@@ -27,7 +27,7 @@ MIB = 1 << 20
 
 
 def varies(points: int) -> list[str]:
-    return ["max-num-seqs=8:8000:8", f"speculative-config.num_speculative_tokens=0:{points // 1000 - 1}:1"]
+    return [f"max-num-seqs=1:{points // 10}:1", "speculative-config.num_speculative_tokens=0:9:1"]
 
 
 def seconds(command: list[str]) -> float:
