@@ -25,12 +25,13 @@ def tokens_vs(b: BackendPlan, reference: BackendPlan | None) -> float | None:
 
 def backend_json(plan: Plan, b: BackendPlan) -> dict:
     if not b.available:
-        return {"backend": b.backend, "available": False, "reason": b.reason, "selected": b.selected,
-                **dict.fromkeys(UNCOMPUTED)}
+        return {"backend": b.backend, "engine_label": plan.recipe.engine.label, "available": False, "reason": b.reason,
+                "selected": b.selected, **dict.fromkeys(UNCOMPUTED)}
     dl = b.decode_logits
     auto = next((p for p in plan.backends if p.backend == "auto"), b)
     return {
-        "backend": b.backend, "available": True, "reason": b.reason, "selected": b.selected,
+        "backend": b.backend, "engine_label": plan.recipe.engine.label, "available": True, "reason": b.reason,
+        "selected": b.selected,
         "decode_logits": {
             "rows": dl.rows, "columns": dl.columns, "padded_columns": dl.padded_columns,
             "logits_dtype": dl.logits_dtype, "logits_bytes_per_element": dl.logits_bytes_per_element,
