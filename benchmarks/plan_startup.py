@@ -4,11 +4,11 @@ both measured in this run (issue 9's target: below 2x).
 Usage: python benchmarks/plan_startup.py [runs]   (with the package installed, e.g. .venv/bin/python)
 """
 
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from timing import median_seconds
 
 RECIPE = Path(__file__).parent.parent / "recipes" / "deepseek-v4.1-flash-4xb200-dep4.yaml"
 TARGET = 2.0
@@ -17,17 +17,6 @@ COMMANDS = {
     "plan --format json": [sys.executable, "-m", "dsa_kvcalc", "plan", str(RECIPE), "--format", "json"],
     "plan (table)": [sys.executable, "-m", "dsa_kvcalc", "plan", str(RECIPE)],
 }
-
-
-def seconds(command: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
-
-
-def median_seconds(command: list[str], runs: int) -> float:
-    seconds(command)  # warm the file cache
-    return statistics.median(seconds(command) for _ in range(runs))
 
 
 def main():

@@ -10,16 +10,14 @@ of 1,000 to 100,000 points (tracemalloc slows Python down, so this part takes a 
     python benchmarks/sweep_points_per_second.py   (with the package installed, e.g. .venv/bin/python)
 """
 
-import statistics
-import subprocess
 import sys
-import time
 import tracemalloc
 from pathlib import Path
 
 from dsa_kvcalc import sweep
 from dsa_kvcalc.recipe import read_recipe
 from dsa_kvcalc.render.sweep import csv_lines
+from timing import median_seconds
 
 RECIPE = Path(__file__).parent.parent / "recipes" / "deepseek-v4.1-flash-4xb200-dep4.yaml"
 TARGET = 3.0
@@ -28,17 +26,6 @@ MIB = 1 << 20
 
 def varies(points: int) -> list[str]:
     return [f"max-num-seqs=1:{points // 10}:1", "speculative-config.num_speculative_tokens=0:9:1"]
-
-
-def seconds(command: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
-
-
-def cold(command: list[str], runs: int) -> float:
-    seconds(command)  # warm the file cache
-    return statistics.median(seconds(command) for _ in range(runs))
 
 
 def sweep_in_process(points: int) -> int:
@@ -54,10 +41,10 @@ def sweep_in_process(points: int) -> int:
 
 def main():
     module = [sys.executable, "-m", "dsa_kvcalc"]
-    plan_seconds = cold([*module, "plan", str(RECIPE), "--format", "json"], 7)
+    plan_seconds = median_seconds([*module, "plan", str(RECIPE), "--format", "json"], 7)
     print(f"one cold plan:               {plan_seconds:.3f} s (median of 7)")
     arguments = [f"--vary={v}" for v in varies(10_000)]
-    sweep_seconds = cold([*module, "sweep", str(RECIPE), *arguments, "--backend", "auto", "--backend", "deep_select",
+    sweep_seconds = median_seconds([*module, "sweep", str(RECIPE), *arguments, "--backend", "auto", "--backend", "deep_select",
                           "--format", "csv"], 3)
     ratio = sweep_seconds / plan_seconds
     print(f"10,000-point sweep (2 backends, CSV): {sweep_seconds:.3f} s (median of 3) = {ratio:.2f}x one cold plan "

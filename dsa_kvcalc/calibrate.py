@@ -210,8 +210,7 @@ def kv_target_bytes(memory: capacity.RankMemory, measured: Measured) -> tuple[in
 
 
 def logged_token_bytes(recipe: Recipe) -> int:
-    kv = capacity.kv_spec(recipe, capacity.sparse_mla_backend(recipe))
-    return round(kv.block_bytes * kv.pages_per_request / recipe.max_model_len)
+    return capacity.kv_spec(recipe, capacity.sparse_mla_backend(recipe)).bytes_per_logged_token
 
 
 def mismatch_notes(recipe: Recipe, measured: Measured, kv_per_token: int, implied: int) -> list[str]:

@@ -112,16 +112,17 @@ def availability(recipe: Recipe, backend: Backend) -> str | None:
 @dataclass(frozen=True)
 class Term:
     bytes: int
-    provenance: str  # measured (the recipe's memory block, a log), derived (a measured term carried over), estimated
+    provenance: str  # measured (the recipe's memory block, a log), derived (config and cited rule, or a measured
+    # term carried over), fitted or estimated (estimates.py)
     source: str
 
 
-def term(measured: int | None, estimate: int, basis: estimates.Figure | str) -> Term:
-    if measured is not None:
-        return Term(measured, "measured", "the recipe's memory block")
-    if isinstance(basis, estimates.Figure):
-        return Term(estimate, basis.provenance, basis.basis)
-    return Term(estimate, "estimated", basis)
+def term(measured: int | None, estimate: Term) -> Term:
+    return estimate if measured is None else Term(measured, "measured", "the recipe's memory block")
+
+
+def estimated(value: int, figure: estimates.Figure) -> Term:
+    return Term(value, figure.provenance, figure.basis)
 
 
 @dataclass(frozen=True)
@@ -200,14 +201,14 @@ def rank_memory(recipe: Recipe) -> RankMemory:
     backend = sparse_mla_backend(recipe)
     kv = kv_spec(recipe, backend)
     checkpoint = recipe.model.checkpoint
+    weights = Term(weights_bytes(recipe), checkpoint.provenance, f"the checkpoint's dense part / TP + routed experts / "
+                                                                 f"expert-parallel ranks; checkpoint: {checkpoint.basis}")
     return RankMemory(
         requested_bytes=math.ceil(recipe.gpu.total_memory_bytes * recipe.gpu_memory_utilization),
-        weights=term(recipe.weights_bytes, weights_bytes(recipe),
-                     estimates.Figure(0, checkpoint.provenance, f"the checkpoint's dense part / TP + routed experts / "
-                                                                f"expert-parallel ranks; checkpoint: {checkpoint.basis}")),
-        peak_activation=term(recipe.peak_activation_bytes, base_peak_activation_bytes(recipe),
-                             estimates.ACTIVATION_HIDDEN_COPIES),
-        non_torch=term(recipe.non_torch_bytes, non_torch_bytes(recipe), estimates.NON_TORCH_SINGLE),
+        weights=term(recipe.weights_bytes, weights),
+        peak_activation=term(recipe.peak_activation_bytes,
+                             estimated(base_peak_activation_bytes(recipe), estimates.ACTIVATION_HIDDEN_COPIES)),
+        non_torch=term(recipe.non_torch_bytes, estimated(non_torch_bytes(recipe), estimates.NON_TORCH_SINGLE)),
         kv=kv, kv_provenance=kv_provenance(recipe, kv), sparse_mla_backend=backend)
 
 
@@ -300,8 +301,8 @@ def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int]) -
         return Term(0, "derived", "no CUDA graphs (enforce-eager or cudagraph_mode NONE)")
     measured_on = next((b for b in measured if b in graph_logits), None)
     if measured_on is None:
-        basis = estimates.CUDAGRAPH_BESIDES_LOGITS
-        return Term(basis.value + graph_logits[backend], basis.provenance, basis.basis)
+        besides_logits = estimates.CUDAGRAPH_BESIDES_LOGITS
+        return estimated(besides_logits.value + graph_logits[backend], besides_logits)
     besides_logits = max(measured[measured_on] - graph_logits[measured_on], 0)
     return Term(besides_logits + graph_logits[backend], "derived",
                 f"the pool measured for {measured_on}, with {backend}'s graph logits in place of {measured_on}'s")

@@ -179,9 +179,10 @@ VLLM_RULES = {
         (Change("0.24.0", True, f"vLLM PR #45895 (ab6660699, 2026-06-19): skipped layers build no indexer, MTP "
                                 f"layers always do ({MIRROR} vllm/models/deepseek_v32/attention.py:164-197)"),)),
     "rocm_locks_indexer_workspace": Rule(
-        True, f"vLLM PR #41002 (b4a6f26c9, 2026-06-05; v0.23.0): {MIRROR} "
-              f"vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:738-750 locks a (max_num_batched_tokens, "
-              f"max_model_len) FP32 workspace during profiling (vLLM issue #55132, open)"),
+        False, "before vLLM PR #41002 the AITER indexer allocated its decode logits per call",
+        (Change("0.23.0", True, f"vLLM PR #41002 (b4a6f26c9, 2026-06-05): {MIRROR} "
+                                f"vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:738-750 locks a (max_num_batched_tokens, "
+                                f"max_model_len) FP32 workspace during profiling (vLLM issue #55132, open)"),)),
     "logged_peak_includes_cudagraphs": Rule(
         False, f"{WORKER}: 'Actual usage ... W GiB for weight, P GiB for peak activation' (torch peak only)",
         (Change("0.27.0", True, "vLLM PR #49208 (58b2012aa, 2026-07-20): peak activation = transient peak + the "

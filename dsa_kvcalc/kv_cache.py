@@ -74,6 +74,12 @@ class KvSpec:
             return blocks // len(self.groups) * min(g.block for g in self.groups)
         return int(blocks / self.pages_per_request * self.max_model_len)
 
+    @property
+    def bytes_per_logged_token(self) -> int:
+        """KV bytes per token of "GPU KV cache size": the per-token cost of a one-group model; for DeepSeek-V4 each
+        request's window and state pages are folded in, so it moves with max_model_len."""
+        return round(self.block_bytes * self.pages_per_request / self.max_model_len)
+
     def bytes_for(self, tokens: int) -> int:
         """The KV bytes behind a logged "GPU KV cache size" (tokens backwards, to the block)."""
         return math.ceil(tokens * self.pages_per_request / self.max_model_len) * self.block_bytes

@@ -114,13 +114,6 @@ def assumptions(plan: Plan) -> list[str]:
     return found
 
 
-def kv_bytes_per_token(plan: Plan) -> int:
-    """KV bytes per logged token at this max-model-len: the per-token cost for one-group models; for DeepSeek-V4 it
-    folds each request's window and state pages in."""
-    kv = plan.memory.kv
-    return round(kv.block_bytes * kv.pages_per_request / plan.recipe.max_model_len)
-
-
 def kv_json(plan: Plan) -> dict:
     kv, memory = plan.memory.kv, plan.memory
     return {"sparse_mla_backend": memory.sparse_mla_backend,
@@ -140,7 +133,7 @@ def plan_json(plan: Plan) -> dict:
         "engine": {"name": engine.name, "version": engine.version, "rules": rules},
         "gpu": {"name": recipe.gpu.name, "arch": recipe.gpu.arch, "total_memory_bytes": recipe.gpu.total_memory_bytes},
         "model": {"name": recipe.model.name, "config_source": recipe.model.config_source,
-                  "index_topk": recipe.model.index_topk, "kv_bytes_per_token": kv_bytes_per_token(plan)},
+                  "index_topk": recipe.model.index_topk, "kv_bytes_per_token": memory.kv.bytes_per_logged_token},
         "kv_cache": kv_json(plan),
         "deepgemm_layout": {"versions": layout.versions, "logits_dtype": layout.logits_dtype,
                             "split_columns": layout.split_columns, "stride_rule": layout.stride_rule,

@@ -8,7 +8,7 @@ import json
 from dsa_kvcalc.capacity import BackendPlan, Plan, decode_rows
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc.render import gib, least_widths, print_table, table_width
-from dsa_kvcalc.report import assumptions, backend_json, flatten, kv_bytes_per_token, plan_json, warnings
+from dsa_kvcalc.report import assumptions, backend_json, flatten, plan_json, warnings
 
 MARKS = {"measured": "", "derived": "", "fitted": "^", "estimated": "~"}
 
@@ -75,7 +75,7 @@ def kv_line(plan: Plan) -> str:
     return (f"KV cache ({m.kv_provenance.provenance}, {m.sparse_mla_backend}): groups of layers x page tokens "
             f"[{groups}], {kv.block_bytes:,} B a block, {kv.pages_per_request:,} pages a request of "
             f"{plan.recipe.max_model_len:,} tokens ({gib(kv.request_bytes)} GiB needed for one), "
-            f"{kv_bytes_per_token(plan):,} B per logged token")
+            f"{kv.bytes_per_logged_token:,} B per logged token")
 
 
 CAPTION = ("* the recipe's sparse-indexer-topk-backend; B/element: logits output + FP32 copy; graph logits: the "
