@@ -274,6 +274,35 @@ def split_residual(recipe: Recipe, residual: int, activation: int | None, non_to
                   f"sizing identity); split with plan's non-torch estimate"])
 
 
+def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, graphs: int, target: int) -> Split:
+    """The log's peak activation and non-torch memory, as the recipe's memory block keeps them: without the CUDA
+    graphs and without #62860's reservation of the decode logits."""
+    notes = []
+    activation = measured.peak_activation_bytes
+    if activation is not None and recipe.engine.logged_peak_includes_cudagraphs:
+        activation -= graphs
+        notes.append(f"{recipe.engine.label} logs peak activation with the CUDA-graph estimate in it (vLLM PR #49208): "
+                     f"taken out")
+    # vLLM's sizing identity, solved for what the log gives only as a sum: activation + non-torch
+    residual = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, measured.weights_bytes, 0, 0,
+                                       graphs) - target
+    if residual < 0:
+        logged_bytes = measured.weights_bytes + graphs + target
+        raise RecipeError("gpu", f"the log's weights, CUDA graphs and KV ({logged_bytes / GIB:.2f} GiB) exceed "
+                                 f"what {recipe.gpu.name} at gpu-memory-utilization {recipe.gpu_memory_utilization} "
+                                 f"allows ({estimate.memory.requested_bytes / GIB:.2f} GiB): is the gpu right?")
+    split = split_residual(recipe, residual, activation, measured.non_torch_bytes, estimate.memory.non_torch.bytes,
+                           4 * PRINT_ROUNDING_BYTES + estimate.memory.kv.block_bytes)
+    notes += split.notes
+    activation = split.activation
+    if recipe.engine.reserves_decode_logits:
+        rise = estimate.backend(recipe.topk_backend).peak_activation_bytes - estimate.memory.peak_activation.bytes
+        activation = max(activation - rise, 0)  # the base peak, before the #62860 reservation
+        notes.append(f"{recipe.engine.label} reserves the decode logits (#62860): the profile's peak holds "
+                     f"{rise / GIB:.2f} GiB of it above the prefill budget; the memory block keeps the base peak")
+    return replace(split, activation=activation, notes=notes)
+
+
 def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) -> Calibration:
     measured = measure(reading)
     if measured.weights_bytes is None:
@@ -284,7 +313,6 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     if recipe.engine.profile_holds_decode_logits:
         raise RecipeError("engine", f"calibrate reads vLLM startup logs; this recipe runs {recipe.engine.label}")
     estimate = capacity.plan(recipe)
-    selected = estimate.backend(recipe.topk_backend)
     kv_per_token = logged_token_bytes(recipe)  # DeepSeek V4: each request's window and state pages folded in
     notes += device_notes(recipe, measured)
     graphs = measured.cudagraph_bytes or 0
@@ -300,29 +328,9 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
         implied = round(measured.available_kv_bytes * recipe.decode_context_parallel_size / measured.kv_tokens)
     if agrees is False:
         notes += mismatch_notes(recipe, measured, kv_per_token, implied)
-
-    weights, activation = measured.weights_bytes, measured.peak_activation_bytes
-    if activation is not None and recipe.engine.logged_peak_includes_cudagraphs:
-        activation -= graphs
-        notes.append(f"{recipe.engine.label} logs peak activation with the CUDA-graph estimate in it (vLLM PR #49208): "
-                     f"taken out")
-    # vLLM's sizing identity, solved for what the log gives only as a sum: activation + non-torch
-    residual = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, 0, 0, graphs) - target
-    if residual < 0:
-        raise RecipeError("gpu", f"the log's weights, CUDA graphs and KV ({(weights + graphs + target) / GIB:.2f} GiB) "
-                                 f"exceed what {recipe.gpu.name} at gpu-memory-utilization "
-                                 f"{recipe.gpu_memory_utilization} allows ({estimate.memory.requested_bytes / GIB:.2f} "
-                                 f"GiB): is the gpu right?")
-    split = split_residual(recipe, residual, activation, measured.non_torch_bytes, estimate.memory.non_torch.bytes,
-                           4 * PRINT_ROUNDING_BYTES + estimate.memory.kv.block_bytes)
+    split = profiled_terms(recipe, estimate, measured, graphs, target)
     notes += split.notes
-    activation = split.activation
-    if recipe.engine.reserves_decode_logits:
-        rise = selected.peak_activation_bytes - estimate.memory.peak_activation.bytes
-        activation = max(activation - rise, 0)  # the base peak, before the #62860 reservation
-        notes.append(f"{recipe.engine.label} reserves the decode logits (#62860): the profile's peak holds "
-                     f"{rise / GIB:.2f} GiB of it above the prefill budget; the memory block keeps the base peak")
-    memory = {"weights": weights, "peak_activation": activation, "non_torch": split.non_torch,
+    memory = {"weights": measured.weights_bytes, "peak_activation": split.activation, "non_torch": split.non_torch,
               "cudagraph": {recipe.topk_backend: graphs}}
     calibrated_raw = with_memory(raw, memory, recipe.gpu.name)
     calibrated = capacity.plan(load(calibrated_raw, recipe_dir))

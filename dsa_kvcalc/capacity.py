@@ -24,14 +24,18 @@ def align(value: int, multiple: int) -> int:
 
 # 1. Decode logits of the DSA indexer -------------------------------------------------------------------------
 
+def stride_columns(layout: Layout) -> int:
+    """Logits columns in one 1024-byte step of the row stride."""
+    return STRIDE_ALIGNMENT_BYTES // DTYPE_BYTES[layout.logits_dtype]
+
+
 def padded_columns(columns: int, layout: Layout) -> int:
     """DeepGEMM allocates [rows, padded] and returns a view of width `columns`: the row stride is `padded`."""
-    stride_columns = STRIDE_ALIGNMENT_BYTES // DTYPE_BYTES[layout.logits_dtype]
     if layout.stride_rule == "lcm":
-        return align(columns, math.lcm(layout.split_columns, stride_columns))
+        return align(columns, math.lcm(layout.split_columns, stride_columns(layout)))
     if layout.stride_rule == "split":
         return align(columns, layout.split_columns)
-    return align(align(columns, layout.split_columns), stride_columns)
+    return align(align(columns, layout.split_columns), stride_columns(layout))
 
 
 @dataclass(frozen=True)

@@ -208,6 +208,22 @@ def calibrate(
 PROGRESS_MIN_POINTS = 2000  # about a fifth of a second of sweeping
 
 
+def emit_rows(rows, keys: list[str], format: SweepFormat | None, output: Path | None) -> None:
+    """A sweep's rows in the format asked for, or the one --output's suffix names (else a table)."""
+    from dsa_kvcalc.render import sweep as render
+
+    suffix = output.suffix.lower() if output else ""
+    format = format or {".csv": SweepFormat.csv, ".jsonl": SweepFormat.jsonl}.get(suffix, SweepFormat.table)
+    if format is SweepFormat.csv:
+        emit(render.csv_lines(rows), output)
+    elif format is SweepFormat.jsonl:
+        emit(render.jsonl_lines(rows), output)
+    elif output is None:
+        render.render_table(keys, rows, console())
+    else:
+        emit(console_chunks(lambda c: render.table_parts(keys, rows, c)), output)
+
+
 @app.command()
 def sweep(
     recipe: Path = typer.Argument(..., help="Recipe YAML"),
@@ -227,7 +243,6 @@ def sweep(
 
     from dsa_kvcalc import sweep as sweeping
     from dsa_kvcalc.recipe import read_recipe
-    from dsa_kvcalc.render import sweep as render
 
     check_backends(backend)
     check_outputs({"--output": output, "--plot": plot}, [recipe])
@@ -240,8 +255,6 @@ def sweep(
             plotting.load_pyplot()
         except ImportError:
             fail("--plot: needs matplotlib (pip install '.[plot]' in the checkout)")
-    suffix = output.suffix.lower() if output else ""
-    format = format or {".csv": SweepFormat.csv, ".jsonl": SweepFormat.jsonl}.get(suffix, SweepFormat.table)
     keys = [v.key for v in varies]
     total = sweeping.point_count(varies)
     failures = sweeping.Failures()
@@ -254,14 +267,7 @@ def sweep(
         if plot is not None:
             series = plotting.Series(keys)
             rows = series.tap(rows)
-        if format is SweepFormat.csv:
-            emit(render.csv_lines(rows), output)
-        elif format is SweepFormat.jsonl:
-            emit(render.jsonl_lines(rows), output)
-        elif output is None:
-            render.render_table(keys, rows, console())
-        else:
-            emit(console_chunks(lambda c: render.table_parts(keys, rows, c)), output)
+        emit_rows(rows, keys, format, output)
     if plot is not None:
         emit([plotting.png_bytes(series)], plot, "--plot", binary=True)
     if failures.count:

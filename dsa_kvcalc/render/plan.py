@@ -5,12 +5,14 @@ import csv
 import io
 import json
 
-from dsa_kvcalc.capacity import BackendPlan, Plan, decode_rows
+from dsa_kvcalc.capacity import BackendPlan, Plan, decode_rows, stride_columns
+from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Layout
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc.render import gib, least_widths, print_table, table_width
 from dsa_kvcalc.report import assumptions, backend_json, flatten, plan_json, warnings
 
 MARKS = {"measured": "", "derived": "", "fitted": "^", "estimated": "~"}
+
 
 def quantities(plan: Plan, b: BackendPlan) -> list[tuple[str, str]]:
     """(label, display value) for one available backend, in table order."""
@@ -133,56 +135,66 @@ def render_json(plan: Plan) -> str:
     return json.dumps(plan_json(plan), indent=2) + "\n"
 
 
+def width_rule(layout: Layout) -> str:
+    """The padded-width rule of plan's padded_columns, with the layout's numbers in it."""
+    stride = stride_columns(layout)
+    per_stride = f"1024 B / {STRIDE_ALIGNMENT_BYTES // stride} B = {stride}"
+    if layout.stride_rule == "lcm":
+        return f"align(L, lcm({layout.split_columns}, {per_stride}))"
+    if layout.stride_rule == "split":
+        return f"align(L, {layout.split_columns})"
+    return f"align(align(L, {layout.split_columns}), {per_stride})"
+
+
+def backend_lines(plan: Plan, b: BackendPlan) -> list[str]:
+    """One backend's steps, each with its formula and the numbers substituted."""
+    r, m = plan.recipe, plan.memory
+    if not b.available:
+        return [f"\n[{b.backend}] unavailable: {b.reason}"]
+    dl = b.decode_logits
+    if r.kv_cache_memory_bytes is not None:
+        kv_line = f"  KV cache = kv-cache-memory-bytes = {b.kv_cache_bytes:,} B"
+    else:
+        kv_line = (f"  KV cache = requested {gib(m.requested_bytes)} - weights {gib(m.weights.bytes)} - peak "
+                   f"{gib(b.peak_activation_bytes)} - non-torch {gib(m.non_torch.bytes)} - graphs "
+                   f"{gib(b.cudagraph.bytes)} = {gib(b.kv_cache_bytes)} GiB")
+    tokens = (f"int(floor({b.kv_cache_bytes:,} / {m.kv.block_bytes:,} B a block) / {m.kv.pages_per_request:,} pages "
+              f"a request x {r.max_model_len:,})")
+    return [
+        f"\n[{b.backend}]{' (selected)' if b.selected else ''}",
+        f"  padded width = {width_rule(r.layout)} with L = {dl.columns:,} -> {dl.padded_columns:,} columns "
+        f"(DeepGEMM {r.layout.versions}, {r.gpu.arch})",
+        f"  bytes per element = {dl.logits_dtype} output {dl.logits_bytes_per_element} + FP32 copy "
+        f"{dl.copy_bytes_per_element} = {dl.bytes_per_element}",
+        f"  decode logits = {dl.rows:,} x {dl.padded_columns:,} x {dl.bytes_per_element} = {dl.bytes:,} B "
+        f"({gib(dl.bytes)} GiB; alignment adds {dl.alignment_bytes / MIB:.1f} MiB)",
+        f"  reserved = max(prefill budget {b.prefill_budget_bytes:,}, decode logits {dl.bytes:,}) = "
+        f"{b.reserved_bytes:,} B (before #62860: {b.reserved_bytes_before_fix:,} B)",
+        f"  peak activation = base {gib(m.peak_activation.bytes)} GiB + max(0, reserved {gib(b.reserved_bytes)} - "
+        f"indexer headroom {gib(b.indexer_headroom_bytes)}) = {gib(b.peak_activation_bytes)} GiB",
+        f"  graph logits = {b.cudagraph_logits_rows:,} captured decode rows x {dl.padded_columns:,} x "
+        f"{dl.bytes_per_element} = {gib(b.cudagraph_logits_bytes)} GiB of CUDA graphs "
+        f"{gib(b.cudagraph.bytes)} GiB ({b.cudagraph.provenance})",
+        kv_line,
+        f"  KV tokens = {tokens} = {b.kv_cache_tokens:,} (before #62860: {b.kv_cache_tokens_before_fix:,})",
+        f"  max concurrency = {b.kv_cache_tokens:,} / {r.max_model_len:,} = {b.max_concurrency:.2f}x",
+        f"  before #62860: {b.oom_before_fix.free_bytes:,} B free / {b.oom_before_fix.bytes_per_decode:,} B per "
+        f"decode = {b.oom_before_fix.max_decodes} decodes fit{' (at risk)' if b.oom_before_fix.at_risk else ''}",
+    ]
+
+
 def explain(plan: Plan) -> str:
     """Each quantity with its formula and the numbers substituted."""
-    r, m = plan.recipe, plan.memory
-    k = r.num_speculative_tokens
+    r = plan.recipe
     lines = [heading(plan), ""]
     if not r.engine.rows_capped_by_batched_tokens:
-        lines.append(f"rows = max_num_seqs x (1 + nextn) = {r.max_num_seqs} x {1 + k} = {decode_rows(r):,}")
+        lines.append(f"rows = max_num_seqs x (1 + nextn) = {r.max_num_seqs} x {1 + r.num_speculative_tokens} = "
+                     f"{decode_rows(r):,}")
     else:
         lines.append(f"rows = min(max_num_seqs, max_num_batched_tokens) x (1 + num_speculative_tokens) = "
-                     f"min({r.max_num_seqs}, {r.max_num_batched_tokens}) x {1 + k} = {decode_rows(r):,}")
-    layout = r.layout
-    stride = 1024 // (2 if layout.logits_dtype == "bf16" else 4)
-    rule = (f"align(L, lcm({layout.split_columns}, 1024 B / {1024 // stride} B = {stride}))" if layout.stride_rule == "lcm"
-            else f"align(align(L, {layout.split_columns}), 1024 B / {1024 // stride} B = {stride})")
+                     f"min({r.max_num_seqs}, {r.max_num_batched_tokens}) x {1 + r.num_speculative_tokens} = "
+                     f"{decode_rows(r):,}")
     for b in plan.backends:
-        if not b.available:
-            lines.append(f"\n[{b.backend}] unavailable: {b.reason}")
-            continue
-        dl = b.decode_logits
-        lines += [
-            f"\n[{b.backend}]{' (selected)' if b.selected else ''}",
-            f"  padded width = {rule} with L = {dl.columns:,} -> {dl.padded_columns:,} columns "
-            f"(DeepGEMM {layout.versions}, {r.gpu.arch})",
-            f"  bytes per element = {dl.logits_dtype} output {dl.logits_bytes_per_element} + FP32 copy "
-            f"{dl.copy_bytes_per_element} = {dl.bytes_per_element}",
-            f"  decode logits = {dl.rows:,} x {dl.padded_columns:,} x {dl.bytes_per_element} = {dl.bytes:,} B "
-            f"({gib(dl.bytes)} GiB; alignment adds {dl.alignment_bytes / MIB:.1f} MiB)",
-            f"  reserved = max(prefill budget {b.prefill_budget_bytes:,}, decode logits {dl.bytes:,}) = "
-            f"{b.reserved_bytes:,} B (before #62860: {b.reserved_bytes_before_fix:,} B)",
-            f"  peak activation = base {gib(m.peak_activation.bytes)} GiB + max(0, reserved {gib(b.reserved_bytes)} - "
-            f"indexer headroom {gib(b.indexer_headroom_bytes)}) = {gib(b.peak_activation_bytes)} GiB",
-            f"  graph logits = {b.cudagraph_logits_rows:,} captured decode rows x {dl.padded_columns:,} x "
-            f"{dl.bytes_per_element} = {gib(b.cudagraph_logits_bytes)} GiB of CUDA graphs "
-            f"{gib(b.cudagraph.bytes)} GiB ({b.cudagraph.provenance})",
-        ]
-        if r.kv_cache_memory_bytes is not None:
-            lines.append(f"  KV cache = kv-cache-memory-bytes = {b.kv_cache_bytes:,} B")
-        else:
-            lines.append(
-                f"  KV cache = requested {gib(m.requested_bytes)} - weights {gib(m.weights.bytes)} - peak "
-                f"{gib(b.peak_activation_bytes)} - non-torch {gib(m.non_torch.bytes)} - graphs {gib(b.cudagraph.bytes)}"
-                f" = {gib(b.kv_cache_bytes)} GiB")
-        kv = m.kv
-        tokens = (f"int(floor({b.kv_cache_bytes:,} / {kv.block_bytes:,} B a block) / {kv.pages_per_request:,} pages "
-                  f"a request x {r.max_model_len:,})")
-        lines += [
-            f"  KV tokens = {tokens} = {b.kv_cache_tokens:,} (before #62860: {b.kv_cache_tokens_before_fix:,})",
-            f"  max concurrency = {b.kv_cache_tokens:,} / {r.max_model_len:,} = {b.max_concurrency:.2f}x",
-            f"  before #62860: {b.oom_before_fix.free_bytes:,} B free / {b.oom_before_fix.bytes_per_decode:,} B per "
-            f"decode = {b.oom_before_fix.max_decodes} decodes fit{' (at risk)' if b.oom_before_fix.at_risk else ''}",
-        ]
+        lines += backend_lines(plan, b)
     lines += ["", memory_line(plan)] + [f"assumption: {a}" for a in assumptions(plan)]
     return "\n".join(lines) + "\n"
