@@ -2,14 +2,17 @@
 statistics. The only module that imports torch and deep_gemm, and only inside its functions."""
 
 import contextlib
+import dataclasses
 import datetime
 import os
 import sys
 import time
+from dataclasses import asdict
 
 from dsa_kvcalc import capacity, verify
 from dsa_kvcalc.catalog import layout_for
-from dsa_kvcalc.verify import INSTALL, Unavailable
+from dsa_kvcalc.verify import (INSTALL, LiveMemory, LocalGpu, OomRequest, OomRun, PassMeasurement, PassRequest,
+                               ReferenceCheck, Shape, Target, TopkRun, Unavailable)
 
 BLOCK_KV = 64  # tokens per KV-cache block: the only size DeepGEMM's SM90 kernel takes
 CONTEXT_CAP = 2048  # real context lengths stay short: the allocation depends on max_context_len only
@@ -18,7 +21,7 @@ UE8M0_ONE = 127  # a UE8M0 scale byte of 2^0
 TOPK_KERNEL = "torch.topk (reference: vLLM's indexer top-k kernels are not installed here)"
 
 
-def probe() -> dict:
+def probe() -> LocalGpu:
     """The local GPU, torch and DeepGEMM, or Unavailable with what to install."""
     try:
         import torch
@@ -34,23 +37,24 @@ def probe() -> dict:
         problem = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise Unavailable(f"DeepGEMM does not import ({problem}): {INSTALL}") from None
     props = torch.cuda.get_device_properties(0)
-    return {"gpu_name": props.name, "compute_capability": [props.major, props.minor],
-            "total_memory_bytes": total_bytes, "free_at_start_bytes": free_bytes,
-            "cuda_context_bytes": total_bytes - free_bytes, "torch_version": torch.__version__,
-            "deepgemm_version": getattr(deep_gemm, "__version__", "unknown"),
-            "entry_points": [name for name in (verify.ENTRY_POINTS["2.8"], verify.LEGACY_ENTRY_POINT)
-                             if hasattr(deep_gemm, name)]}
+    return LocalGpu(gpu_name=props.name, compute_capability=(props.major, props.minor),
+                    total_memory_bytes=total_bytes, free_at_start_bytes=free_bytes,
+                    cuda_context_bytes=total_bytes - free_bytes, torch_version=torch.__version__,
+                    deepgemm_version=getattr(deep_gemm, "__version__", "unknown"),
+                    entry_points=tuple(name for name in (verify.ENTRY_POINTS["2.8"], verify.LEGACY_ENTRY_POINT)
+                                       if hasattr(deep_gemm, name)))
 
 
-def make_inputs(request: dict) -> dict:
+def make_inputs(request: PassRequest) -> dict:
     """Synthetic FP8 queries, weights and a small paged FP8 KV cache (values, then one scale per token, per block)
-    for request['batch'] sequences of next_n rows each, with real contexts of at most CONTEXT_CAP tokens."""
+    for request.batch sequences of next_n rows each, with real contexts of at most CONTEXT_CAP tokens: the
+    kernel's arguments by name."""
     import torch
 
-    batch, next_n, heads, dim = request["batch"], request["next_n"], request["heads"], request["head_dim"]
-    mx = request["mx_inputs"]
+    batch, next_n, heads, dim = request.batch, request.next_n, request.heads, request.head_dim
+    mx = request.mx_inputs
     generator = torch.Generator(device="cuda").manual_seed(0)
-    cap = min(request["max_context_len"], CONTEXT_CAP)
+    cap = min(request.max_context_len, CONTEXT_CAP)
     sequence = torch.arange(batch, device="cuda")
     longest = next_n + sequence * 7919 % max(cap - next_n + 1, 1)
     longest[-1] = cap
@@ -79,49 +83,49 @@ def make_inputs(request: dict) -> dict:
     }
 
 
-def schedule(request: dict, inputs: dict, batch: int):
+def schedule(request: PassRequest, inputs: dict, batch: int):
     """DeepGEMM's schedule metadata for the first `batch` sequences (computed once per step, outside the logits)."""
     import deep_gemm
 
-    indices = (inputs["indices"][:batch],) if request["mx_inputs"] else ()
+    indices = (inputs["indices"][:batch],) if request.mx_inputs else ()
     return deep_gemm.get_paged_mqa_logits_metadata(inputs["contexts"][:batch], BLOCK_KV, deep_gemm.get_num_sms(),
                                                    *indices)
 
 
-def indexer_logits(request: dict, inputs: dict, batch: int, meta):
+def indexer_logits(request: PassRequest, inputs: dict, batch: int, meta):
     """DeepGEMM's paged MQA logits for the first `batch` sequences, then the FP32 upcast where the backend reads
     FP32 (as vLLM's as_fp32_logits: same shape and strides)."""
     import deep_gemm
     import torch
 
-    rows = batch * request["next_n"]
+    rows = batch * request.next_n
     contexts, block_table = inputs["contexts"][:batch], inputs["block_table"][:batch]
-    q, weights, width = inputs["q"][:batch], inputs["weights"][:rows], request["max_context_len"]
-    if request["mx_inputs"]:
+    q, weights, width = inputs["q"][:batch], inputs["weights"][:rows], request.max_context_len
+    if request.mx_inputs:
         logits = deep_gemm.fp8_fp4_paged_mqa_logits((q, inputs["q_sf"][:batch]), inputs["kv"], weights, contexts,
                                                     block_table, meta, width, inputs["indices"][:batch])
-    elif request["entry_point"] == verify.ENTRY_POINTS["2.8"]:
+    elif request.entry_point == verify.ENTRY_POINTS["2.8"]:
         logits = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), inputs["kv"], weights, contexts, block_table, meta,
                                                     width)
     else:
         logits = deep_gemm.fp8_paged_mqa_logits(q, inputs["kv"], weights, contexts, block_table, meta, width, False)
     copy = None
-    if request["fp32_copy"]:
+    if request.fp32_copy:
         copy = torch.empty_strided(logits.shape, logits.stride(), dtype=torch.float32, device=logits.device)
         copy.copy_(logits)
     return logits, copy
 
 
-def reference_check(request: dict, inputs: dict, logits) -> dict:
+def reference_check(request: PassRequest, inputs: dict, logits) -> ReferenceCheck:
     """A few rows against plain torch from the same FP8 inputs, inside each row's context only."""
     import torch
 
-    dim, next_n = request["head_dim"], request["next_n"]
+    dim, next_n = request.head_dim, request.next_n
     flat = inputs["kv"].view(inputs["kv"].size(0), -1)
     values = flat[:, :BLOCK_KV * dim].view(torch.float8_e4m3fn).float().view(-1, BLOCK_KV, dim)
-    scales = (torch.ones(values.shape[:2], device="cuda") if request["mx_inputs"]
+    scales = (torch.ones(values.shape[:2], device="cuda") if request.mx_inputs
               else flat[:, BLOCK_KV * dim:].contiguous().view(torch.float32))
-    rows = sorted({0, 1 % request["rows"], request["rows"] // 2, request["rows"] - 1})[:REFERENCE_ROWS]
+    rows = sorted({0, 1 % request.rows, request.rows // 2, request.rows - 1})[:REFERENCE_ROWS]
     got, want = [], []
     for row in rows:
         sequence, token = divmod(row, next_n)
@@ -133,40 +137,41 @@ def reference_check(request: dict, inputs: dict, logits) -> dict:
         got.append(logits[row, :context].float())
     x, y = torch.cat(got).double(), torch.cat(want).double()
     diff = float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
-    return {"rows": rows, "diff": diff, "max_abs_error": float((x - y).abs().max()),
-            "max_abs_reference": float(y.abs().max())}
+    return ReferenceCheck(rows=rows, diff=diff, max_abs_error=float((x - y).abs().max()),
+                          max_abs_reference=float(y.abs().max()))
 
 
-def measure_pass(request: dict) -> dict:
-    """The indexer's decode working set at request['rows'] rows: logits, FP32 copy, top-k; allocator statistics."""
+def measure_pass(request: PassRequest) -> PassMeasurement:
+    """The indexer's decode working set at request.rows rows: logits, FP32 copy, top-k; allocator statistics."""
     import torch
 
     inputs = make_inputs(request)
-    meta = schedule(request, inputs, request["batch"])
+    meta = schedule(request, inputs, request.batch)
     torch.cuda.synchronize()
     torch.cuda.empty_cache()  # the logits get a fresh segment, as allocator_bytes assumes
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    logits, copy = indexer_logits(request, inputs, request["batch"], meta)
+    logits, copy = indexer_logits(request, inputs, request.batch, meta)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
-    window = min(request["max_context_len"], capacity.align(int(inputs["contexts"].max()), 256))
+    window = min(request.max_context_len, capacity.align(int(inputs["contexts"].max()), 256))
     scores = (logits if copy is None else copy)[:, :window].float()
     outside = torch.arange(window, device="cuda")[None, :] >= inputs["contexts"].view(-1, 1)
-    torch.topk(scores.masked_fill(outside, float("-inf")), min(request["topk"], window), dim=-1)
+    k = min(request.topk, window)
+    torch.topk(scores.masked_fill(outside, float("-inf")), k, dim=-1)
     torch.cuda.synchronize()
-    return {
-        "rows": logits.size(0), "batch": request["batch"], "next_n": request["next_n"], "heads": request["heads"],
-        "logits_dtype": {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(logits.dtype, str(logits.dtype)),
-        "columns": logits.size(1), "row_stride": logits.stride(0),
-        "storage_bytes": logits.untyped_storage().nbytes(),
-        "fp32_copy": copy is not None,
-        "copy_storage_bytes": 0 if copy is None else copy.untyped_storage().nbytes(),
-        "peak_bytes": peak,
-        "topk": {"kernel": TOPK_KERNEL, "k": min(request["topk"], window), "window_columns": window,
-                 "extra_peak_bytes": torch.cuda.max_memory_allocated() - base - peak},
-        "reference": reference_check(request, inputs, logits),
-    }
+    return PassMeasurement(
+        rows=logits.size(0), batch=request.batch, next_n=request.next_n, heads=request.heads,
+        logits_dtype={torch.float32: "fp32", torch.bfloat16: "bf16"}.get(logits.dtype, str(logits.dtype)),
+        columns=logits.size(1), row_stride=logits.stride(0),
+        storage_bytes=logits.untyped_storage().nbytes(),
+        fp32_copy=copy is not None,
+        copy_storage_bytes=0 if copy is None else copy.untyped_storage().nbytes(),
+        peak_bytes=peak,
+        topk=TopkRun(kernel=TOPK_KERNEL, k=k, window_columns=window,
+                     extra_peak_bytes=torch.cuda.max_memory_allocated() - base - peak),
+        reference=reference_check(request, inputs, logits),
+    )
 
 
 def out_of_memory(error: Exception) -> bool:
@@ -175,12 +180,13 @@ def out_of_memory(error: Exception) -> bool:
     return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error)
 
 
-def reproduce_oom(request: dict, oom: dict, per_decode: int) -> dict:
-    """Leave oom['free_bytes'] free (ballast for the rest), run the decode indexer at growing decode counts (doubling,
-    then bisection) until the allocation fails; then leave oom['fixed_free_bytes'] and run the worst case."""
+def reproduce_oom(request: PassRequest, oom: OomRequest, per_decode: int) -> OomRun:
+    """Leave oom.free_bytes free (ballast for the rest), run the decode indexer at growing decode counts (doubling,
+    then bisection) until the allocation fails; then leave oom.fixed_free_bytes and run the worst case."""
     import torch
 
-    search = {**request, "batch": oom["max_search_decodes"] * per_decode // request["next_n"]}
+    search_rows = oom.max_search_decodes * per_decode
+    search = dataclasses.replace(request, rows=search_rows, batch=search_rows // request.next_n)
     inputs = make_inputs(search)
 
     def leave_free(free_bytes: int):
@@ -190,7 +196,7 @@ def reproduce_oom(request: dict, oom: dict, per_decode: int) -> dict:
         return ballast, torch.cuda.mem_get_info()[0]
 
     def fits(decodes: int) -> bool:
-        batch = decodes * per_decode // request["next_n"]
+        batch = decodes * per_decode // request.next_n
         try:
             logits, copy = indexer_logits(search, inputs, batch, schedule(search, inputs, batch))
             torch.cuda.synchronize()
@@ -203,38 +209,38 @@ def reproduce_oom(request: dict, oom: dict, per_decode: int) -> dict:
         finally:
             torch.cuda.empty_cache()
 
-    ballast, free_left = leave_free(oom["free_bytes"])
+    ballast, free_left = leave_free(oom.free_bytes)
     attempts, fit, failed = [], 0, None
     decodes = 1
-    while decodes <= oom["max_search_decodes"] and failed is None:
+    while decodes <= oom.max_search_decodes and failed is None:
         ok = fits(decodes)
-        attempts.append([decodes, ok])
+        attempts.append((decodes, ok))
         fit, failed = (decodes, None) if ok else (fit, decodes)
         decodes *= 2
     while failed is not None and failed - fit > 1:
         middle = (fit + failed) // 2
         ok = fits(middle)
-        attempts.append([middle, ok])
+        attempts.append((middle, ok))
         fit, failed = (middle, failed) if ok else (fit, middle)
     del ballast
-    ballast, fixed_left = leave_free(oom["fixed_free_bytes"])
-    fixed_ok = fits(oom["worst_decodes"])
+    ballast, fixed_left = leave_free(oom.fixed_free_bytes)
+    fixed_ok = fits(oom.worst_decodes)
     del ballast
     torch.cuda.empty_cache()
-    return {"free_target_bytes": oom["free_bytes"], "free_left_bytes": free_left, "attempts": attempts,
-            "first_failing_decodes": failed, "fixed_free_left_bytes": fixed_left,
-            "worst_decodes": oom["worst_decodes"], "fixed_ok": fixed_ok}
+    return OomRun(free_target_bytes=oom.free_bytes, free_left_bytes=free_left, attempts=attempts,
+                  first_failing_decodes=failed, fixed_free_left_bytes=fixed_left, worst_decodes=oom.worst_decodes,
+                  fixed_ok=fixed_ok)
 
 
-def live_memory(env: dict) -> dict:
+def live_memory(env: LocalGpu) -> LiveMemory:
     """vLLM's non-torch memory: what the process holds on the GPU beyond torch's reserved pool (CUDA context,
     DeepGEMM's JIT modules and workspaces)."""
     import torch
 
     free_bytes, total_bytes = torch.cuda.mem_get_info()
-    return {"total_memory_bytes": total_bytes, "free_at_start_bytes": env["free_at_start_bytes"],
-            "cuda_context_bytes": env["cuda_context_bytes"],
-            "non_torch_bytes": total_bytes - free_bytes - torch.cuda.memory_reserved()}
+    return LiveMemory(total_memory_bytes=total_bytes, free_at_start_bytes=env.free_at_start_bytes,
+                      cuda_context_bytes=env.cuda_context_bytes,
+                      non_torch_bytes=total_bytes - free_bytes - torch.cuda.memory_reserved())
 
 
 @contextlib.contextmanager
@@ -252,18 +258,19 @@ def stdout_to_stderr():
         os.close(saved)
 
 
-def run_verify(shapes: list, backends: list[str], env: dict, target, profile: bool, reproduce: bool) -> dict:
-    """Every shape through the live pass, compared with plan; the report verify prints (as JSON)."""
+def run_verify(shapes: list[Shape], backends: list[str], env: LocalGpu, target: Target, profile: bool,
+               reproduce: bool) -> dict:
+    """Every shape through the live pass, compared with plan: the report verify prints (JSON-shaped)."""
     from rich.console import Console
 
     console = Console(stderr=True)
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": {"name": env["gpu_name"], "compute_capability": ".".join(map(str, env["compute_capability"])),
-                "total_memory_bytes": env["total_memory_bytes"], "catalog_gpu": target.gpu.name,
+        "gpu": {"name": env.gpu_name, "compute_capability": ".".join(map(str, env.compute_capability)),
+                "total_memory_bytes": env.total_memory_bytes, "catalog_gpu": target.gpu.name,
                 "arch": target.gpu.arch},
-        "torch_version": env["torch_version"],
-        "deepgemm": {"version": env["deepgemm_version"], "entry_points": env["entry_points"],
+        "torch_version": env.torch_version,
+        "deepgemm": {"version": env.deepgemm_version, "entry_points": list(env.entry_points),
                      "layout": verify.layout_name(layout_for(target.release, target.gpu))},
         "top_k_kernel": TOPK_KERNEL,
         "notes": list(target.notes),
@@ -276,23 +283,24 @@ def run_verify(shapes: list, backends: list[str], env: dict, target, profile: bo
     return report
 
 
-def verify_shape(shape, backends: list[str], env: dict, profile: bool, reproduce: bool, status, console) -> dict:
+def verify_shape(shape: Shape, backends: list[str], env: LocalGpu, profile: bool, reproduce: bool, status,
+                 console) -> dict:
     """One shape: a live pass per distinct working set (with or without the FP32 copy), each backend's verdict, and
     the --profile and --reproduce-oom runs of the recipe's backend."""
     import torch
 
     plan, named_plan = capacity.plan(shape.planned), capacity.plan(shape.named)
-    entry_point = env["entry_points"][0]
+    entry_point = env.entry_points[0]
     passes, results = {}, []
     for name in backends or [b.backend for b in named_plan.backends if b.available]:
         b = plan.backend(name)
         if not b.available:
-            results.append(verify.backend_result(shape, plan, named_plan, name, None, env["deepgemm_version"]))
+            results.append(verify.backend_result(shape, plan, named_plan, name, None, env.deepgemm_version))
             continue
         dl = b.decode_logits
         if dl.copy_bytes_per_element not in passes:
             request = verify.pass_request(shape.planned, dl, dl.rows, entry_point)
-            rows = verify.rows_that_fit(dl, torch.cuda.mem_get_info()[0], request["next_n"])
+            rows = verify.rows_that_fit(dl, torch.cuda.mem_get_info()[0], request.next_n)
             request = verify.pass_request(shape.planned, dl, rows, entry_point)
             status.update(f"{shape.name}: paged MQA logits, {rows:,} rows x {dl.columns:,} columns "
                           f"(DeepGEMM compiles its kernels on first use: seconds)")
@@ -302,24 +310,26 @@ def verify_shape(shape, backends: list[str], env: dict, profile: bool, reproduce
             console.log(f"{shape.name}: {rows:,} x {dl.columns:,} {dl.logits_dtype} in "
                         f"{time.monotonic() - started:.1f} s")
         results.append(verify.backend_result(shape, plan, named_plan, name, passes[dl.copy_bytes_per_element],
-                                             env["deepgemm_version"]))
+                                             env.deepgemm_version))
     entry = {"name": shape.name, "recipe": shape.planned.resolved(), "recipe_gpu": shape.named.gpu.name,
-             "notes": list(shape.notes), "measured": list(passes.values()), "backends": results}
-    ran = [r["backend"] for r in results if r["agree"] is not None]
+             "notes": list(shape.notes), "measured": [asdict(m) for m in passes.values()],
+             "backends": [asdict(r) for r in results]}
+    ran = [r.backend for r in results if r.agree is not None]
     main = next((name for name in ran if plan.backend(name).selected), ran[0] if ran else None)
     if profile and main:
         measured = passes[plan.backend(main).decode_logits.copy_bytes_per_element]
-        entry["profile"] = verify.profile_replay(plan, main, measured, live_memory(env))
+        entry["profile"] = asdict(verify.profile_replay(plan, main, measured, live_memory(env)))
     if reproduce and main:
         b = plan.backend(main)
         if b.oom_before_fix.at_risk:
             oom = verify.oom_request(plan, main)
             per_decode = 1 + shape.planned.num_speculative_tokens
             request = verify.pass_request(shape.planned, b.decode_logits, per_decode, entry_point)
-            status.update(f"{shape.name}: reproducing the out-of-memory error (ballast leaves {oom['free_bytes']:,} "
+            status.update(f"{shape.name}: reproducing the out-of-memory error (ballast leaves {oom.free_bytes:,} "
                           f"B free)")
-            entry["reproduce_oom"] = verify.oom_verdict(plan, main, reproduce_oom(request, oom, per_decode))
-            console.log(f"{shape.name}: {entry['reproduce_oom']['verdict']}")
+            verdict = verify.oom_verdict(plan, main, reproduce_oom(request, oom, per_decode))
+            entry["reproduce_oom"] = asdict(verdict)
+            console.log(f"{shape.name}: {verdict.verdict}")
         else:
             entry["reproduce_oom_skipped"] = (f"not at risk: {b.oom_before_fix.max_decodes:,} decodes fit, "
                                               f"max-num-seqs is {shape.planned.max_num_seqs}")

@@ -1,5 +1,6 @@
 """verify --gpu without the GPU: the shapes to check, what plan predicts for them, and the verdict on what the live
-pass (gpu.py) measured. Pure: measured dicts in, verdict out. Rendering is in verify_render.py."""
+pass (gpu.py) measured. Pure: the dataclasses below are what verify and gpu.py hand each other; the report gpu.py
+assembles from them is JSON-shaped, and render/verify.py prints it."""
 
 import dataclasses
 import math
@@ -40,6 +41,106 @@ class Unavailable(Exception):
     """No live pass is possible here (exit 3); the message says what to install."""
 
 
+# What verify and the live pass hand each other -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LocalGpu:
+    """What gpu.probe() read: the local GPU, torch and DeepGEMM."""
+    gpu_name: str
+    compute_capability: tuple[int, int]
+    total_memory_bytes: int
+    free_at_start_bytes: int
+    cuda_context_bytes: int  # total - free before the pass allocates anything
+    torch_version: str
+    deepgemm_version: str
+    entry_points: tuple[str, ...]  # the paged MQA logits entry points this DeepGEMM has
+
+
+@dataclass(frozen=True)
+class PassRequest:
+    """One kernel call of the live pass: `batch` sequences of `next_n` decode rows each."""
+    rows: int
+    batch: int
+    next_n: int
+    heads: int
+    head_dim: int
+    max_context_len: int  # the logits' width
+    topk: int
+    fp32_copy: bool  # the backend's top-k reads an FP32 copy of the logits
+    entry_point: str
+    mx_inputs: bool  # DeepGEMM 2.8's SM100 path: UE8M0 scales, BF16 weights, varlen indices
+
+
+@dataclass(frozen=True)
+class ReferenceCheck:
+    """A few rows of the kernel's logits against plain torch from the same FP8 inputs."""
+    rows: list[int]
+    diff: float  # 1 - 2<x, y> / (|x|^2 + |y|^2), DeepGEMM's own measure
+    max_abs_error: float
+    max_abs_reference: float
+
+
+@dataclass(frozen=True)
+class TopkRun:
+    kernel: str
+    k: int
+    window_columns: int
+    extra_peak_bytes: int  # what the top-k adds at peak above the logits and the copy
+
+
+@dataclass(frozen=True)
+class PassMeasurement:
+    """What the live pass measured: the logits' layout and torch's allocator statistics."""
+    rows: int
+    batch: int
+    next_n: int
+    heads: int
+    logits_dtype: str
+    columns: int
+    row_stride: int
+    storage_bytes: int
+    fp32_copy: bool
+    copy_storage_bytes: int
+    peak_bytes: int  # max_memory_allocated above the inputs while the logits and the copy are made
+    topk: TopkRun
+    reference: ReferenceCheck
+
+    @classmethod
+    def from_json(cls, data: dict) -> "PassMeasurement":
+        """As the report's JSON holds it (tests/fixtures/verify keeps an H200's)."""
+        return cls(**data | {"topk": TopkRun(**data["topk"]), "reference": ReferenceCheck(**data["reference"])})
+
+
+@dataclass(frozen=True)
+class LiveMemory:
+    """The process's GPU memory once the passes ran, for --profile."""
+    total_memory_bytes: int
+    free_at_start_bytes: int
+    cuda_context_bytes: int
+    non_torch_bytes: int  # held on the GPU beyond torch's reserved pool: CUDA context, DeepGEMM's modules
+
+
+@dataclass(frozen=True)
+class OomRequest:
+    """What --reproduce-oom leaves free, and how far it searches."""
+    free_bytes: int  # as an unfixed vLLM leaves it
+    fixed_free_bytes: int  # as the fixed vLLM leaves it: the reservation on top
+    worst_decodes: int
+    max_search_decodes: int
+
+
+@dataclass(frozen=True)
+class OomRun:
+    """What --reproduce-oom found."""
+    free_target_bytes: int
+    free_left_bytes: int  # what the ballast actually left free
+    attempts: list[tuple[int, bool]]  # (decodes, fitted), in the order run
+    first_failing_decodes: int | None
+    fixed_free_left_bytes: int
+    worst_decodes: int
+    fixed_ok: bool  # the worst case ran with the fixed reservation left free
+
+
 # The local GPU and DeepGEMM -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -49,27 +150,27 @@ class Target:
     notes: tuple[str, ...]
 
 
-def local_target(env: dict) -> Target:
+def local_target(env: LocalGpu) -> Target:
     """The catalog GPU and DeepGEMM release for what gpu.probe() read."""
-    major, minor = env["compute_capability"]
+    major, minor = env.compute_capability
     arch = f"sm{major}{minor}"
-    name = env["gpu_name"]
+    name = env.gpu_name
     if arch not in DEEPGEMM_ARCHS:
         raise Unavailable(f"{name} is {arch}: DeepGEMM's paged MQA logits needs SM90 (H100, H200) or SM100 "
                           f"(B200, GB200, B300)")
-    version = env["deepgemm_version"]
+    version = env.deepgemm_version
     release = ".".join(version.split(".")[:2])
     if release not in DEEPGEMM_RELEASES:
         raise Unavailable(f"DeepGEMM {version} has no known logits layout (known: 2.1 - 2.6, 2.8): {INSTALL}")
     wanted = ENTRY_POINTS.get(release, LEGACY_ENTRY_POINT)
-    if wanted not in env["entry_points"]:
+    if wanted not in env.entry_points:
         raise Unavailable(f"DeepGEMM {version} lacks {wanted}: {INSTALL}")
     notes = []
     try:
         gpu = find_gpu(name)
     except RecipeError:
         same_arch = [g for g in GPUS if g.arch == arch]
-        gpu = min(same_arch, key=lambda g: abs(g.total_memory_bytes - env["total_memory_bytes"]))
+        gpu = min(same_arch, key=lambda g: abs(g.total_memory_bytes - env.total_memory_bytes))
         notes.append(f"{name} is not in the GPU catalog: planned as {gpu.name} ({arch}, the nearest in memory)")
     notes.insert(0, f"DeepGEMM {version}: {wanted}, layout {layout_name(layout_for(release, gpu))}")
     return Target(gpu, release, tuple(notes))
@@ -121,15 +222,15 @@ def builtin_shapes(target: Target) -> list[Shape]:
 
 # What the live pass runs -----------------------------------------------------------------------------------------
 
-def pass_request(recipe: Recipe, dl: DecodeLogits, rows: int, entry_point: str) -> dict:
+def pass_request(recipe: Recipe, dl: DecodeLogits, rows: int, entry_point: str) -> PassRequest:
     """The kernel call for `rows` decode rows. SM90 takes next_n 1 or 2: larger speculation is fed as more
     sequences of next_n 1 (same rows). SM100 (2.8) takes varlen rows of next_n 1."""
     per_sequence = 1 + recipe.num_speculative_tokens
     next_n = per_sequence if per_sequence <= 2 and recipe.gpu.arch == "sm90" else 1
-    return {"rows": rows, "batch": rows // next_n, "next_n": next_n, "heads": recipe.model.index_n_heads,
-            "head_dim": recipe.model.index_head_dim, "max_context_len": dl.columns, "topk": recipe.model.index_topk,
-            "fp32_copy": dl.copy_bytes_per_element > 0, "entry_point": entry_point,
-            "mx_inputs": entry_point == ENTRY_POINTS["2.8"] and recipe.gpu.arch != "sm90"}
+    return PassRequest(rows=rows, batch=rows // next_n, next_n=next_n, heads=recipe.model.index_n_heads,
+                       head_dim=recipe.model.index_head_dim, max_context_len=dl.columns, topk=recipe.model.index_topk,
+                       fp32_copy=dl.copy_bytes_per_element > 0, entry_point=entry_point,
+                       mx_inputs=entry_point == ENTRY_POINTS["2.8"] and recipe.gpu.arch != "sm90")
 
 
 def rows_that_fit(dl: DecodeLogits, free_bytes: int, next_n: int) -> int:
@@ -169,36 +270,54 @@ def predicted_pass(dl: DecodeLogits, rows: int) -> dict:
             "peak_bytes": allocator_bytes(logits_bytes) + (allocator_bytes(run.copy_bytes) if run.copy_bytes else 0)}
 
 
-def checks(predicted: dict, measured: dict) -> list[dict]:
-    return [{"quantity": q, "predicted": predicted[q], "measured": measured[q], "agree": predicted[q] == measured[q]}
-            for q in QUANTITIES]
+@dataclass(frozen=True)
+class Check:
+    quantity: str
+    predicted: int | str
+    measured: int | str
+    agree: bool
 
 
-def reference_ok(reference: dict, dtype: str) -> bool:
-    return reference["diff"] < REFERENCE_TOLERANCE[dtype]
+@dataclass(frozen=True)
+class BackendVerdict:
+    backend: str
+    available: bool
+    reason: str | None
+    cannot_show: list[str]  # what the recipe's GPU would show that this one cannot
+    checks: list[Check]
+    agree: bool | None  # None: not run
+    verdict: str
 
 
-def likely_reason(found: list[dict], measured: dict, predicted: Layout, arch: str, version: str) -> str:
+def checks(predicted: dict, measured: PassMeasurement) -> list[Check]:
+    return [Check(q, predicted[q], getattr(measured, q), predicted[q] == getattr(measured, q)) for q in QUANTITIES]
+
+
+def reference_ok(reference: ReferenceCheck, dtype: str) -> bool:
+    return reference.diff < REFERENCE_TOLERANCE[dtype]
+
+
+def likely_reason(found: list[Check], measured: PassMeasurement, predicted: Layout, arch: str, version: str) -> str:
     """Why measured and predicted differ: the catalog layout that gives what was measured, if any."""
-    wrong = {c["quantity"] for c in found if not c["agree"]}
-    predicted_peak = next(c["predicted"] for c in found if c["quantity"] == "peak_bytes")
+    wrong = {c.quantity for c in found if not c.agree}
+    predicted_peak = next(c.predicted for c in found if c.quantity == "peak_bytes")
     if wrong <= {"peak_bytes"}:
-        extra = measured["peak_bytes"] - predicted_peak
-        return (f"the pass's peak is {extra:,} B above the logits{' and the FP32 copy' if measured['fp32_copy'] else ''}"
+        extra = measured.peak_bytes - predicted_peak
+        return (f"the pass's peak is {extra:,} B above the logits{' and the FP32 copy' if measured.fp32_copy else ''}"
                 f" as the allocator charges them: a DeepGEMM workspace or allocation that plan does not count "
                 f"(DeepGEMM {version})")
     if wrong <= {"copy_storage_bytes", "peak_bytes"}:
         return ("the FP32 copy differs from plan's rows x row stride x 4 B: the runtime upcast is laid out otherwise "
                 "than plan assumes")
     matches = [layout for layout in LAYOUTS.values() if layout != predicted
-               and layout.logits_dtype == measured["logits_dtype"]
-               and capacity.padded_columns(measured["columns"], layout) == measured["row_stride"]]
+               and layout.logits_dtype == measured.logits_dtype
+               and capacity.padded_columns(measured.columns, layout) == measured.row_stride]
     if matches:
         names = "; ".join(f"DeepGEMM {m.versions} on {'/'.join(m.archs)}" for m in matches)
         return (f"the logits are laid out as {names}, not as predicted (DeepGEMM {predicted.versions} on {arch}): "
                 f"another DeepGEMM layout or another arch than the installed DeepGEMM {version} was taken for")
-    return (f"no catalog layout gives {measured['logits_dtype']} logits with row stride {measured['row_stride']:,} "
-            f"for width {measured['columns']:,}: DeepGEMM {version} lays them out in a way the catalog does not know")
+    return (f"no catalog layout gives {measured.logits_dtype} logits with row stride {measured.row_stride:,} "
+            f"for width {measured.columns:,}: DeepGEMM {version} lays them out in a way the catalog does not know")
 
 
 def cannot_show(named_dl: DecodeLogits, planned_dl: DecodeLogits, named: Recipe, planned: Recipe) -> list[str]:
@@ -218,96 +337,124 @@ def cannot_show(named_dl: DecodeLogits, planned_dl: DecodeLogits, named: Recipe,
             + "; ".join(found)] if found else []
 
 
-def backend_result(shape: Shape, plan: Plan, named_plan: Plan, name: str, measured: dict | None, version: str) -> dict:
+def backend_result(shape: Shape, plan: Plan, named_plan: Plan, name: str, measured: PassMeasurement | None,
+                   version: str) -> BackendVerdict:
     """One backend's verdict. measured is None when the backend cannot run on the local GPU."""
     b = plan.backend(name)
     named_b = named_plan.backend(name)
-    result = {"backend": name, "available": b.available, "reason": b.reason,
-              "cannot_show": cannot_show(named_b.decode_logits, b.decode_logits, shape.named, shape.planned)}
+    shown = cannot_show(named_b.decode_logits, b.decode_logits, shape.named, shape.planned)
     if measured is None:
-        result |= {"checks": [], "agree": None,
-                   "verdict": f"not run: {b.reason}" if not b.available else "not run"}
-        return result
-    rows = measured["rows"]
+        return BackendVerdict(name, b.available, b.reason, shown, [], None,
+                              f"not run: {b.reason}" if not b.available else "not run")
+    rows = measured.rows
     found = checks(predicted_pass(b.decode_logits, rows), measured)
     if shape.named != shape.planned:
         named_dl = named_b.decode_logits
-        found += [{"quantity": f"{q} ({shape.named.gpu.name} recipe)", "predicted": value, "measured": measured[q],
-                   "agree": value == measured[q]}
+        found += [Check(f"{q} ({shape.named.gpu.name} recipe)", value, getattr(measured, q),
+                        value == getattr(measured, q))
                   for q, value in (("rows", named_dl.rows if rows == b.decode_logits.rows else rows),
                                    ("columns", named_dl.columns))]
-    ok_reference = reference_ok(measured["reference"], measured["logits_dtype"])
-    agree = all(c["agree"] for c in found) and ok_reference
+    layout_agrees = all(c.agree for c in found)
+    agree = layout_agrees and reference_ok(measured.reference, measured.logits_dtype)
     if agree:
         verdict = "agrees byte for byte"
-    elif not all(c["agree"] for c in found):
+    elif not layout_agrees:
         verdict = "differs: " + likely_reason(found, measured, shape.planned.layout, shape.planned.gpu.arch, version)
     else:
-        verdict = (f"differs: the kernel's logits are off the torch reference (diff {measured['reference']['diff']:.2e})")
+        verdict = f"differs: the kernel's logits are off the torch reference (diff {measured.reference.diff:.2e})"
     if rows != b.decode_logits.rows:
         verdict += (f" (scaled down from {b.decode_logits.rows:,} to {rows:,} rows to fit free memory: bytes per row "
                     f"compared)")
-    result |= {"checks": found, "agree": agree, "verdict": verdict}
-    return result
+    return BackendVerdict(name, b.available, b.reason, shown, found, agree, verdict)
 
 
 # --profile: vLLM's memory accounting replayed with what this GPU measured ----------------------------------------
 
-def profile_replay(plan: Plan, name: str, measured: dict, live: dict) -> dict:
+@dataclass(frozen=True)
+class ProfileReplay:
+    backend: str
+    free_at_start_bytes: int
+    cuda_context_bytes: int
+    non_torch_bytes: int
+    non_torch_bytes_planned: int
+    requested_bytes: int
+    starts: bool  # vLLM's start-up check: free memory at start >= requested
+    weights_bytes: int
+    weights_measured: bool
+    indexer_reservation_bytes: int
+    peak_activation_bytes: int
+    cudagraph_bytes: int
+    kv_cache_bytes: int
+    kv_cache_tokens: int
+    kv_cache_tokens_planned: int
+
+
+def profile_replay(plan: Plan, name: str, measured: PassMeasurement, live: LiveMemory) -> ProfileReplay:
     """requested = total x util; KV = requested - weights - peak activation - non-torch - CUDA graphs, with the
     measured total memory, non-torch memory and indexer logits in place of plan's; weights never loaded."""
     recipe, memory, b = plan.recipe, plan.memory, plan.backend(name)
-    requested = math.ceil(live["total_memory_bytes"] * recipe.gpu_memory_utilization)
-    logits_bytes = measured["storage_bytes"] + measured["copy_storage_bytes"]
-    reserved = max(recipe.prefill_budget_bytes, logits_bytes * b.decode_logits.rows // measured["rows"])
+    requested = math.ceil(live.total_memory_bytes * recipe.gpu_memory_utilization)
+    logits_bytes = measured.storage_bytes + measured.copy_storage_bytes
+    reserved = max(recipe.prefill_budget_bytes, logits_bytes * b.decode_logits.rows // measured.rows)
     peak = memory.peak_activation.bytes + max(0, reserved - b.indexer_headroom_bytes)
-    kv_bytes = capacity.kv_cache_bytes(recipe, requested, memory.weights.bytes, peak, live["non_torch_bytes"],
+    kv_bytes = capacity.kv_cache_bytes(recipe, requested, memory.weights.bytes, peak, live.non_torch_bytes,
                                        b.cudagraph.bytes)
-    return {
-        "backend": name,
-        "free_at_start_bytes": live["free_at_start_bytes"],
-        "cuda_context_bytes": live["cuda_context_bytes"],
-        "non_torch_bytes": live["non_torch_bytes"], "non_torch_bytes_planned": memory.non_torch.bytes,
-        "requested_bytes": requested, "starts": live["free_at_start_bytes"] >= requested,
-        "weights_bytes": memory.weights.bytes, "weights_measured": memory.weights.provenance == "measured",
-        "indexer_reservation_bytes": reserved, "peak_activation_bytes": peak,
-        "cudagraph_bytes": b.cudagraph.bytes,
-        "kv_cache_bytes": max(kv_bytes, 0),
-        "kv_cache_tokens": memory.kv.tokens(kv_bytes),
-        "kv_cache_tokens_planned": b.kv_cache_tokens,
-    }
+    return ProfileReplay(
+        backend=name,
+        free_at_start_bytes=live.free_at_start_bytes,
+        cuda_context_bytes=live.cuda_context_bytes,
+        non_torch_bytes=live.non_torch_bytes, non_torch_bytes_planned=memory.non_torch.bytes,
+        requested_bytes=requested, starts=live.free_at_start_bytes >= requested,
+        weights_bytes=memory.weights.bytes, weights_measured=memory.weights.provenance == "measured",
+        indexer_reservation_bytes=reserved, peak_activation_bytes=peak,
+        cudagraph_bytes=b.cudagraph.bytes,
+        kv_cache_bytes=max(kv_bytes, 0),
+        kv_cache_tokens=memory.kv.tokens(kv_bytes),
+        kv_cache_tokens_planned=b.kv_cache_tokens,
+    )
 
 
 # --reproduce-oom ---------------------------------------------------------------------------------------------------
 
-def oom_request(plan: Plan, name: str) -> dict:
+@dataclass(frozen=True)
+class OomVerdict:
+    backend: str
+    predicted_max_decodes: int
+    bytes_per_decode: int
+    plan_free_bytes: int
+    run: OomRun
+    agree: bool
+    verdict: str
+
+
+def oom_request(plan: Plan, name: str) -> OomRequest:
     """What to leave free: total x (1 - util), rounded down to whole 2 MiB granules (what the allocator can hand
     out); the fixed vLLM leaves the reservation on top. The search stops at twice the predicted failure."""
     b = plan.backend(name)
     decodes = capacity.decode_rows(plan.recipe) // (1 + plan.recipe.num_speculative_tokens)
-    return {"free_bytes": b.oom_before_fix.free_bytes // GRANULE_BYTES * GRANULE_BYTES,
-            "fixed_free_bytes": (b.oom_before_fix.free_bytes + b.reserved_bytes) // GRANULE_BYTES * GRANULE_BYTES,
-            "worst_decodes": decodes,
-            "max_search_decodes": 1 << (2 * max(b.oom_before_fix.max_decodes + 1, decodes)).bit_length()}
+    return OomRequest(
+        free_bytes=b.oom_before_fix.free_bytes // GRANULE_BYTES * GRANULE_BYTES,
+        fixed_free_bytes=(b.oom_before_fix.free_bytes + b.reserved_bytes) // GRANULE_BYTES * GRANULE_BYTES,
+        worst_decodes=decodes,
+        max_search_decodes=1 << (2 * max(b.oom_before_fix.max_decodes + 1, decodes)).bit_length())
 
 
-def oom_verdict(plan: Plan, name: str, measured: dict) -> dict:
+def oom_verdict(plan: Plan, name: str, run: OomRun) -> OomVerdict:
     oom = plan.backend(name).oom_before_fix
-    failed_at = measured["first_failing_decodes"]
-    agree = failed_at == oom.max_decodes + 1 and measured["fixed_ok"]
+    failed_at = run.first_failing_decodes
+    agree = failed_at == oom.max_decodes + 1 and run.fixed_ok
     if failed_at is None:
-        verdict = f"no failure up to {measured['attempts'][-1][0]} decodes; plan predicts {oom.max_decodes + 1}"
+        verdict = f"no failure up to {run.attempts[-1][0]} decodes; plan predicts {oom.max_decodes + 1}"
     elif failed_at == oom.max_decodes + 1:
         verdict = f"failed at {failed_at} decodes, as plan predicts ({oom.max_decodes} fit)"
     else:
-        fit_in_left = measured["free_left_bytes"] // oom.bytes_per_decode
+        fit_in_left = run.free_left_bytes // oom.bytes_per_decode
         verdict = (f"failed at {failed_at} decodes; plan predicts {oom.max_decodes + 1} "
-                   f"({measured['free_left_bytes']:,} B were left free, room for {fit_in_left} decodes by plan's "
+                   f"({run.free_left_bytes:,} B were left free, room for {fit_in_left} decodes by plan's "
                    f"{oom.bytes_per_decode:,} B each)")
-    verdict += ("; with the fixed reservation the worst case ran" if measured["fixed_ok"]
+    verdict += ("; with the fixed reservation the worst case ran" if run.fixed_ok
                 else "; with the fixed reservation the worst case still failed")
-    return {"backend": name, "predicted_max_decodes": oom.max_decodes, "bytes_per_decode": oom.bytes_per_decode,
-            "plan_free_bytes": oom.free_bytes, **measured, "agree": agree, "verdict": verdict}
+    return OomVerdict(name, oom.max_decodes, oom.bytes_per_decode, oom.free_bytes, run, agree, verdict)
 
 
 def exit_code(report: dict) -> int:

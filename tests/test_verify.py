@@ -2,6 +2,7 @@
 verify's own JSON from DeepGEMM 2.8.2), the exit-3 paths, and (marked gpu) the live pass itself."""
 
 import copy
+import dataclasses
 import importlib.util
 import io
 import json
@@ -19,8 +20,10 @@ from dsa_kvcalc.recipe import load
 FIXTURES = Path(__file__).parent / "fixtures" / "verify"
 SEED_RECIPE = verify.RECIPES_DIR / "deepseek-v4.1-flash-4xb200-dep4.yaml"
 runner = CliRunner()
-H200_ENV = {"gpu_name": "NVIDIA H200", "compute_capability": [9, 0], "total_memory_bytes": 150_109_880_320,
-            "deepgemm_version": "2.8.2", "entry_points": ["fp8_fp4_paged_mqa_logits"]}
+H200_ENV = verify.LocalGpu(gpu_name="NVIDIA H200", compute_capability=(9, 0), total_memory_bytes=150_109_880_320,
+                           free_at_start_bytes=149_557_477_376, cuda_context_bytes=552_402_944,
+                           torch_version="2.11.0+cu130", deepgemm_version="2.8.2",
+                           entry_points=("fp8_fp4_paged_mqa_logits",))
 
 
 def builtin() -> dict:
@@ -45,11 +48,11 @@ def shape(report: dict, name: str) -> dict:
     return next(s for s in report["shapes"] if s["name"] == name)
 
 
-def replay(entry: dict) -> list[dict]:
+def replay(entry: dict) -> list[verify.BackendVerdict]:
     """Today's plan for the recorded recipe against the recorded measurements."""
     recipe = load(entry["recipe"])
     plan = capacity.plan(recipe)
-    measured = entry["measured"][0]
+    measured = verify.PassMeasurement.from_json(entry["measured"][0])
     return [verify.backend_result(verify.Shape(entry["name"], recipe, recipe, ()), plan, plan, b["backend"],
                                   measured if b["agree"] is not None else None, "2.8.2")
             for b in entry["backends"]]
@@ -61,8 +64,8 @@ def test_plan_predicts_every_recorded_h200_shape_byte_for_byte():
     names = []
     for entry in builtin()["shapes"]:
         for result in replay(entry):
-            if result["available"]:
-                assert result["agree"] is True, (entry["name"], result["checks"])
+            if result.available:
+                assert result.agree is True, (entry["name"], result.checks)
                 names.append(entry["name"])
     assert len(set(names)) == len(builtin()["shapes"])
 
@@ -88,8 +91,8 @@ def test_recorded_widths_that_are_not_multiples_of_256():
 
 def test_recorded_kernel_output_passes_the_reference_tolerance():
     for entry in builtin()["shapes"]:
-        measured = entry["measured"][0]
-        assert verify.reference_ok(measured["reference"], measured["logits_dtype"])
+        measured = verify.PassMeasurement.from_json(entry["measured"][0])
+        assert verify.reference_ok(measured.reference, measured.logits_dtype)
 
 
 def test_exit_code_of_the_recorded_run_is_recomputed_as_zero():
@@ -98,7 +101,7 @@ def test_exit_code_of_the_recorded_run_is_recomputed_as_zero():
 
 # Differences and their likely reason -------------------------------------------------------------------------------
 
-def differing(change: dict) -> dict:
+def differing(change: dict) -> verify.BackendVerdict:
     entry = copy.deepcopy(shape(builtin(), "DeepSeek-V3.2, max-model-len 4097"))
     entry["measured"][0] |= change
     return replay(entry)[0]
@@ -108,23 +111,23 @@ def test_sm100_layout_measured_on_a_sm90_prediction_names_the_arch():
     # DeepGEMM 2.8 on SM100: BF16 rows padded to lcm(384, 512) = 1536 columns: 4097 -> 4608.
     result = differing({"logits_dtype": "bf16", "row_stride": 4608, "storage_bytes": 256 * 4608 * 2,
                         "peak_bytes": 256 * 4608 * 2})
-    assert result["agree"] is False
-    assert "2.8.x on sm100/sm103" in result["verdict"] and "another arch" in result["verdict"]
+    assert result.agree is False
+    assert "2.8.x on sm100/sm103" in result.verdict and "another arch" in result.verdict
 
 
 def test_unknown_layout_says_so():
     result = differing({"row_stride": 4400, "storage_bytes": 256 * 4400 * 4, "peak_bytes": 256 * 4400 * 4})
-    assert "no catalog layout gives fp32 logits with row stride 4,400 for width 4,097" in result["verdict"]
+    assert "no catalog layout gives fp32 logits with row stride 4,400 for width 4,097" in result.verdict
 
 
 def test_extra_allocation_is_reported_in_bytes():
     result = differing({"peak_bytes": 4_456_448 + 1024})
-    assert result["agree"] is False and "peak is 1,024 B above the logits" in result["verdict"]
+    assert result.agree is False and "peak is 1,024 B above the logits" in result.verdict
 
 
 def test_kernel_off_the_reference_fails():
     result = differing({"reference": {"rows": [0], "diff": 0.3, "max_abs_error": 9.0, "max_abs_reference": 10.0}})
-    assert result["agree"] is False and "torch reference" in result["verdict"]
+    assert result.agree is False and "torch reference" in result.verdict
 
 
 def test_a_difference_gives_exit_1():
@@ -138,7 +141,7 @@ def test_scaled_down_rows_compare_bytes_per_row():
     measured = entry["measured"][0]
     measured |= {"rows": 100, "storage_bytes": 100 * 100096 * 4, "peak_bytes": 100 * 100096 * 4}
     result = replay(entry)[0]
-    assert result["agree"] is True and "scaled down from 512 to 100 rows" in result["verdict"]
+    assert result.agree is True and "scaled down from 512 to 100 rows" in result.verdict
 
 
 # Another GPU than the recipe's ---------------------------------------------------------------------------------------
@@ -160,10 +163,11 @@ def test_the_seed_recipe_reproduced_its_oom_on_the_h200():
     # 6 rows x 1,048,576 x 4 B = 25,165,824 B: 178 fit, the 179th fails.
     [entry] = seed_oom()["shapes"]
     oom = entry["reproduce_oom"]
-    assert (oom["predicted_max_decodes"], oom["first_failing_decodes"], oom["fixed_ok"]) == (178, 179, True)
+    run = verify.OomRun(**oom["run"])
+    assert (oom["predicted_max_decodes"], run.first_failing_decodes, run.fixed_ok) == (178, 179, True)
     plan = capacity.plan(load(entry["recipe"]))
-    assert verify.oom_verdict(plan, oom["backend"], oom)["agree"] is True
-    assert verify.oom_verdict(plan, oom["backend"], oom | {"first_failing_decodes": 177})["agree"] is False
+    assert verify.oom_verdict(plan, oom["backend"], run).agree is True
+    assert verify.oom_verdict(plan, oom["backend"], dataclasses.replace(run, first_failing_decodes=177)).agree is False
 
 
 def test_profile_replays_the_recorded_measurements():
@@ -171,38 +175,41 @@ def test_profile_replays_the_recorded_measurements():
     # 145,606,583,911 B; the reservation is 1536 rows x 1,048,576 x 4 B = 6,442,450,944 B (FP32, no copy on SM90).
     [entry] = seed_oom()["shapes"]
     recorded = entry["profile"]
-    live = {key: recorded[key] for key in ("free_at_start_bytes", "cuda_context_bytes", "non_torch_bytes")}
-    live["total_memory_bytes"] = 150_109_880_320
+    live = verify.LiveMemory(total_memory_bytes=150_109_880_320, free_at_start_bytes=recorded["free_at_start_bytes"],
+                             cuda_context_bytes=recorded["cuda_context_bytes"],
+                             non_torch_bytes=recorded["non_torch_bytes"])
     plan = capacity.plan(load(entry["recipe"]))
-    replayed = verify.profile_replay(plan, "auto", entry["measured"][0], live)
-    assert replayed["requested_bytes"] == 145_606_583_911
-    assert replayed["indexer_reservation_bytes"] == 6_442_450_944
+    replayed = verify.profile_replay(plan, "auto", verify.PassMeasurement.from_json(entry["measured"][0]), live)
+    assert replayed.requested_bytes == 145_606_583_911
+    assert replayed.indexer_reservation_bytes == 6_442_450_944
     # KV = requested - weights - peak - measured non-torch - graphs, all as plan has them but the non-torch term
     auto = plan.backend("auto")
-    assert replayed["kv_cache_bytes"] == (145_606_583_911 - plan.memory.weights.bytes - auto.peak_activation_bytes
+    assert replayed.kv_cache_bytes == (145_606_583_911 - plan.memory.weights.bytes - auto.peak_activation_bytes
                                           - recorded["non_torch_bytes"] - auto.cudagraph.bytes)
 
 
 # The local GPU and DeepGEMM: exit 3 --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, words", [
-    ({"compute_capability": [8, 0], "gpu_name": "NVIDIA A100-SXM4-80GB"}, "is sm80"),
+    ({"compute_capability": (8, 0), "gpu_name": "NVIDIA A100-SXM4-80GB"}, "is sm80"),
     ({"deepgemm_version": "3.0.0"}, "no known logits layout"),
-    ({"entry_points": ["fp8_paged_mqa_logits"]}, "lacks fp8_fp4_paged_mqa_logits"),
-    ({"deepgemm_version": "2.6.1", "entry_points": ["fp8_fp4_paged_mqa_logits"]}, "lacks fp8_paged_mqa_logits"),
+    ({"entry_points": ("fp8_paged_mqa_logits",)}, "lacks fp8_fp4_paged_mqa_logits"),
+    ({"deepgemm_version": "2.6.1", "entry_points": ("fp8_fp4_paged_mqa_logits",)}, "lacks fp8_paged_mqa_logits"),
 ])
 def test_incompatible_gpu_or_deepgemm_is_unavailable(change, words):
     with pytest.raises(verify.Unavailable, match=words):
-        verify.local_target(H200_ENV | change)
+        verify.local_target(dataclasses.replace(H200_ENV, **change))
 
 
 def test_gpu_outside_the_catalog_is_planned_as_the_nearest_of_its_arch():
-    target = verify.local_target(H200_ENV | {"gpu_name": "NVIDIA H100 PCIe", "total_memory_bytes": 85_520_809_984})
+    target = verify.local_target(dataclasses.replace(H200_ENV, gpu_name="NVIDIA H100 PCIe",
+                                                     total_memory_bytes=85_520_809_984))
     assert target.gpu.name == "H100" and "not in the GPU catalog" in target.notes[-1]
 
 
 def test_legacy_deepgemm_picks_the_nested_layout():
-    target = verify.local_target(H200_ENV | {"deepgemm_version": "2.6.1", "entry_points": ["fp8_paged_mqa_logits"]})
+    target = verify.local_target(dataclasses.replace(H200_ENV, deepgemm_version="2.6.1",
+                                                     entry_points=("fp8_paged_mqa_logits",)))
     assert target.release == "2.6" and "nested" in target.notes[0]
 
 
