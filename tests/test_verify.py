@@ -270,7 +270,7 @@ def test_live_builtin_shapes_agree_byte_for_byte():
 def test_live_seed_recipe_as_local_reproduces_the_oom_and_the_fix():
     code, report = live(SEED_RECIPE, "--as-local", "--reproduce-oom", "--backend", "auto")
     [entry] = report["shapes"]
-    assert code == 0 and entry["reproduce_oom"]["agree"] and entry["reproduce_oom"]["fixed_ok"]
+    assert code == 0 and entry["reproduce_oom"]["agree"] and entry["reproduce_oom"]["run"]["fixed_ok"]
 
 
 @pytest.mark.gpu
