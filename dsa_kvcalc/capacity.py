@@ -441,7 +441,10 @@ def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
     check_weights_fit(recipe, memory)
     backends = engine_backends(recipe)
     rows = decode_rows(recipe)
-    logits = {b.name: decode_logits(recipe, b, rows) for b in backends}
+    # a backend shapes the logits only through whether its top-k reads BF16: two layouts at most
+    readers = {reads_bf16(recipe, b): b for b in backends}
+    by_reader = {reads: decode_logits(recipe, b, rows) for reads, b in readers.items()}
+    logits = {b.name: by_reader[reads_bf16(recipe, b)] for b in backends}
     graph_rows = cudagraph_logits_rows(recipe)
     graph_logits = {name: graph_rows * dl.padded_columns * dl.bytes_per_element for name, dl in logits.items()}
     check_graph_pools(recipe, graph_logits)
