@@ -158,6 +158,28 @@ def test_b200_recipe_on_h200_says_what_it_cannot_show():
     assert local.named == local.planned and any("re-planned for H200" in n for n in local.notes)
 
 
+def test_pass_requests_follow_each_arch_s_kernel_interface():
+    # The seed: 256 sequences x (1 + 5 MTP tokens) = 1536 rows at width 1,048,576; V4.1-Flash's config has
+    # index_topk 512 and 32 indexer heads of 128. SM90's kernel takes next_n 1 or 2, so 6 tokens a sequence go in as 1536 sequences of next_n 1; its logits
+    # are FP32 (no copy). SM100 under DeepGEMM 2.8 takes the fp8_fp4 path with UE8M0 scales; auto reads an FP32 copy
+    # of the BF16 logits, deep_select reads them directly.
+    target = verify.local_target(H200_ENV)
+    [seed] = verify.recipe_shapes(SEED_RECIPE, target, as_local=False)
+    for recipe, backend, expected in (
+            (seed.planned, "auto", dict(rows=1536, batch=1536, next_n=1, fp32_copy=False, mx_inputs=False)),
+            (seed.named, "auto", dict(rows=1536, batch=1536, next_n=1, fp32_copy=True, mx_inputs=True)),
+            (seed.named, "deep_select", dict(rows=1536, batch=1536, next_n=1, fp32_copy=False, mx_inputs=True))):
+        dl = capacity.plan(recipe).backend(backend).decode_logits
+        request = verify.pass_request(recipe, dl, dl.rows, "fp8_fp4_paged_mqa_logits")
+        assert request == verify.PassRequest(heads=32, head_dim=128, max_context_len=1_048_576, topk=512,
+                                             entry_point="fp8_fp4_paged_mqa_logits", **expected)
+    # GLM-5 with 1 MTP token on SM90: 2 tokens a sequence fit next_n 2 natively.
+    [glm] = [s for s in verify.builtin_shapes(target) if s.name.startswith("GLM-5, max-model-len 5000")]
+    dl = capacity.plan(glm.planned).backend("auto").decode_logits
+    request = verify.pass_request(glm.planned, dl, dl.rows, "fp8_fp4_paged_mqa_logits")
+    assert (request.rows, request.batch, request.next_n, request.max_context_len) == (128, 64, 2, 5000)
+
+
 def test_the_seed_recipe_reproduced_its_oom_on_the_h200():
     # H200 at util 0.97: 150,109,880,320 - ceil(150,109,880,320 x 0.97) = 4,503,296,409 B free; a decode is
     # 6 rows x 1,048,576 x 4 B = 25,165,824 B: 178 fit, the 179th fails.
