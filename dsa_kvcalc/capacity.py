@@ -239,9 +239,11 @@ def reservation(recipe: Recipe, logits: DecodeLogits) -> tuple[int, int]:
 
 
 def indexer_headroom(recipe: Recipe, logits: dict[str, DecodeLogits], backend: str) -> int:
-    """What the reservation finds already live inside the indexer: measured for this backend, or for one with the
-    same bytes per element (the same working set), or for every backend ("*"); else the prefill budget, so that the
-    reservation raises the peak by all it adds. Never below the budget: the base peak already holds it."""
+    """How far the run's global peak sits above what is live inside the indexer when the reservation is made
+    (global_peak - indexer_live): the reservation raises the peak only by what it adds beyond that. Measured for this
+    backend, or for one with the same bytes per element (the same working set), or for every backend ("*"); else the
+    prefill budget, so that the reservation raises the peak by all it adds beyond the budget. Never below the budget:
+    the base peak already holds it."""
     measured = recipe.indexer_headroom_bytes
     same_working_set = [bytes_ for name, bytes_ in measured.items()
                         if name in logits and logits[name].bytes_per_element == logits[backend].bytes_per_element]
@@ -417,7 +419,7 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
     graphs = cudagraph_pool(recipe, backend.name, graph_logits)
     fixed = (memory.requested_bytes, memory.weights.bytes)
     kv_bytes = kv_cache_bytes(recipe, *fixed, peak, memory.non_torch.bytes, graphs.bytes)
-    peak_before = peak if recipe.engine.profile_holds_decode_logits else memory.peak_activation.bytes
+    peak_before = peak_activation(memory, reserved_before, headroom)
     kv_bytes_before = kv_cache_bytes(recipe, *fixed, peak_before, memory.non_torch.bytes, graphs.bytes)
     tokens = memory.kv.tokens(kv_bytes)
     reason = availability(recipe, backend)

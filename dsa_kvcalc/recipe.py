@@ -124,10 +124,11 @@ class Recipe:
     peak_activation_bytes: int | None = key("memory.peak_activation", "memory", None,
                                             "Measured peak activation of the profile run (before #62860)")
     non_torch_bytes: int | None = key("memory.non_torch", "memory", None, "Measured non-torch memory per rank")
-    cudagraph_bytes: dict = key("memory.cudagraph", "memory", None, "Measured CUDA-graph memory (a number, or one "
-                                "per backend)")
-    indexer_headroom_bytes: dict = key("memory.indexer_headroom", "memory", None, "What the #62860 reservation "
-                                       "finds live inside the indexer (a number, or one per backend)")
+    cudagraph_bytes: dict = key("memory.cudagraph", "memory", None, "Measured CUDA-graph memory (a number for the "
+                                "recipe's backend, or one per backend)")
+    indexer_headroom_bytes: dict = key("memory.indexer_headroom", "memory", None, "How far the profile run's peak "
+                                       "sits above what is live inside the indexer: the #62860 reservation raises "
+                                       "the peak only beyond it (a number for every backend, or one per backend)")
     memory_gpu: str | None = key("memory.gpu", "str", None, "The GPU the memory terms were measured on (default: "
                                  "the recipe file's gpu)")
     # Derived

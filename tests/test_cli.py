@@ -85,6 +85,18 @@ def test_json_contract(tmp_path):
     assert aiter["available"] is False and "gfx942" in aiter["reason"]
 
 
+def test_rocm_locks_the_indexer_workspace_before_and_after_the_fix():
+    # vLLM issue #55132: AITER's indexer locks a (max_num_batched_tokens, max_model_len) FP32 buffer while profiling,
+    # with or without #62860. MI300X (191.98 GiB, so vLLM 0.28+ batches 16,384 tokens), V3.2 at 163,840:
+    # 16,384 x 163,840 x 4 B = 10,737,418,240 B on top of the 512 MiB prefill budget = 11,274,289,152 B, both times;
+    # so the fix changes nothing there and the KV cache is the same before and after.
+    data = json.loads(run("plan", RECIPES / "deepseek-v3.2-8xh200-tp8.yaml", "--set", "gpu=MI300X",
+                          "--format", "json").output)
+    for backend in (b for b in data["backends"] if b["available"]):
+        assert backend["reserved_bytes"] == backend["reserved_bytes_before_fix"] == 11_274_289_152
+        assert backend["kv_cache_tokens"] == backend["kv_cache_tokens_before_fix"]
+
+
 def test_set_overrides_any_key_like_a_vllm_flag():
     result = run("plan", SEED, "--format", "json", "--set", "max-num-seqs=128",
                  "--set", "speculative_config.num_speculative_tokens=3", "--set", "max-model-len=128k")
