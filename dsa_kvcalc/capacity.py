@@ -41,7 +41,7 @@ def padded_columns(columns: int, layout: Layout) -> int:
 @dataclass(frozen=True)
 class DecodeLogits:
     rows: int
-    columns: int  # the view's width: max_model_len (vLLM) or max_model_len // kv_compress_ratio (DeepInfer)
+    columns: int  # the view's width: the keys the indexer scores (decode_logits)
     padded_columns: int  # the row stride
     logits_dtype: str
     logits_bytes_per_element: int  # DeepGEMM's output
@@ -80,13 +80,15 @@ def reads_bf16(recipe: Recipe, backend: Backend) -> bool:
     return recipe.engine.topk_reads_bf16 or (backend.reads_bf16 and recipe.decode_context_parallel_size == 1)
 
 
-def decode_logits(recipe: Recipe, backend: Backend, rows: int) -> DecodeLogits:
-    """[rows, padded(max_model_len)] in DeepGEMM's dtype, plus the FP32 copy where the top-k reads FP32."""
+def decode_logits(recipe: Recipe, topk_reads_bf16: bool, rows: int) -> DecodeLogits:
+    """[rows, padded(max_model_len)] in DeepGEMM's dtype, plus the FP32 copy where the top-k reads FP32. The width is
+    the keys the indexer scores: max_model_len // 4 for DeepSeek-V4 on vLLM (its compressed keys), max_model_len for
+    the MLA models; DeepInfer scores max_model_len // kv_compress_ratio."""
     layout = recipe.layout
-    columns = recipe.max_model_len // recipe.model.indexer_logits_ratio
-    if recipe.engine.logits_over_compressed_keys:
-        columns = recipe.max_model_len // recipe.model.kv_compress_ratio
-    needs_copy = layout.logits_dtype != "fp32" and not reads_bf16(recipe, backend)
+    ratio = (recipe.model.kv_compress_ratio if recipe.engine.logits_over_compressed_keys
+             else recipe.model.indexer_logits_ratio)
+    columns = recipe.max_model_len // ratio
+    needs_copy = layout.logits_dtype != "fp32" and not topk_reads_bf16
     return DecodeLogits(rows, columns, padded_columns(columns, layout), layout.logits_dtype,
                         DTYPE_BYTES[layout.logits_dtype], FP32_BYTES if needs_copy else 0)
 
@@ -140,24 +142,29 @@ class RankMemory:
     sparse_mla_backend: str
 
 
-def weights_bytes(recipe: Recipe) -> int:
+def weights_estimate(recipe: Recipe) -> Term:
     """The dense part / TP, plus the routed experts / (TP x DP with expert parallelism, else TP)."""
-    model = recipe.model
+    model, checkpoint = recipe.model, recipe.model.checkpoint
     expert_ranks = recipe.tensor_parallel_size * (recipe.data_parallel_size if recipe.enable_expert_parallel else 1)
-    dense_bytes = model.checkpoint.value - model.routed_expert_bytes
-    return dense_bytes // recipe.tensor_parallel_size + model.routed_expert_bytes // expert_ranks
+    dense_bytes = checkpoint.value - model.routed_expert_bytes
+    weights_bytes = dense_bytes // recipe.tensor_parallel_size + model.routed_expert_bytes // expert_ranks
+    return Term(weights_bytes, checkpoint.provenance, f"the checkpoint's dense part / TP + routed experts / "
+                                                      f"expert-parallel ranks; checkpoint: {checkpoint.basis}")
 
 
-def base_peak_activation_bytes(recipe: Recipe) -> int:
+def peak_activation_estimate(recipe: Recipe) -> Term:
     """The prefill logits budget + max_num_batched_tokens x hidden x 2 B x ACTIVATION_HIDDEN_COPIES."""
-    hidden_copies = estimates.ACTIVATION_HIDDEN_COPIES.value
-    return (recipe.prefill_budget_bytes
-            + recipe.max_num_batched_tokens * recipe.model.hidden_size * 2 * hidden_copies)
+    hidden_copies = estimates.ACTIVATION_HIDDEN_COPIES
+    hidden_bytes = recipe.max_num_batched_tokens * recipe.model.hidden_size * 2 * hidden_copies.value
+    return estimated(recipe.prefill_budget_bytes + hidden_bytes, hidden_copies)
 
 
-def non_torch_bytes(recipe: Recipe) -> int:
-    parallel = recipe.tensor_parallel_size * recipe.data_parallel_size > 1
-    return estimates.NON_TORCH_SINGLE.value + (estimates.NON_TORCH_COLLECTIVES.value if parallel else 0)
+def non_torch_estimate(recipe: Recipe) -> Term:
+    """One process's CUDA context and workspaces, plus the collectives' buffers when TP x DP > 1."""
+    single, collectives = estimates.NON_TORCH_SINGLE, estimates.NON_TORCH_COLLECTIVES
+    if recipe.tensor_parallel_size * recipe.data_parallel_size == 1:
+        return estimated(single.value, single)
+    return Term(single.value + collectives.value, "estimated", f"{single.basis}; plus {collectives.basis}")
 
 
 def sparse_mla_backend(recipe: Recipe) -> str:
@@ -204,15 +211,11 @@ def kv_provenance(recipe: Recipe, kv: KvSpec) -> Term:
 def rank_memory(recipe: Recipe) -> RankMemory:
     backend = sparse_mla_backend(recipe)
     kv = kv_spec(recipe, backend)
-    checkpoint = recipe.model.checkpoint
-    weights = Term(weights_bytes(recipe), checkpoint.provenance, f"the checkpoint's dense part / TP + routed experts / "
-                                                                 f"expert-parallel ranks; checkpoint: {checkpoint.basis}")
     return RankMemory(
         requested_bytes=math.ceil(recipe.gpu.total_memory_bytes * recipe.gpu_memory_utilization),
-        weights=term(recipe.weights_bytes, weights),
-        peak_activation=term(recipe.peak_activation_bytes,
-                             estimated(base_peak_activation_bytes(recipe), estimates.ACTIVATION_HIDDEN_COPIES)),
-        non_torch=term(recipe.non_torch_bytes, estimated(non_torch_bytes(recipe), estimates.NON_TORCH_SINGLE)),
+        weights=term(recipe.weights_bytes, weights_estimate(recipe)),
+        peak_activation=term(recipe.peak_activation_bytes, peak_activation_estimate(recipe)),
+        non_torch=term(recipe.non_torch_bytes, non_torch_estimate(recipe)),
         kv=kv, kv_provenance=kv_provenance(recipe, kv), sparse_mla_backend=backend)
 
 
@@ -309,7 +312,7 @@ def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int]) -
     if measured_on is None:
         besides_logits = estimates.CUDAGRAPH_BESIDES_LOGITS
         return estimated(besides_logits.value + graph_logits[backend], besides_logits)
-    besides_logits = max(measured[measured_on] - graph_logits[measured_on], 0)
+    besides_logits = measured[measured_on] - graph_logits[measured_on]  # >= 0: check_graph_pools
     return Term(besides_logits + graph_logits[backend], "derived",
                 f"the pool measured for {measured_on}, with {backend}'s graph logits in place of {measured_on}'s")
 
@@ -443,9 +446,7 @@ def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
     check_weights_fit(recipe, memory)
     backends = engine_backends(recipe)
     rows = decode_rows(recipe)
-    # a backend shapes the logits only through whether its top-k reads BF16: two layouts at most
-    readers = {reads_bf16(recipe, b): b for b in backends}
-    by_reader = {reads: decode_logits(recipe, b, rows) for reads, b in readers.items()}
+    by_reader = {reads: decode_logits(recipe, reads, rows) for reads in {reads_bf16(recipe, b) for b in backends}}
     logits = {b.name: by_reader[reads_bf16(recipe, b)] for b in backends}
     graph_rows = cudagraph_logits_rows(recipe)
     graph_logits = {name: graph_rows * dl.padded_columns * dl.bytes_per_element for name, dl in logits.items()}

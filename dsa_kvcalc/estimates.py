@@ -27,11 +27,13 @@ ACTIVATION_HIDDEN_COPIES = Figure(
     "one max-num-batched-tokens step, not fitted to any log. For GLM-5.1 on H200 (8192 tokens) it gives 2.25 GiB; "
     "vLLM 0.19/0.20 logs of that deployment leave 4.37 GiB for peak activation and non-torch together")
 NON_TORCH_SINGLE = Figure(
-    1 * GIB, "estimated", "CUDA context, cuBLAS and DeepGEMM workspaces of one process (verify --profile measured "
-                          "0.67 GiB on the H200, without NCCL)")
+    1 * GIB, "estimated", "CUDA context, cuBLAS and DeepGEMM workspaces of one process, an allowance (verify "
+                          "--profile measured 0.67 GiB on the H200, without NCCL; a vLLM 0.26.0 V4-Flash-0731 TP1 B300 "
+                          "log prints 0.23 GiB)")
 NON_TORCH_COLLECTIVES = Figure(
-    GIB + GIB // 2, "estimated", "NCCL and custom all-reduce buffers added when TP x DP > 1 (no log prints them "
-                                 "apart from the other non-torch memory)")
+    GIB + GIB // 2, "estimated", "an allowance for NCCL and custom all-reduce buffers when TP x DP > 1, not fitted: "
+                                 "logs print non-torch memory only in all, and the one multi-GPU DSA log that does "
+                                 "(vLLM 0.26.0, GLM-5.2-NVFP4 TP4 on GB200) prints 0.95 GiB, below this 2.5 GiB")
 CUDAGRAPH_BESIDES_LOGITS = Figure(
     GIB + GIB // 2, "estimated", "CUDA-graph pool memory besides the indexer logits; a vLLM 0.25.0 V4-Flash log "
                                  "estimated 1.58 GiB in all (RTX PRO 6000 TP2), a vLLM 0.26.0 GLM-5.2 log 4.99 GiB "
