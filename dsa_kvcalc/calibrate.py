@@ -168,7 +168,7 @@ def recipe_from_log(reading: LogReading) -> tuple[dict, list[str]]:
 
 def with_version(raw: dict, measured: Measured) -> tuple[dict, list[str]]:
     """The log's vLLM version, where it prints one and the recipe names none."""
-    if measured.version is None or any(canonical(k) == "vllm-version" for k in raw):
+    if measured.version is None or any(isinstance(k, str) and canonical(k) == "vllm-version" for k in raw):
         return raw, []
     return {**raw, "vllm-version": measured.version}, [f"vllm-version {measured.version}: as the log prints it"]
 
