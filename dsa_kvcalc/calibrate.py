@@ -326,7 +326,7 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     implied = None
     if measured.available_kv_bytes is not None and measured.kv_tokens:
         implied = round(measured.available_kv_bytes * recipe.decode_context_parallel_size / measured.kv_tokens)
-    if agrees is False:
+    if agrees is False and implied is not None:  # no per-token figure without KV tokens
         notes += mismatch_notes(recipe, measured, kv_per_token, implied)
     split = profiled_terms(recipe, estimate, measured, graphs, target)
     notes += split.notes

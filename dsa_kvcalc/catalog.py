@@ -4,6 +4,7 @@ Data only, each entry with its source. The arithmetic that uses it is in capacit
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from dsa_kvcalc import estimates
 from dsa_kvcalc.estimates import Figure
@@ -192,6 +193,7 @@ class Model:
     # DeepSeek-V4.1: vLLM's grouping of its caches is unknown; a fitted cost per logged token stands in
     logged_token_bytes: Figure | None = None
     note: str = ""
+    config_path: Path | None = None  # a local config.json (an input: never written over)
 
     @property
     def family(self) -> str:

@@ -115,6 +115,7 @@ def plan(
 
     check_outputs({"--output": output}, [recipe])
     result = guarded(lambda: capacity.plan(load_recipe(recipe, set_)))
+    check_outputs({"--output": output}, [result.recipe.model.config_path])
     if explain:
         text = render.explain(result)
     elif format is Format.json:
@@ -199,6 +200,7 @@ def calibrate(
         return result
 
     result = guarded(work)
+    check_outputs({"--output": output}, [result.recipe.model.config_path])
     text = render.render_json(result) if format is ReportFormat.json else render.render_text(result)
     sys.stdout.write(text)
     if output is not None:
@@ -248,6 +250,7 @@ def sweep(
     check_outputs({"--output": output, "--plot": plot}, [recipe])
     varies = guarded(lambda: sweeping.parse_varies(vary))
     base = guarded(lambda: sweeping.base_of(read_recipe(recipe), recipe.parent))
+    check_outputs({"--output": output, "--plot": plot}, [base.recipe.model.config_path])
     if plot is not None:
         from dsa_kvcalc import plot as plotting
 

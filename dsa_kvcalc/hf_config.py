@@ -58,7 +58,7 @@ def read_model(path: Path) -> Model:
     dense_bytes = layers * 40 * hidden * hidden // 16 + 2 * n["vocab_size"] * hidden * 2
     checkpoint = Figure(expert_bytes + dense_bytes, "estimated", "from the config's shape: routed experts at 1 B a "
                         "weight, 2.5 hidden^2 of attention and shared weights a layer, BF16 embeddings")
-    return Model(name=name, config_source=f"local {path}", num_layers=layers,
+    return Model(name=name, config_source=f"local {path}", config_path=path, num_layers=layers,
                  mtp_layers=n["num_nextn_predict_layers"], hidden_size=hidden, index_n_heads=n["index_n_heads"],
                  index_head_dim=n["index_head_dim"], index_topk=n["index_topk"],
                  max_position_embeddings=n["max_position_embeddings"] or 163840, checkpoint=checkpoint,
@@ -70,4 +70,7 @@ def compress_ratios(config: dict, layers: int, path: Path) -> tuple[int, ...]:
     if not isinstance(ratios, list) or (ratios and len(ratios) < layers) or len(ratios) > 2 * layers or not all(
             r in (0, 4, 128) and not isinstance(r, bool) for r in ratios):
         raise ConfigError(f"{path}: compress_ratios must list 0, 4 or 128 for each of the {layers} layers")
+    if ratios and not any(ratios[:layers]):
+        raise ConfigError(f"{path}: compress_ratios compresses none of the {layers} layers (4 or 128): a DeepSeek-V4 "
+                          f"model keeps at least one compressed cache")
     return tuple(ratios)

@@ -328,6 +328,20 @@ def find_gpu(name: str, key: str = "gpu") -> Gpu:
     return gpu
 
 
+def model_config_path(name: str, recipe_dir: Path) -> Path | None:
+    """The local config.json a model name points to (the file, or the folder that holds one), relative to the
+    recipe's folder; None when there is none."""
+    try:
+        path = recipe_dir / Path(name).expanduser()
+        if path.is_dir():
+            path = path / "config.json"
+        return path if path.is_file() else None
+    except (OSError, RuntimeError) as error:  # a name too long for a path, ~nosuchuser, a folder we may not enter
+        reason = error.strerror if isinstance(error, OSError) else str(error)
+        raise RecipeError("model", f"not in the catalog, and not readable as a path to a config.json: {reason}") \
+            from None
+
+
 def find_model(name: str, recipe_dir: Path) -> Model:
     """A catalog name, the last part of a path to a checkpoint the catalog knows (/models/GLM-5.2-NVFP4), or a local
     config.json (or the folder that holds one)."""
@@ -335,10 +349,8 @@ def find_model(name: str, recipe_dir: Path) -> Model:
     model = MODEL_NAMES.get(spelled) or MODEL_NAMES.get(spelled.rstrip("/").rsplit("/", 1)[-1])
     if model is not None:
         return model
-    path = (recipe_dir / name).expanduser()
-    if path.is_dir():
-        path = path / "config.json"
-    if path.is_file():
+    path = model_config_path(name, recipe_dir)
+    if path is not None:
         try:
             return hf_config.read_model(path)
         except hf_config.ConfigError as error:

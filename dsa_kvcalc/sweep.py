@@ -165,12 +165,12 @@ class Base:
     values: dict
     ignored: list[str]
     recipe_dir: Path
+    recipe: Recipe  # the base itself: it must be a valid recipe
 
 
 def base_of(raw: dict, recipe_dir: Path) -> Base:
     values, ignored = read_values(raw)
-    resolve(values, recipe_dir, ignored)  # the base itself must be a valid recipe
-    return Base(raw, values, ignored, recipe_dir)
+    return Base(raw, values, ignored, recipe_dir, resolve(values, recipe_dir, ignored))
 
 
 def recipe_at(base: Base, point: dict) -> Recipe:

@@ -17,8 +17,9 @@ from dsa_kvcalc.recipe import RecipeError
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "(Worker_TP0 pid=514) ", "(EngineCore_DP0 pid=749) (RayWorkerWrapper pid=347, ip=172.16.17.12) ": the last names the rank.
 PREFIX = re.compile(r"\(([A-Za-z][\w.-]* pid=\d+[^()]*)\)\s*")
-NUMBER = r"(\d+(?:\.\d+)?)"
-COUNT = r"(\d[\d,]*)"
+# Bounded: a figure of more digits than any log prints is no figure (and a 5000-digit one would not convert).
+NUMBER = r"(\d{1,15}(?:\.\d{1,12})?)"
+COUNT = r"(\d{1,3}(?:,?\d{3}){0,6})"
 
 # (fields, pattern): each pattern's groups fill the fields in order.
 LINES = [
@@ -54,7 +55,7 @@ PATTERNS = [(fields, re.compile(pattern)) for fields, pattern in LINES]
 ARGS = re.compile(r"non-default args: (\{.*)$")
 # "Initializing a V1 LLM engine (v0.26.0) with config: model='...', max_seq_len=819200, tensor_parallel_size=4, ...":
 # the engine arguments that size memory, as the config prints them (vllm/v1/engine/core.py).
-CONFIG = re.compile(r"Initializing a V1 LLM engine .*? with config: (.*)$")
+CONFIG = re.compile(r"Initializing a V1 LLM engine \(v[^)]{1,64}\) with config: (.*)$")
 CONFIG_FIELDS = {"model": "model", "max_seq_len": "max_model_len", "tensor_parallel_size": "tensor_parallel_size",
                  "data_parallel_size": "data_parallel_size", "kv_cache_dtype": "kv_cache_dtype",
                  "decode_context_parallel_size": "decode_context_parallel_size", "enforce_eager": "enforce_eager"}
@@ -158,7 +159,7 @@ def read_engine_args(text: str) -> EngineArgs:
         key, value = match.groups()
         try:
             values[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):  # not a literal, or one nested too deep
             unreadable.append(key)
     return EngineArgs(values, tuple(unreadable), not closed)
 
@@ -171,7 +172,7 @@ def read_engine_config(text: str) -> EngineArgs:
         if match:
             try:
                 values[key] = ast.literal_eval(match.group(1))
-            except (ValueError, SyntaxError):
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
                 values[key] = match.group(1)
     return EngineArgs(values, (), False)
 

@@ -93,7 +93,7 @@ def render_json(c: Calibration) -> str:
 
 
 def recipe_yaml(c: Calibration, log_name: str) -> str:
-    header = [f"# Calibrated by dsa-kvcalc calibrate from {log_name} (vLLM {c.measured.version or '?'}, rank "
+    header = [f"# Calibrated by dsa-kvcalc calibrate from {log_name!r} (vLLM {c.measured.version or '?'}, rank "
               f"{c.measured.rank or 'unprefixed'}); memory terms in bytes, per rank:"]
     header += [f"#   {row.term}: {row.source}" for row in c.rows[:4]]
     if c.headroom:
