@@ -2,8 +2,10 @@
 never over an input, a link, a device or a file's permissions.
 
 A regular file (or a new one) is written to a hidden temporary file beside it, synced and renamed over it, keeping
-its permission bits and owner. A link is followed and its final target written that way; the link stays. A device,
-FIFO, socket or open descriptor (/dev/full, /dev/stdout, a shell's /dev/fd/N) is written in place, never replaced.
+its permission bits and owner; a file this user may not write, or whose owner it cannot keep, is refused. A link is
+followed and its final target written that way; the link stays. A device, FIFO, socket or open descriptor
+(/dev/full, /dev/stdout, a shell's /dev/fd/N) is written in place, never replaced; a FIFO nobody reads is refused
+rather than waited on.
 """
 
 import errno
@@ -61,6 +63,8 @@ def locate(target: Path, option: str) -> tuple[Path, os.stat_result | None, bool
         raise OutputError(option, f"{cannot}: {os.strerror(errno.ENOENT)} (folder {folder} does not exist)")
     if not os.access(folder, os.W_OK | os.X_OK, effective_ids=True):
         raise OutputError(option, f"{cannot}: {os.strerror(errno.EACCES)} (folder {folder} is not writable)")
+    if status is not None and not os.access(final, os.W_OK, effective_ids=True):
+        raise OutputError(option, f"{cannot}: {os.strerror(errno.EACCES)} (the file is not writable)")
     return final, status, False
 
 
@@ -123,7 +127,9 @@ def write(chunks, target: Path, option: str = "--output", binary: bool = False) 
     mode, encoding = ("wb", None) if binary else ("w", "utf-8")
     try:
         if in_place:
-            with os.fdopen(os.open(final, os.O_WRONLY | os.O_APPEND), mode, encoding=encoding) as file:
+            descriptor = os.open(final, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)  # a FIFO without a reader: ENXIO
+            os.set_blocking(descriptor, True)
+            with os.fdopen(descriptor, mode, encoding=encoding) as file:
                 file.writelines(chunks)
             return
         with temporary_beside(final) as (handle, name):
@@ -133,12 +139,17 @@ def write(chunks, target: Path, option: str = "--output", binary: bool = False) 
                     os.umask(umask)
                     os.fchmod(handle, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
                 else:
-                    with suppress(PermissionError):  # only root may give a file away
+                    try:
                         os.fchown(handle, status.st_uid, status.st_gid)
+                    except PermissionError:  # only root may give a file away: replacing it would change its owner
+                        raise OutputError(option, f"cannot write {target}: it belongs to another user or group; "
+                                                  f"replacing it would change its owner") from None
                     os.fchmod(handle, stat.S_IMODE(status.st_mode))  # after fchown, which clears setuid bits
                 file.writelines(chunks)
                 file.flush()
                 os.fsync(handle)
             os.replace(name, final)
     except OSError as error:
-        raise OutputError(option, f"cannot write {target}: {error.strerror or error}") from None
+        unread_fifo = error.errno == errno.ENXIO and status is not None and stat.S_ISFIFO(status.st_mode)
+        reason = "no process reads this FIFO" if unread_fifo else error.strerror or error
+        raise OutputError(option, f"cannot write {target}: {reason}") from None

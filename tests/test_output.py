@@ -80,6 +80,13 @@ def test_a_fifo_is_written_directly(tmp_path):
     assert stat.S_ISFIFO(fifo.lstat().st_mode) and os.listdir(tmp_path) == ["pipe"]
 
 
+def test_a_fifo_nobody_reads_is_an_error_at_once(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert raised(lambda: write(["x"], fifo)) == f"--output: cannot write {fifo}: no process reads this FIFO"
+    assert os.listdir(tmp_path) == ["pipe"]
+
+
 def test_a_socket_is_an_error_not_replaced(tmp_path):
     path = tmp_path / "sock"
     with socket.socket(socket.AF_UNIX) as server:
@@ -174,6 +181,28 @@ def test_a_read_only_folder_is_one_error_and_nothing_is_created():
         os.seteuid(os.getuid())
     assert checked == written == f"--output: cannot write {target}: Permission denied (folder {folder} is not writable)"
     folder.rmdir()  # fails unless nothing was created
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to own files that another user then targets")
+def test_a_file_the_user_may_not_write_or_keep_is_refused_and_left_as_it_was():
+    folder = Path(os.path.realpath(tempfile.mkdtemp()))
+    folder.chmod(0o777)  # anybody may create and rename here: only the file's own rights protect it
+    locked, shared = folder / "locked", folder / "shared"
+    for path, mode in ((locked, 0o644), (shared, 0o666)):
+        path.write_text("root's")
+        path.chmod(mode)
+    os.seteuid(65534)
+    try:
+        problems = [raised(lambda: write(["x"], path)) for path in (locked, shared)]
+    finally:
+        os.seteuid(os.getuid())
+    assert problems == [f"--output: cannot write {locked}: Permission denied (the file is not writable)",
+                        f"--output: cannot write {shared}: it belongs to another user or group; replacing it would "
+                        f"change its owner"]
+    for path, mode in ((locked, 0o644), (shared, 0o666)):
+        status = path.stat()
+        assert (path.read_text(), status.st_uid, stat.S_IMODE(status.st_mode)) == ("root's", 0, mode)
+    assert sorted(os.listdir(folder)) == ["locked", "shared"]
 
 
 def test_a_failing_generator_leaves_the_old_file_and_no_temporary(tmp_path):
