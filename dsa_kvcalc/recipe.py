@@ -159,6 +159,8 @@ class Recipe:
 
 KEYS = {f.name: f.metadata["key"] for f in fields(Recipe) if "key" in f.metadata}
 BY_NAME = {k.name: name for name, k in KEYS.items()}
+# Versions are read as the text written: YAML would read vllm-version 0.30 as the number 0.3, deepgemm 2.10 as 2.1.
+TEXT_KEYS = {k.name for k in KEYS.values() if k.kind in ("version", "release")}
 NESTED = {"speculative-config", "compilation-config", "env", "memory"}
 # Nested keys vLLM takes that do not change memory per rank: accepted and ignored.
 IGNORED_NESTED = {
@@ -257,7 +259,8 @@ def check_value(name: str, k: Key, value):
             for known, family in DEEPGEMM_RELEASES.items():
                 families.setdefault(family, []).append(known)
             layouts = ", ".join(f"{r[0]} - {r[-1]}" if len(r) > 1 else r[0] for r in reversed(families.values()))
-            raise RecipeError(name, f"no known logits layout for DeepGEMM {value!r}; known layouts: {layouts}")
+            raise RecipeError(name, f"no known logits layout for DeepGEMM {text or repr(value)}; known layouts: "
+                                    f"{layouts}")
         return release
     if k.kind == "sizes":
         if not isinstance(value, list) or any(isinstance(s, bool) or not isinstance(s, int) for s in value):
@@ -480,6 +483,9 @@ def set_override(raw: dict, assignment: str) -> None:
     name = f"--set {path.strip()}"
     if not text.strip():
         raise RecipeError(name, "no value (null restores the default)")
+    if canonical(path.strip()) in TEXT_KEYS and text.strip() != "null":
+        set_value(raw, path, text.strip())
+        return
     try:
         text.encode()
         value = yaml.load(text, Loader=yaml_loader())
@@ -567,6 +573,10 @@ def yaml_loader():
                     mark = key_node.start_mark
                     raise RecipeError(shown(name), f"given twice (line {mark.line + 1}): YAML would keep the last")
                 names.add(name)
+            for key_node, value_node in node.value:
+                if (isinstance(key_node.value, str) and canonical(key_node.value) in TEXT_KEYS
+                        and isinstance(value_node, yaml.ScalarNode) and value_node.tag.endswith((":float", ":int"))):
+                    value_node.tag = "tag:yaml.org,2002:str"
             return super().construct_mapping(node, deep)
     return Loader
 

@@ -15,8 +15,8 @@ from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import BACKENDS
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import (
-    BY_NAME, IGNORED_KEYS, KEYS, NESTED, PER_BACKEND_TERMS, Recipe, RecipeError, canonical, load, parse_size,
-    read_values, resolve, set_value)
+    BY_NAME, IGNORED_KEYS, KEYS, NESTED, PER_BACKEND_TERMS, TEXT_KEYS, Recipe, RecipeError, canonical, load,
+    parse_size, read_values, resolve, set_value)
 from dsa_kvcalc.report import backend_json, flatten
 
 BACKEND_NAMES = tuple(b.name for b in BACKENDS)
@@ -75,6 +75,8 @@ def parse_vary(text: str) -> Vary:
     items = [item.strip() for item in spec.split(",")]
     if not all(items):
         raise RecipeError(option, "empty value in the list")
+    if canonical(key) in TEXT_KEYS:  # versions as written: 0.30 is not the number 0.3
+        return Vary(key, tuple(items))
     return Vary(key, tuple(parse_scalar(item) for item in items))
 
 

@@ -393,6 +393,20 @@ def test_deepgemm_2_8_unquoted_is_accepted_and_the_error_lists_the_layouts(tmp_p
           "error: deepgemm: no known logits layout for DeepGEMM 2.7; known layouts: 2.8, 2.3 - 2.6, 2.1 - 2.2")
 
 
+def test_versions_are_read_as_written_not_as_yaml_numbers(tmp_path):
+    # YAML reads 0.30 as the number 0.3 and 2.10 as 2.1: vllm-version 0.30 was refused as older than 0.19.0, and
+    # deepgemm 2.10 silently took DeepGEMM 2.1's layout. In a file, through --set and through --vary alike.
+    def version(*args) -> str:
+        return json.loads(cli("plan", *args, "-f", "json").stdout)["recipe"]["vllm-version"]
+
+    assert version(write(tmp_path, BASE + "vllm-version: 0.30\n")) == "0.30"
+    assert version(write(tmp_path, BASE), "--set", "vllm-version=0.30") == "0.30"
+    swept = cli("sweep", write(tmp_path, BASE), "--vary", "vllm-version=0.30,0.20", "--backend", "auto", "-f", "jsonl")
+    assert [json.loads(line)["engine_label"] for line in swept.stdout.splitlines()] == ["vLLM 0.30", "vLLM 0.20"]
+    fails(cli("plan", write(tmp_path, BASE + "deepgemm: 2.10\n")),
+          "error: deepgemm: no known logits layout for DeepGEMM 2.10; known layouts: 2.8, 2.3 - 2.6, 2.1 - 2.2")
+
+
 def test_set_a_backends_graph_pool_on_a_recipe_without_the_mapping(tmp_path):
     # `--set memory.cudagraph_gib.auto=3` on a recipe with no such mapping was rejected, and the message renamed the
     # key. Errors name the key as the user wrote it.
