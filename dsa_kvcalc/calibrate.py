@@ -148,9 +148,10 @@ def model_name(value: str) -> str:
 def recipe_from_log(reading: LogReading) -> tuple[dict, list[str]]:
     """The raw recipe the log's engine arguments describe (vLLM's keys), and notes on what could not be read."""
     args = reading.engine_args
+    eager = {"enforce-eager": True} if reading.eager else {}  # the log says so even without an args line
     if args is None:
-        return {}, ["the log has no non-default args line: every engine argument is vLLM's default or --set"]
-    raw = {canonical(k): v for k, v in args.values.items() if k in RECIPE_ARGS}
+        return eager, ["the log has no non-default args line: every engine argument is vLLM's default or --set"]
+    raw = eager | {canonical(k): v for k, v in args.values.items() if k in RECIPE_ARGS}
     if isinstance(raw.get("model"), str):
         raw["model"] = model_name(raw["model"])
     notes = []
@@ -332,10 +333,15 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     notes += split.notes
     memory = {"weights": measured.weights_bytes, "peak_activation": split.activation, "non_torch": split.non_torch,
               "cudagraph": {recipe.topk_backend: graphs}}
-    calibrated_raw = with_memory(raw, memory, recipe.gpu.name)
-    calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
     sources = split.sources | {"weights": "log", "cudagraph": "log" if measured.cudagraph_bytes is not None
                                                                else "log (none)"}
+    # The memory block holds what the log measured (and the peak its sum leaves): an estimate written there would
+    # read back as measured. No CUDA graphs is a measurement only where the recipe captures none.
+    kept = {"weights", "peak_activation"} | {t for t in ("non_torch", "cudagraph") if sources[t] == "log"}
+    if recipe.cudagraph_mode == "NONE":
+        kept.add("cudagraph")
+    calibrated_raw = with_memory(raw, {t: v for t, v in memory.items() if t in kept}, recipe.gpu.name)
+    calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
     return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
                        measured=measured, rows=term_rows(recipe, estimate, measured, sources, implied, kv_per_token),
                        memory=memory, kv_tokens_calibrated=logged_tokens(calibrated.backend(recipe.topk_backend), recipe),
@@ -384,7 +390,8 @@ def measured_kv_bytes(recipe: Recipe, rank: Measured) -> tuple[int, str]:
 
 
 def indexer_headroom(recipe: Recipe, before: Measured, after: Measured) -> Headroom:
-    """What the #62860 reservation found already live inside the indexer: the reservation minus the KV it cost."""
+    """How far the profile's peak sat above what was live inside the indexer: the #62860 reservation minus the KV
+    it cost."""
     for name, rank in (("log", before), ("--after", after)):
         if rank.available_kv_bytes is None and rank.kv_tokens is None:
             raise RecipeError(name, "no Available KV cache memory or GPU KV cache size: the headroom needs both logs' KV")

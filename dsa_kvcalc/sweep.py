@@ -251,7 +251,8 @@ def recommend(base: Base, target_concurrency: int, min_kv_tokens: int, backends:
     candidates = []
     for k in spec_tokens:
         spec = {"speculative-config.num_speculative_tokens": k}
-        ceiling = recipe_at(base, spec).max_num_batched_tokens + 1  # always fails (vLLM's rule)
+        most_seqs = min(recipe_at(base, spec).max_num_batched_tokens, KEYS["max_num_seqs"].maximum)
+        ceiling = most_seqs + 1  # always fails: above max-num-batched-tokens (vLLM's rule) or what the key takes
 
         def check(seqs: int) -> dict[str, tuple[list[str], capacity.BackendPlan]]:
             recipe = recipe_at(base, {"max-num-seqs": seqs, **spec})
@@ -268,7 +269,9 @@ def recommend(base: Base, target_concurrency: int, min_kv_tokens: int, backends:
                 candidates.append(Candidate(name, k, None, None, None, missed))
                 continue
             good, bad = target_concurrency, ceiling  # the target passed, so it is below the ceiling
-            good_plan, bad_missed = b, check(bad)[name][0]
+            good_plan = b
+            bad_missed = check(bad)[name][0] if bad <= KEYS["max_num_seqs"].maximum else [
+                f"max-num-seqs is at most {KEYS['max_num_seqs'].maximum:,}"]
             while bad - good > 1:
                 middle = (good + bad) // 2
                 missed, middle_plan = check(middle)[name]

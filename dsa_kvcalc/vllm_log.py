@@ -97,6 +97,7 @@ class EngineArgs:
 class LogReading:
     ranks: list[RankReading]  # in order of first appearance; only ranks that printed something
     engine_args: EngineArgs | None
+    eager: bool = False  # "Enforce eager set" (vllm/config/vllm.py): no CUDA graphs, whatever the args line says
 
 
 LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces: no log line that matters is this long
@@ -114,7 +115,7 @@ def read_log_file(path: Path, key: str) -> LogReading:
 def read_log(lines) -> LogReading:
     """A log's text, or its lines."""
     found: dict[str, dict] = {}
-    engine_args = None
+    engine_args, eager = None, False
     for raw_line in (lines.splitlines() if isinstance(lines, str) else lines):
         raw_line = raw_line.rstrip("\n")
         line = ANSI.sub("", raw_line)
@@ -124,6 +125,7 @@ def read_log(lines) -> LogReading:
         args = ARGS.search(line)
         if args and engine_args is None:
             engine_args = read_engine_args(args.group(1))
+        eager = eager or "Enforce eager set, disabling torch.compile and CUDAGraphs" in line
         config = CONFIG.search(line)
         if config and engine_args is None:
             engine_args = read_engine_config(config.group(1))
@@ -135,7 +137,7 @@ def read_log(lines) -> LogReading:
             for name, text_value in zip(fields, match.groups()):
                 values.setdefault(name, convert(name, text_value))
     ranks = [RankReading(rank, **values) for rank, values in found.items()]
-    return LogReading(ranks, engine_args)
+    return LogReading(ranks, engine_args, eager)
 
 
 def convert(field: str, text: str):

@@ -60,6 +60,24 @@ def test_plan_on_the_calibrated_recipe_reproduces_the_logs_kv_tokens(tmp_path):
     assert abs(auto["kv_cache_tokens_before_fix"] - 1_993_100) < 256
 
 
+def test_an_eager_log_calibrates_and_the_memory_block_holds_only_what_it_measured(tmp_path):
+    # vLLM 0.20.0, GLM-5.1-FP8 on 8 x H200 (tests/fixtures/vllm_logs/SOURCES.md): no args line, but "Enforce eager
+    # set": no CUDA graphs. It prints weights (89.39 GiB), Available KV (34.86 GiB) and 373,696 tokens; non-torch it
+    # prints not at all, so plan's estimate fills it, and must not come back from the written recipe as measured.
+    out = tmp_path / "calibrated.yaml"
+    result = calibrate(LOGS / "glm-5.1-fp8-8xh200-tp8-v0.20.0.log", "--set", "gpu=H200", "--set", "model=GLM-5.1-FP8",
+                       "--set", "tensor-parallel-size=8", "--set", "vllm-version=0.20.0", "--output", out)
+    assert result.exit_code == 0, result.output
+    written = yaml.safe_load(out.read_text())
+    assert written["enforce-eager"] is True
+    assert set(written["memory"]) == {"weights_bytes", "peak_activation_bytes", "cudagraph_bytes", "gpu"}
+    assert written["memory"]["cudagraph_bytes"] == {"auto": 0}  # eager: none, a fact rather than a missing line
+    planned = json.loads(run("plan", out, "--format", "json").output)
+    assert planned["memory"]["provenance"]["non_torch"]["provenance"] == "estimated"
+    auto = next(b for b in planned["backends"] if b["backend"] == "auto")
+    assert abs(auto["kv_cache_tokens_before_fix"] - 373_696) < 64  # one block of 64 tokens
+
+
 def test_table_names_each_term(tmp_path):
     result = calibrate(RTX, "--set", "gpu=B200")
     assert result.exit_code == 0
