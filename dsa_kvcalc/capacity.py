@@ -81,13 +81,9 @@ def reads_bf16(recipe: Recipe, backend: Backend) -> bool:
 
 
 def decode_logits(recipe: Recipe, topk_reads_bf16: bool, rows: int) -> DecodeLogits:
-    """[rows, padded(max_model_len)] in DeepGEMM's dtype, plus the FP32 copy where the top-k reads FP32. The width is
-    the keys the indexer scores: max_model_len // 4 for DeepSeek-V4 on vLLM (its compressed keys), max_model_len for
-    the MLA models; DeepInfer scores max_model_len // kv_compress_ratio."""
+    """[rows, padded(max_model_len // ratio)] in DeepGEMM's dtype, plus the FP32 copy where the top-k reads FP32."""
     layout = recipe.layout
-    ratio = (recipe.model.kv_compress_ratio if recipe.engine.logits_over_compressed_keys
-             else recipe.model.indexer_logits_ratio)
-    columns = recipe.max_model_len // ratio
+    columns = recipe.max_model_len // recipe.indexer_width_ratio
     needs_copy = layout.logits_dtype != "fp32" and not topk_reads_bf16
     return DecodeLogits(rows, columns, padded_columns(columns, layout), layout.logits_dtype,
                         DTYPE_BYTES[layout.logits_dtype], FP32_BYTES if needs_copy else 0)

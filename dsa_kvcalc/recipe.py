@@ -141,6 +141,14 @@ class Recipe:
         return self.prefill_budget_mb * MIB
 
     @property
+    def indexer_width_ratio(self) -> int:
+        """The indexer scores max_model_len // this many keys: 4 for DeepSeek-V4 on vLLM (its compressed keys), 1 for
+        the MLA models; DeepInfer scores max_model_len // kv_compress_ratio."""
+        if self.engine.logits_over_compressed_keys:
+            return self.model.kv_compress_ratio
+        return self.model.indexer_logits_ratio
+
+    @property
     def kv_cache_format(self) -> str:
         return "bf16" if self.kv_cache_dtype in ("auto", "bfloat16") else "fp8"
 
@@ -259,8 +267,8 @@ def check_value(name: str, k: Key, value):
             for known, family in DEEPGEMM_RELEASES.items():
                 families.setdefault(family, []).append(known)
             layouts = ", ".join(f"{r[0]} - {r[-1]}" if len(r) > 1 else r[0] for r in reversed(families.values()))
-            raise RecipeError(name, f"no known logits layout for DeepGEMM {text or repr(value)}; known layouts: "
-                                    f"{layouts}")
+            written = text if re.fullmatch(r"[\w.+-]+", text) else repr(value)
+            raise RecipeError(name, f"no known logits layout for DeepGEMM {written}; known layouts: {layouts}")
         return release
     if k.kind == "sizes":
         if not isinstance(value, list) or any(isinstance(s, bool) or not isinstance(s, int) for s in value):
@@ -451,7 +459,7 @@ def check_across(recipe: Recipe) -> None:
     if recipe.max_model_len > model.max_position_embeddings:
         raise RecipeError("max-model-len", f"{recipe.max_model_len:,} exceeds {model.name}'s maximum of "
                                            f"{model.max_position_embeddings:,}")
-    ratio = model.kv_compress_ratio if recipe.engine.logits_over_compressed_keys else model.indexer_logits_ratio
+    ratio = recipe.indexer_width_ratio
     if recipe.max_model_len < ratio:
         raise RecipeError("max-model-len", f"{recipe.max_model_len} leaves the indexer no compressed key to score "
                                            f"(it scores max-model-len // {ratio})")

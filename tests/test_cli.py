@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 
@@ -161,6 +162,49 @@ def test_explain_substitutes_the_numbers():
     text = run("plan", SEED, "--explain").output
     assert "min(256, 16384) x 6 = 1,536" in text  # B200: 16384 batched tokens by default since vLLM 0.28
     assert "1,536 x 1,049,088 x 6 = 9,668,395,008 B" in text
+
+
+def numbers(line: str) -> list[int]:
+    """The whole numbers of an --explain line, without the GiB figures in brackets (for people), PR numbers and the
+    0 of max(0, ...)."""
+    line = re.sub(r"\([^()]*(GiB|does not subtract)[^()]*\)|#\d+", "", line).replace("max(0,", "max(")
+    return [int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", line)]
+
+
+@pytest.mark.parametrize("recipe, settings", [(r, []) for r in sorted(RECIPES.glob("*.yaml"))] + [
+    (RECIPES / "glm-5-8xb200-tp8.yaml", ["vllm-version=0.30.0"]),  # graphs not subtracted
+    (RECIPES / "glm-5-8xb200-tp8.yaml", ["gpu=MI300X"]),  # ROCm's locked workspace
+    (RECIPES / "glm-5-8xb200-tp8.yaml", ["engine=deepinfer"])])
+def test_every_explained_line_adds_up(recipe, settings):
+    """Each line's printed numbers give its printed result, redone here from the text alone."""
+    text = run("plan", recipe, "--explain", *(a for s in settings for a in ("--set", s))).output
+    checked = 0
+    for line in text.splitlines():
+        values = numbers(line)
+        if line.startswith("  decode logits ="):
+            rows, width, element, logits = values[:4]
+            assert rows * width * element == logits, line
+        elif line.startswith("  reserved = decode logits"):  # DeepInfer's profile run holds them
+            assert values[0] == logits, line
+        elif line.startswith("  peak activation ="):
+            base, reserved, headroom, result = values
+            assert base + max(0, reserved - headroom) == result, line
+        elif line.startswith("  KV cache = requested"):
+            requested, weights, peak, non_torch, graphs, result = values
+            assert max(0, requested - weights - peak - non_torch - graphs) == result, line
+        elif line.startswith("  reserved = max("):
+            budget, logits, result, before = values
+            assert max(budget, logits) == result and before == budget, line
+        elif line.startswith("  reserved = prefill budget"):
+            budget, workspace, result = values
+            assert budget + workspace == result, line
+        elif line.startswith("  before #62860:"):
+            free, per_decode, decodes = values
+            assert free // per_decode == decodes, line
+        else:
+            continue
+        checked += 1
+    assert checked >= 5
 
 
 def test_models_gpus_schema():

@@ -5,7 +5,8 @@ import csv
 import io
 import json
 
-from dsa_kvcalc.capacity import BackendPlan, Plan, decode_rows, stride_columns
+from dsa_kvcalc.capacity import (BackendPlan, Plan, cudagraphs_subtracted, decode_rows,
+                                 rocm_indexer_workspace_bytes, stride_columns)
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Layout
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc.render import gib, least_widths, print_table, table_width
@@ -146,38 +147,63 @@ def width_rule(layout: Layout) -> str:
     return f"align(align(L, {layout.split_columns}), {per_stride})"
 
 
+def reserved_line(plan: Plan, b: BackendPlan) -> str:
+    r, dl = plan.recipe, b.decode_logits
+    workspace = rocm_indexer_workspace_bytes(r)
+    if r.engine.profile_holds_decode_logits:
+        return f"  reserved = decode logits {dl.bytes:,} B ({r.engine.label}'s profile run holds them, before and after)"
+    if workspace:
+        return (f"  reserved = prefill budget {b.prefill_budget_bytes:,} + ROCm's locked indexer workspace "
+                f"{workspace:,} = {b.reserved_bytes:,} B, before #62860 and after")
+    return (f"  reserved = max(prefill budget {b.prefill_budget_bytes:,}, decode logits {dl.bytes:,}) = "
+            f"{b.reserved_bytes:,} B (before #62860: {b.reserved_bytes_before_fix:,} B)")
+
+
+def kv_lines(plan: Plan, b: BackendPlan) -> list[str]:
+    r, m, kv = plan.recipe, plan.memory, plan.memory.kv
+    if r.kv_cache_memory_bytes is not None:
+        kv_line = f"  KV cache = kv-cache-memory-bytes = {b.kv_cache_bytes:,} B"
+    else:
+        graphs = (f"graphs {b.cudagraph.bytes:,}" if cudagraphs_subtracted(r)
+                  else f"graphs 0 ({r.engine.label} does not subtract its CUDA-graph estimate)")
+        left = (f"requested {m.requested_bytes:,} - weights {m.weights.bytes:,} - peak {b.peak_activation_bytes:,} - "
+                f"non-torch {m.non_torch.bytes:,} - {graphs}")
+        kv_line = (f"  KV cache = {left} = {b.kv_cache_bytes:,} B ({gib(b.kv_cache_bytes)} GiB)" if b.kv_cache_bytes
+                   else f"  KV cache = max(0, {left}) = 0 B")
+    blocks = f"floor({b.kv_cache_bytes:,} / {kv.block_bytes:,} B a block)"
+    tokens = (f"int({blocks} / {kv.pages_per_request:,} pages a request x {r.max_model_len:,})"
+              if kv.tokens_from_concurrency else
+              f"{blocks} // {len(kv.groups)} groups x {min(g.block for g in kv.groups)} tokens a block")
+    return [
+        kv_line,
+        f"  KV tokens = {tokens} = {b.kv_cache_tokens:,} (before #62860: {b.kv_cache_tokens_before_fix:,})",
+        f"  max concurrency = {b.kv_cache_tokens:,} / {r.max_model_len:,} = {b.max_concurrency:.2f}x",
+    ]
+
+
 def backend_lines(plan: Plan, b: BackendPlan) -> list[str]:
-    """One backend's steps, each with its formula and the numbers substituted."""
+    """One backend's steps, each with its formula and the numbers substituted (bytes, so that each line adds up)."""
     r, m = plan.recipe, plan.memory
     if not b.available:
         return [f"\n[{b.backend}] unavailable: {b.reason}"]
     dl = b.decode_logits
-    if r.kv_cache_memory_bytes is not None:
-        kv_line = f"  KV cache = kv-cache-memory-bytes = {b.kv_cache_bytes:,} B"
-    else:
-        kv_line = (f"  KV cache = requested {gib(m.requested_bytes)} - weights {gib(m.weights.bytes)} - peak "
-                   f"{gib(b.peak_activation_bytes)} - non-torch {gib(m.non_torch.bytes)} - graphs "
-                   f"{gib(b.cudagraph.bytes)} = {gib(b.kv_cache_bytes)} GiB")
-    tokens = (f"int(floor({b.kv_cache_bytes:,} / {m.kv.block_bytes:,} B a block) / {m.kv.pages_per_request:,} pages "
-              f"a request x {r.max_model_len:,})")
+    width = (f"L = max-model-len {r.max_model_len:,} // {r.indexer_width_ratio} = {dl.columns:,}"
+             if r.indexer_width_ratio > 1 else f"L = max-model-len {dl.columns:,}")
     return [
         f"\n[{b.backend}]{' (selected)' if b.selected else ''}",
-        f"  padded width = {width_rule(r.layout)} with L = {dl.columns:,} -> {dl.padded_columns:,} columns "
+        f"  padded width = {width_rule(r.layout)} with {width} -> {dl.padded_columns:,} columns "
         f"(DeepGEMM {r.layout.versions}, {r.gpu.arch})",
         f"  bytes per element = {dl.logits_dtype} output {dl.logits_bytes_per_element} + FP32 copy "
         f"{dl.copy_bytes_per_element} = {dl.bytes_per_element}",
         f"  decode logits = {dl.rows:,} x {dl.padded_columns:,} x {dl.bytes_per_element} = {dl.bytes:,} B "
         f"({gib(dl.bytes)} GiB; alignment adds {dl.alignment_bytes / MIB:.1f} MiB)",
-        f"  reserved = max(prefill budget {b.prefill_budget_bytes:,}, decode logits {dl.bytes:,}) = "
-        f"{b.reserved_bytes:,} B (before #62860: {b.reserved_bytes_before_fix:,} B)",
-        f"  peak activation = base {gib(m.peak_activation.bytes)} GiB + max(0, reserved {gib(b.reserved_bytes)} - "
-        f"indexer headroom {gib(b.indexer_headroom_bytes)}) = {gib(b.peak_activation_bytes)} GiB",
+        reserved_line(plan, b),
+        f"  peak activation = base {m.peak_activation.bytes:,} + max(0, reserved {b.reserved_bytes:,} - indexer "
+        f"headroom {b.indexer_headroom_bytes:,}) = {b.peak_activation_bytes:,} B ({gib(b.peak_activation_bytes)} GiB)",
         f"  graph logits = {b.cudagraph_logits_rows:,} captured decode rows x {dl.padded_columns:,} x "
-        f"{dl.bytes_per_element} = {gib(b.cudagraph_logits_bytes)} GiB of CUDA graphs "
-        f"{gib(b.cudagraph.bytes)} GiB ({b.cudagraph.provenance})",
-        kv_line,
-        f"  KV tokens = {tokens} = {b.kv_cache_tokens:,} (before #62860: {b.kv_cache_tokens_before_fix:,})",
-        f"  max concurrency = {b.kv_cache_tokens:,} / {r.max_model_len:,} = {b.max_concurrency:.2f}x",
+        f"{dl.bytes_per_element} = {b.cudagraph_logits_bytes:,} B of CUDA graphs {b.cudagraph.bytes:,} B "
+        f"({gib(b.cudagraph.bytes)} GiB, {b.cudagraph.provenance})",
+        *kv_lines(plan, b),
         f"  before #62860: {b.oom_before_fix.free_bytes:,} B free / {b.oom_before_fix.bytes_per_decode:,} B per "
         f"decode = {b.oom_before_fix.max_decodes} decodes fit{' (at risk)' if b.oom_before_fix.at_risk else ''}",
     ]
