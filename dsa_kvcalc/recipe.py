@@ -534,20 +534,22 @@ def set_value(raw: dict, path: str, value) -> None:
     node[last] = value
 
 
+def expanded_size(node, sizes: dict) -> int:
+    """What a YAML node holds with its aliases expanded: nodes plus scalar characters."""
+    if id(node) not in sizes:
+        sizes[id(node)] = 0  # a node that holds itself counts once
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
+            node.value if isinstance(node, yaml.SequenceNode) else []
+        sizes[id(node)] = 1 + (len(node.value) if isinstance(node, yaml.ScalarNode) else 0) + sum(
+            expanded_size(child, sizes) for child in children)
+    return sizes[id(node)]
+
+
 def yaml_loader():
     """PyYAML's safe loader, stricter where a recipe needs it: a key given twice is an error (YAML would keep the
     last), a number has at most 100 digits, and aliases may not expand a document beyond what a recipe file holds
     (a "billion laughs" file would otherwise take all memory as soon as a value is printed)."""
     from yaml.constructor import ConstructorError
-
-    def expanded_size(node, sizes: dict) -> int:
-        if id(node) not in sizes:
-            sizes[id(node)] = 0  # a node that holds itself counts once
-            children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
-                node.value if isinstance(node, yaml.SequenceNode) else []
-            sizes[id(node)] = 1 + (len(node.value) if isinstance(node, yaml.ScalarNode) else 0) + sum(
-                expanded_size(child, sizes) for child in children)
-        return sizes[id(node)]
 
     class Loader(yaml.SafeLoader):
         def construct_document(self, node):
