@@ -13,7 +13,7 @@ from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, GPUS, LAYOUTS, Gpu, Layout, la
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc.recipe import Recipe, RecipeError, find_gpu, load, read_recipe
 
-INSTALL = "pip install 'dsa-kvcalc[gpu]'"
+INSTALL = "pip install '.[gpu]' in the checkout"
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DEEPGEMM_ARCHS = ("sm90", "sm100", "sm103")
 ENTRY_POINTS = {"2.8": "fp8_fp4_paged_mqa_logits"}  # every older release: the legacy fp8_paged_mqa_logits
