@@ -414,8 +414,9 @@ def calibrate_pair(reading: LogReading, after_reading: LogReading, raw: dict, re
     """Calibrate on the log before #62860, then derive the indexer headroom from the log after it."""
     result = calibrate(reading, raw, recipe_source, recipe_dir)
     headroom = indexer_headroom(result.recipe, result.measured, measure_kv(after_reading))
-    memory = result.memory | {"indexer_headroom": {headroom.backend: headroom.headroom_bytes}}
-    raw_recipe = with_memory(result.raw_recipe, memory, result.recipe.gpu.name)
+    measured = {"indexer_headroom": {headroom.backend: headroom.headroom_bytes}}
+    memory = result.memory | measured
+    raw_recipe = with_memory(result.raw_recipe, measured, result.recipe.gpu.name)
     after_tokens = capacity.plan(load(raw_recipe, recipe_dir)).backend(headroom.backend).kv_cache_tokens
     return replace(result, raw_recipe=raw_recipe, memory=memory,
                    headroom=replace(headroom, after_tokens_plan=after_tokens))

@@ -113,6 +113,8 @@ def plan(
     from dsa_kvcalc.recipe import load_recipe
     from dsa_kvcalc.render import plan as render
 
+    if explain and format is not Format.table:
+        fail(f"--explain: prints its formulas as text; drop --format {format.value}")
     check_outputs({"--output": output}, [recipe])
     result = guarded(lambda: capacity.plan(load_recipe(recipe, set_)))
     check_outputs({"--output": output}, [result.recipe.model.config_path])

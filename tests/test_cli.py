@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import RECIPES, SEED, run
+from conftest import RECIPES, SEED, fails, run
 
 
 def write(tmp_path, text, name="recipe.yaml"):
@@ -149,6 +149,11 @@ def test_csv_has_one_row_per_backend():
     assert [r["backend"] for r in rows] == ["auto", "persistent", "cooperative", "deep_select", "flashinfer", "torch",
                                             "aiter"]
     assert rows[0]["decode_logits.bytes"] == "9668395008"
+    assert "decode_logits" not in rows[0]  # aiter's null logits add no always-empty column
+
+
+def test_explain_is_text_and_refuses_another_format():
+    fails(run("plan", SEED, "--explain", "--format", "json"), "error: --explain:", "drop --format json")
 
 
 def test_markdown_and_table_show_the_backends():

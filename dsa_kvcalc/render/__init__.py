@@ -43,6 +43,13 @@ def grow(widths: list[int], targets: list[int], spare: int) -> int:
     return spare
 
 
+def csv_fields(rows: list[dict]) -> list[str]:
+    """The columns of flattened rows, in first-seen order; an unavailable backend's null decode_logits gives way to
+    the decode_logits.* columns of the available ones."""
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    return [f for f in fields if not any(other.startswith(f + ".") for other in fields)]
+
+
 def print_table(console, header: list[str], rows: list[list], *, left=(0,), prose=(), title: str | None = None):
     """A rich table whose figures are never cut. Every column gets its least width (least_widths); what is left goes
     to prose columns, then to whole headers. When even the least widths do not fit the console, each row is printed

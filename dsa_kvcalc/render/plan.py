@@ -9,7 +9,7 @@ from dsa_kvcalc.capacity import (BackendPlan, Plan, cudagraphs_subtracted, decod
                                  rocm_indexer_workspace_bytes, stride_columns)
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Layout
 from dsa_kvcalc.units import MIB
-from dsa_kvcalc.render import gib, least_widths, print_table, table_width
+from dsa_kvcalc.render import csv_fields, gib, least_widths, print_table, table_width
 from dsa_kvcalc.report import assumptions, backend_json, flatten, plan_json, warnings
 
 MARKS = {"measured": "", "derived": "", "fitted": "^", "estimated": "~"}
@@ -125,8 +125,7 @@ def render_markdown(plan: Plan) -> str:
 def render_csv(plan: Plan) -> str:
     out = io.StringIO()
     rows = [flatten("", backend_json(plan, b), {}) for b in plan.backends]
-    fields = list(dict.fromkeys(k for row in rows for k in row))
-    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=csv_fields(rows), lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     return out.getvalue()

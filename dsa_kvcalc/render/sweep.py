@@ -5,7 +5,7 @@ import io
 import itertools
 import json
 
-from dsa_kvcalc.render import gib, print_table
+from dsa_kvcalc.render import csv_fields, gib, print_table
 from dsa_kvcalc.sweep import Candidate
 
 
@@ -20,7 +20,7 @@ def csv_lines(rows):
         waiting.append(row)
         if row.get("available"):
             break
-    fields = list(dict.fromkeys([*(key for row in waiting for key in row), "error"]))
+    fields = csv_fields([*waiting, {"error": ""}])
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(fields)
