@@ -29,6 +29,7 @@ class RecipeError(Exception):
     def __init__(self, key: str, problem: str):
         super().__init__(f"{key}: {problem}")
         self.key = key
+        self.problem = problem
 
 
 @dataclass(frozen=True)
@@ -477,7 +478,13 @@ def check_across(recipe: Recipe) -> None:
 
 def load(raw: dict, recipe_dir: Path = Path(".")) -> Recipe:
     values, ignored = read_values(raw)
-    return resolve(values, recipe_dir, ignored)
+    try:
+        return resolve(values, recipe_dir, ignored)
+    except RecipeError as error:  # a check across keys names the key as the recipe spells it (max_model_len)
+        written = next((k for k in raw if isinstance(k, str) and canonical(k) == error.key != k), None)
+        if written is None:
+            raise
+        raise RecipeError(written, error.problem) from None
 
 
 # --set and files --------------------------------------------------------------------------------------------------
@@ -552,6 +559,10 @@ def yaml_loader():
     from yaml.constructor import ConstructorError
 
     class Loader(yaml.SafeLoader):
+        def __init__(self, stream):
+            super().__init__(stream)
+            self.paths = {}  # id(a mapping node) -> its dotted key, to name a key given twice inside it
+
         def construct_document(self, node):
             if expanded_size(node, {}) > RECIPE_MAX_BYTES:
                 raise ConstructorError(None, None, "its aliases expand to more than a recipe holds", node.start_mark)
@@ -572,20 +583,24 @@ def yaml_loader():
                 raise ConstructorError(None, None, str(error), node.start_mark) from None
 
         def construct_mapping(self, node, deep=False):
-            names = set()
-            for key_node, _ in node.value:
+            parent, names = self.paths.get(id(node)), set()
+            for key_node, value_node in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":  # <<: *defaults, overridden by the keys beside it
                     continue
+                if isinstance(key_node, yaml.ScalarNode):  # a key is a name as written: `yes:` is "yes", not True
+                    key_node.tag = "tag:yaml.org,2002:str"
                 name = self.construct_object(key_node, deep=True)
-                if not isinstance(name, (str, int, float, bool)):
+                if not isinstance(name, str):
                     continue  # a list or a mapping: PyYAML says it is unhashable
+                path = f"{parent}.{shown(name)}" if parent else shown(name)
                 if name in names:
                     mark = key_node.start_mark
-                    raise RecipeError(shown(name), f"given twice (line {mark.line + 1}): YAML would keep the last")
+                    raise RecipeError(path, f"given twice (line {mark.line + 1}): YAML would keep the last")
                 names.add(name)
-            for key_node, value_node in node.value:
-                if (isinstance(key_node.value, str) and canonical(key_node.value) in TEXT_KEYS
-                        and isinstance(value_node, yaml.ScalarNode) and value_node.tag.endswith((":float", ":int"))):
+                if isinstance(value_node, yaml.MappingNode):
+                    self.paths[id(value_node)] = path
+                if (canonical(name) in TEXT_KEYS and isinstance(value_node, yaml.ScalarNode)
+                        and value_node.tag.endswith((":float", ":int"))):
                     value_node.tag = "tag:yaml.org,2002:str"
             return super().construct_mapping(node, deep)
     return Loader
