@@ -84,6 +84,11 @@ class Engine:
     def label(self) -> str:
         return f"vLLM {self.version}" if self.name == "vllm" else f"DeepInfer {self.version}"
 
+    @property
+    def newer_than_modelled(self) -> bool:
+        """A vLLM after the newest release whose rules were read: it gets that release's rules."""
+        return self.name == "vllm" and release_tuple(self.version) > release_tuple(NEWEST_VLLM)
+
 
 MIRROR = "vllm-project/vllm (read at d29f7f5 on the mirror gau-nernst/vllm)"
 WORKER = f"{MIRROR} vllm/v1/worker/gpu_worker.py:527-563"

@@ -19,6 +19,20 @@ class ConfigError(ValueError):
     pass
 
 
+class DuplicateKey(ValueError):
+    """A JSON object gives a key twice (json.loads would keep the last)."""
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json.loads's object_pairs_hook: a key given twice is an error, not a silent choice."""
+    found: dict = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKey(key)
+        found[key] = value
+    return found
+
+
 def whole(config: dict, name: str, largest: int, path: Path, default: int | None = None) -> int:
     value = config.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= largest:
@@ -30,7 +44,9 @@ def read_model(path: Path) -> Model:
     try:
         with path.open("rb") as file:
             data = file.read(CONFIG_MAX_BYTES + 1)
-        config = json.loads(data)
+        config = json.loads(data, object_pairs_hook=unique_keys)
+    except DuplicateKey as error:
+        raise ConfigError(f"{path}: {error} is given twice (JSON would keep the last)") from None
     except (OSError, ValueError, RecursionError) as error:  # ValueError: bad JSON, or a number too long to read
         raise ConfigError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
     if len(data) > CONFIG_MAX_BYTES:

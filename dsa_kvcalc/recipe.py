@@ -307,7 +307,7 @@ def memory_term(name: str, value, term: str, unit: str):
             if backend not in backends:
                 raise RecipeError(f"{name}.{shown(backend)}", f"unknown backend; expected one of "
                                                               f"{', '.join(sorted(backends))}")
-        return {b: memory_bytes(f"{name}.{b}", v, unit) for b, v in value.items()}
+        return {b: memory_bytes(f"{name}.{b}", v, unit) for b, v in value.items() if v is not None}  # null: estimate
     number = memory_bytes(name, value, unit)
     return {"*": number} if term in PER_BACKEND_TERMS else number
 
@@ -315,7 +315,9 @@ def memory_term(name: str, value, term: str, unit: str):
 def nested_mapping(name: str, value) -> dict:
     if isinstance(value, str):  # vLLM's CLI takes these as JSON strings
         try:
-            value = json.loads(value)
+            value = json.loads(value, object_pairs_hook=hf_config.unique_keys)
+        except hf_config.DuplicateKey as error:
+            raise RecipeError(f"{name}.{error}", "given twice in the JSON (it would keep the last)") from None
         except json.JSONDecodeError as error:
             raise RecipeError(name, f"not valid JSON: {error.msg}") from None
         except ValueError:  # Python reads no number of over 4,300 digits

@@ -2,6 +2,7 @@
 sweep read a plan through this module; it formats nothing for people."""
 
 from dsa_kvcalc.capacity import BackendPlan, Plan, Term
+from dsa_kvcalc.engine import NEWEST_VLLM
 from dsa_kvcalc.units import GIB, MIB
 
 OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilization): an unfixed vLLM's KV cache takes "
@@ -88,6 +89,9 @@ def warnings(plan: Plan) -> list[str]:
         found.append(f"sparse-indexer-topk-backend {recipe.topk_backend} is not a backend of {recipe.engine.label}")
     elif not selected.available:
         found.append(f"sparse-indexer-topk-backend {selected.backend} cannot run here: {selected.reason}")
+    if recipe.engine.newer_than_modelled:
+        found.append(f"{recipe.engine.label} is newer than the newest release modelled ({NEWEST_VLLM}): plan applies "
+                     f"{NEWEST_VLLM}'s rules, which may have moved since")
     found += oom_warnings(plan)
     if any(b.available and b.kv_cache_bytes == 0 for b in plan.backends):
         found.append("no memory is left for the KV cache with some backends: vLLM would refuse to start")

@@ -231,6 +231,26 @@ def test_a_key_given_twice_in_a_nested_mapping_is_named_with_its_path(tmp_path):
           "error: speculative-config.num_speculative_tokens: given twice (line 6)")
 
 
+def test_a_key_given_twice_in_a_json_string_is_refused(tmp_path):
+    # vLLM's CLI form `speculative-config: '{...}'` kept the last of two num_speculative_tokens silently.
+    fails(cli("plan", write(tmp_path, BASE + """speculative-config: '{"num_speculative_tokens": 1, """
+                                              """"num_speculative_tokens": 3}'\n""")),
+          "error: speculative-config.num_speculative_tokens: given twice in the JSON")
+
+
+def test_null_for_one_backends_graph_pool_restores_the_estimate(tmp_path):
+    recipe = write(tmp_path, BASE + "memory:\n  cudagraph_gib:\n    auto: null\n    deep_select: 2\n")
+    result = cli("plan", recipe, "-f", "json")
+    assert result.exit_code == 0, result.output
+    auto = next(b for b in json.loads(result.stdout)["backends"] if b["backend"] == "auto")
+    assert auto["cudagraph_provenance"] == "derived"  # from deep_select's measured pool, not a measurement of its own
+
+
+def test_a_vllm_newer_than_the_rules_is_planned_with_a_warning(tmp_path):
+    result = cli("plan", write(tmp_path, BASE + "vllm-version: 0.99.0\n"), "-f", "json")
+    assert any("newer than the newest release modelled (0.34.0)" in w for w in json.loads(result.stdout)["warnings"])
+
+
 def test_a_check_across_keys_names_the_key_as_written(tmp_path):
     fails(cli("plan", write(tmp_path, BASE + "max_model_len: 999999999\n")), "error: max_model_len: 999,999,999 exceeds")
 
