@@ -271,6 +271,9 @@ def largest_on_grid(at_most: int, limit: int, step: int) -> int:
     return size
 
 
+DEFAULT_CAPTURE_CEILING = 512  # vLLM's default largest capture size off SM10x (vllm/config/vllm.py:1984-2040)
+
+
 def cudagraph_logits_rows(recipe: Recipe) -> int:
     """Decode rows whose logits the graph pool holds: the largest FULL graph of a uniform decode batch, a multiple of
     1 + k tokens, at most the decode worst case. vLLM captures the given sizes, or its grid up to
@@ -279,18 +282,20 @@ def cudagraph_logits_rows(recipe: Recipe) -> int:
     if recipe.cudagraph_mode not in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
         return 0
     per_seq = 1 + recipe.num_speculative_tokens
-    worst, tokens, limit = decode_rows(recipe), recipe.max_num_batched_tokens, recipe.max_cudagraph_capture_size
+    worst, tokens = decode_rows(recipe), recipe.max_num_batched_tokens
+    given_limit = recipe.max_cudagraph_capture_size  # None: vLLM's default rule
     if recipe.cudagraph_capture_sizes:
-        return max((size for size in recipe.cudagraph_capture_sizes if size <= min(worst, tokens, limit or tokens)
-                    and size % per_seq == 0), default=0)
-    ceiling = recipe.engine.capture_ceiling_sm100 if recipe.gpu.arch in ("sm100", "sm103") else 512
-    requests = min(recipe.max_num_seqs, ceiling)
-    whole_requests = limit is None and per_seq > 1
-    limit = min(limit if limit is not None else min(recipe.max_num_seqs * per_seq * 2, ceiling), tokens)
+        largest = min(worst, tokens, tokens if given_limit is None else given_limit)
+        return max((size for size in recipe.cudagraph_capture_sizes if size <= largest and size % per_seq == 0),
+                   default=0)
+    ceiling = recipe.engine.capture_ceiling_sm100 if recipe.gpu.arch in ("sm100", "sm103") else DEFAULT_CAPTURE_CEILING
+    default_limit = min(recipe.max_num_seqs * per_seq * 2, ceiling)
+    limit = min(default_limit if given_limit is None else given_limit, tokens)
     candidates = [largest_on_grid(worst, limit, per_seq)]
-    if tokens <= limit and tokens <= worst and tokens % per_seq == 0:
+    if tokens <= limit and tokens <= worst and tokens % per_seq == 0:  # max_num_batched_tokens is captured too
         candidates.append(tokens)
-    if whole_requests:
+    if given_limit is None and per_seq > 1:  # and whole requests n x (1 + k), n on the grid
+        requests = min(recipe.max_num_seqs, ceiling)
         fits = min(limit, worst) // per_seq
         candidates += [largest_on_grid(fits, requests, 1) * per_seq, requests * per_seq if requests <= fits else 0]
     return max(candidates)
