@@ -421,10 +421,10 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
     headroom = indexer_headroom(recipe, logits, backend.name)
     peak = peak_activation(memory, reserved, headroom)
     graphs = cudagraph_pool(recipe, backend.name, graph_logits)
-    fixed = (memory.requested_bytes, memory.weights.bytes)
-    kv_bytes = kv_cache_bytes(recipe, *fixed, peak, memory.non_torch.bytes, graphs.bytes)
+    requested, weights, non_torch = memory.requested_bytes, memory.weights.bytes, memory.non_torch.bytes
+    kv_bytes = kv_cache_bytes(recipe, requested, weights, peak, non_torch, graphs.bytes)
     peak_before = peak_activation(memory, reserved_before, headroom)
-    kv_bytes_before = kv_cache_bytes(recipe, *fixed, peak_before, memory.non_torch.bytes, graphs.bytes)
+    kv_bytes_before = kv_cache_bytes(recipe, requested, weights, peak_before, non_torch, graphs.bytes)
     tokens = memory.kv.tokens(kv_bytes)
     reason = availability(recipe, backend)
     note = backend.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows)
