@@ -1,8 +1,9 @@
 """The capacity model of shared/design/capacity-model.md, as pure arithmetic over a validated Recipe.
 
-Reads top to bottom like the design doc: (1) the indexer's decode logits, (2) which top-k backends run, (3) the
-memory terms vLLM's profile measures, (4) the steps of KV-cache sizing for one backend, before and after vLLM
-PR #62860, and plan(), which strings them together. Bytes and tokens are integers.
+Reads top to bottom like the design doc: (1) the indexer's decode logits (the doc's section 1), (2) which top-k
+backends run (section 2), (3) the memory terms vLLM's profile measures and (4) the steps of KV-cache sizing for one
+backend, before and after vLLM PR #62860 (section 3), and plan(), which strings them together. The KV bytes per
+token (section 4) are kv_cache.py's. Bytes and tokens are integers.
 """
 
 import math
