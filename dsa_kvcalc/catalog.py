@@ -107,7 +107,8 @@ LAYOUTS = {
         "(vllm rocm_fp8_paged_mqa_logits)"),
 }
 
-# DeepGEMM release (major.minor) -> layout family in LAYOUTS.
+# DeepGEMM release (major.minor) -> layout family in LAYOUTS (each family's source says which releases it read;
+# there is no 2.7 release). 2.8 is the release vLLM installs since it pins deepinfer-gemm 2.8 (the seed's build).
 DEEPGEMM_RELEASES = {"2.1": "2.2", "2.2": "2.2", "2.3": "2.6", "2.4": "2.6", "2.5": "2.6", "2.6": "2.6", "2.8": "2.8"}
 DEFAULT_DEEPGEMM = "2.8"
 
@@ -205,10 +206,13 @@ class Model:
 AIC = "ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/model_configs"
 AIC_FORK = "xiaowanCN/aiconfigurator@5f2e6bb aic-core/src/aiconfigurator_core/model_configs"
 SYFI = "SyFI-ServingStudio/ServingStudioSim model/config"
-# Routed experts, FP8 (1 B per weight + a 4 B scale per 128 x 128 block): layers x experts x 3 x hidden x moe_inter.
+# Routed experts from each config (the sources below): (num_hidden_layers - first_k_dense_replace) MoE layers x
+# n_routed_experts x 3 matrices x hidden_size x moe_intermediate_size. FP8: 1 B per weight + a 4 B scale per
+# 128 x 128 block.
 V32_EXPERT_BYTES = 58 * 256 * 3 * 7168 * 2048 * 4097 // 4096
 GLM_EXPERT_BYTES = 75 * 256 * 3 * 6144 * 2048 * 4097 // 4096
-# MXFP4 routed experts: 0.5 B per weight + 1 B scale per 32 = 17/32 B.
+# MXFP4 routed experts: 0.5 B per weight + 1 B scale per 32 = 17/32 B. NVFP4 (GLM NVFP4 below, x 9 / 16 of FP8's):
+# 0.5 B per weight + 1 B scale per 16 = 9/16 B.
 V4_FLASH_EXPERT_BYTES = 43 * 256 * 3 * 4096 * 2048 * 17 // 32
 V4_PRO_EXPERT_BYTES = 61 * 384 * 3 * 7168 * 3072 * 17 // 32
 V41_FLASH_EXPERT_BYTES = 40 * 384 * 3 * 5120 * 2304 * 17 // 32
