@@ -107,8 +107,8 @@ LAYOUTS = {
         "(vllm rocm_fp8_paged_mqa_logits)"),
 }
 
-# DeepGEMM release (major.minor) -> layout family in LAYOUTS (each family's source says which releases it read;
-# there is no 2.7 release). The default, 2.8, is the layout the seed's figures show: BF16 logits on SM100.
+# DeepGEMM release (major.minor) -> layout family in LAYOUTS (each family's source says which releases it read).
+# The default, 2.8, is the layout the seed's figures show: BF16 logits on SM100.
 DEEPGEMM_RELEASES = {"2.1": "2.2", "2.2": "2.2", "2.3": "2.6", "2.4": "2.6", "2.5": "2.6", "2.6": "2.6", "2.8": "2.8"}
 DEFAULT_DEEPGEMM = "2.8"
 
