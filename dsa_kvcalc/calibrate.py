@@ -23,6 +23,7 @@ RECIPE_ARGS = ("model", "tensor_parallel_size", "data_parallel_size", "pipeline_
                "compilation_config", "enforce_eager", "attention_backend", "async_scheduling")
 PRINT_ROUNDING_BYTES = GIB // 200  # the log prints GiB with two decimals: each term is within 0.005 GiB
 GPU_MATCH_BYTES = GIB // 20  # a logged total memory names a catalog GPU within 0.05 GiB
+ESTIMATED_NON_TORCH = "plan's estimate (the log gives only the sum with activation)"
 MEMORY_LINES = "Model loading took, Actual usage is ..., Available KV cache memory, Estimated CUDA graph memory"
 
 
@@ -148,10 +149,9 @@ def model_name(value: str) -> str:
 def recipe_from_log(reading: LogReading) -> tuple[dict, list[str]]:
     """The raw recipe the log's engine arguments describe (vLLM's keys), and notes on what could not be read."""
     args = reading.engine_args
-    eager = {"enforce-eager": True} if reading.eager else {}  # the log says so even without an args line
     if args is None:
-        return eager, ["the log has no non-default args line: every engine argument is vLLM's default or --set"]
-    raw = eager | {canonical(k): v for k, v in args.values.items() if k in RECIPE_ARGS}
+        return {}, ["the log has no non-default args line: every engine argument is vLLM's default or --set"]
+    raw = {canonical(k): v for k, v in args.values.items() if k in RECIPE_ARGS}
     if isinstance(raw.get("model"), str):
         raw["model"] = model_name(raw["model"])
     notes = []
@@ -167,11 +167,19 @@ def recipe_from_log(reading: LogReading) -> tuple[dict, list[str]]:
     return raw, notes
 
 
-def with_version(raw: dict, measured: Measured) -> tuple[dict, list[str]]:
-    """The log's vLLM version, where it prints one and the recipe names none."""
-    if measured.version is None or any(isinstance(k, str) and canonical(k) == "vllm-version" for k in raw):
-        return raw, []
-    return {**raw, "vllm-version": measured.version}, [f"vllm-version {measured.version}: as the log prints it"]
+def with_log_facts(raw: dict, measured: Measured, eager: bool) -> tuple[dict, list[str]]:
+    """The log's vLLM version, where it prints one and the recipe names none; enforce-eager, where the log says
+    "Enforce eager set" and the recipe does not say it."""
+    named = {canonical(k) for k in raw if isinstance(k, str)}
+    raw, notes = dict(raw), []
+    if measured.version is not None and "vllm-version" not in named:
+        raw["vllm-version"] = measured.version
+        notes.append(f"vllm-version {measured.version}: as the log prints it")
+    if eager and raw.get("enforce-eager") is not True:
+        raw = {k: v for k, v in raw.items() if not (isinstance(k, str) and canonical(k) == "enforce-eager")}
+        raw["enforce-eager"] = True
+        notes.append("enforce-eager: the log says 'Enforce eager set' (no CUDA graphs)")
+    return raw, notes
 
 
 def gpu_from_memory(total_bytes: int | None) -> str | None:
@@ -267,10 +275,13 @@ def split_residual(recipe: Recipe, residual: int, activation: int | None, non_to
         return Split(activation, max(residual - activation, 0), {"peak_activation": "log", "non_torch": derived}, [])
     if non_torch is not None:
         return Split(max(residual - non_torch, 0), non_torch, {"peak_activation": derived, "non_torch": "log"}, [])
-    activation = max(residual - estimate_non_torch, 0)
-    return Split(activation, residual - activation,
+    if residual < estimate_non_torch:
+        return Split(0, residual, {"peak_activation": derived, "non_torch": derived},
+                     [f"the log leaves {residual / GIB:.2f} GiB for peak activation and non-torch together, less than "
+                      f"plan's non-torch estimate alone: all of it taken as non-torch"])
+    return Split(residual - estimate_non_torch, estimate_non_torch,
                  {"peak_activation": "derived: requested - weights - graphs - KV - non-torch estimate",
-                  "non_torch": "plan's estimate (the log gives only the sum with activation)"},
+                  "non_torch": ESTIMATED_NON_TORCH},
                  [f"the log gives peak activation + non-torch only as a sum ({residual / GIB:.2f} GiB, from vLLM's "
                   f"sizing identity); split with plan's non-torch estimate"])
 
@@ -309,7 +320,7 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     if measured.weights_bytes is None:
         raise RecipeError("log", f"no weights term (Model loading took / Actual usage): found a rank "
                                  f"({measured.rank or 'unprefixed'}) with Available KV only; nothing to calibrate")
-    raw, notes = with_version(require(raw, measured), measured)
+    raw, notes = with_log_facts(require(raw, measured), measured, reading.eager)
     recipe = load(raw, recipe_dir)
     if recipe.engine.profile_holds_decode_logits:
         raise RecipeError("engine", f"calibrate reads vLLM startup logs; this recipe runs {recipe.engine.label}")
@@ -335,11 +346,15 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
               "cudagraph": {recipe.topk_backend: graphs}}
     sources = split.sources | {"weights": "log", "cudagraph": "log" if measured.cudagraph_bytes is not None
                                                                else "log (none)"}
-    # The memory block holds what the log measured (and the peak its sum leaves): an estimate written there would
+    # The memory block holds what the log gives (and what its sums leave): plan's own estimate written there would
     # read back as measured. No CUDA graphs is a measurement only where the recipe captures none.
-    kept = {"weights", "peak_activation"} | {t for t in ("non_torch", "cudagraph") if sources[t] == "log"}
-    if recipe.cudagraph_mode == "NONE":
+    kept = {"weights", "peak_activation"} | ({"non_torch"} if sources["non_torch"] != ESTIMATED_NON_TORCH else set())
+    if measured.cudagraph_bytes is not None or recipe.cudagraph_mode == "NONE":
         kept.add("cudagraph")
+    elif capacity.cudagraphs_subtracted(recipe):
+        notes.append(f"the log subtracts no CUDA-graph estimate, but {recipe.engine.label} with this recipe's graphs "
+                     f"would: the calibrated plan subtracts plan's estimate, which this deployment did not (was it "
+                     f"eager, or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0?)")
     calibrated_raw = with_memory(raw, {t: v for t, v in memory.items() if t in kept}, recipe.gpu.name)
     calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
     return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,

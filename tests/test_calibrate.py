@@ -78,6 +78,29 @@ def test_an_eager_log_calibrates_and_the_memory_block_holds_only_what_it_measure
     assert abs(auto["kv_cache_tokens_before_fix"] - 373_696) < 64  # one block of 64 tokens
 
 
+def test_the_log_says_eager_even_when_the_recipe_does_not(tmp_path):
+    # With a recipe that omits enforce-eager, plan for vLLM 0.20.0 would subtract a graph estimate the eager
+    # deployment never made: 353,408 tokens instead of the log's 373,696.
+    recipe = tmp_path / "glm.yaml"
+    recipe.write_text("model: GLM-5.1-FP8\ngpu: H200\ntensor-parallel-size: 8\nvllm-version: 0.20.0\n")
+    report = json.loads(calibrate(LOGS / "glm-5.1-fp8-8xh200-tp8-v0.20.0.log", "--recipe", recipe, "-f", "json").output)
+    assert report["recipe"]["enforce-eager"] is True
+    assert abs(report["kv_tokens_calibrated"] - 373_696) < 64
+
+
+def test_a_sum_below_the_non_torch_estimate_is_all_non_torch_and_written(tmp_path):
+    # The RTX log at utilisation 0.94 (not its 0.92): requested - weights - graphs - KV leaves 1.76 GiB for peak
+    # activation and non-torch together, below plan's 2.5 GiB non-torch estimate. All of it is non-torch, and it is
+    # written: plan's estimate in its place would lose 2.5 - 1.76 GiB of KV.
+    out = tmp_path / "calibrated.yaml"
+    result = calibrate(RTX, "--set", "gpu=NVIDIA RTX PRO 6000 Blackwell Server Edition", "--set",
+                       "gpu-memory-utilization=0.94", "--output", out, "-f", "json")
+    report = json.loads(result.output)
+    memory = yaml.safe_load(out.read_text())["memory"]
+    assert memory["peak_activation_bytes"] == 0 and abs(memory["non_torch_bytes"] / GIB - 1.76) < 0.01
+    assert abs(report["kv_tokens_calibrated"] - 1_993_100) < 256
+
+
 def test_table_names_each_term(tmp_path):
     result = calibrate(RTX, "--set", "gpu=B200")
     assert result.exit_code == 0
