@@ -554,6 +554,11 @@ def expanded_size(node, sizes: dict) -> int:
     return sizes[id(node)]
 
 
+def as_text(node: yaml.ScalarNode) -> yaml.ScalarNode:
+    """A copy of a scalar read as the text written (a copy: an anchored node is shared with its aliases)."""
+    return yaml.ScalarNode("tag:yaml.org,2002:str", node.value, node.start_mark, node.end_mark, node.style)
+
+
 def yaml_loader():
     """PyYAML's safe loader, stricter where a recipe needs it: a key given twice is an error (YAML would keep the
     last), a number has at most 100 digits, and aliases may not expand a document beyond what a recipe file holds
@@ -585,25 +590,24 @@ def yaml_loader():
                 raise ConstructorError(None, None, str(error), node.start_mark) from None
 
         def construct_mapping(self, node, deep=False):
-            parent, names = self.paths.get(id(node)), set()
+            self.flatten_mapping(node)  # <<: merges first, so that merged keys are checked too
+            parent, names, pairs = self.paths.get(id(node)), set(), []
             for key_node, value_node in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":  # <<: *defaults, overridden by the keys beside it
-                    continue
                 if isinstance(key_node, yaml.ScalarNode):  # a key is a name as written: `yes:` is "yes", not True
-                    key_node.tag = "tag:yaml.org,2002:str"
+                    key_node = as_text(key_node)
                 name = self.construct_object(key_node, deep=True)
-                if not isinstance(name, str):
-                    continue  # a list or a mapping: PyYAML says it is unhashable
                 path = f"{parent}.{shown(name)}" if parent else shown(name)
-                if name in names:
+                if isinstance(name, str) and name in names:
                     mark = key_node.start_mark
                     raise RecipeError(path, f"given twice (line {mark.line + 1}): YAML would keep the last")
-                names.add(name)
+                names.add(name if isinstance(name, str) else None)
                 if isinstance(value_node, yaml.MappingNode):
                     self.paths[id(value_node)] = path
-                if (canonical(name) in TEXT_KEYS and isinstance(value_node, yaml.ScalarNode)
+                if (isinstance(name, str) and canonical(name) in TEXT_KEYS and isinstance(value_node, yaml.ScalarNode)
                         and value_node.tag.endswith((":float", ":int"))):
-                    value_node.tag = "tag:yaml.org,2002:str"
+                    value_node = as_text(value_node)
+                pairs.append((key_node, value_node))
+            node.value = pairs
             return super().construct_mapping(node, deep)
     return Loader
 

@@ -225,6 +225,17 @@ def test_a_key_that_yaml_reads_as_a_value_is_named_as_written(tmp_path, key):
     fails(cli("plan", write(tmp_path, BASE + f"{key}: 3\n")), f"error: {key}: unknown key")
 
 
+def test_merged_and_anchored_values_are_read_as_written_without_harming_their_other_uses(tmp_path):
+    # Keys merged with <<: were retagged after the merge: deepgemm 2.10 still became 2.1, yes still True. And a
+    # version anchored beside a number was retagged for both uses.
+    fails(cli("plan", write(tmp_path, BASE + "<<: {deepgemm: 2.10}\n")), "error: deepgemm: no known logits layout "
+                                                                        "for DeepGEMM 2.10")
+    fails(cli("plan", write(tmp_path, BASE + "<<: {yes: 1}\n")), "error: yes: unknown key")
+    shared = BASE + "vllm-version: &v 0.30\nenv: {VLLM_SPARSE_INDEXER_MAX_LOGITS_MB: *v}\n"
+    fails(cli("plan", write(tmp_path, shared)), "error: env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB: expected a whole "
+                                                "number, got 0.3")  # the number, not the text '0.30'
+
+
 def test_a_key_given_twice_in_a_nested_mapping_is_named_with_its_path(tmp_path):
     fails(cli("plan", write(tmp_path, BASE + "speculative-config:\n  num_speculative_tokens: 1\n"
                                               "  num_speculative_tokens: 2\n")),
