@@ -6,6 +6,7 @@ import json
 import yaml
 
 from dsa_kvcalc.calibrate import Calibration, TermRow
+from dsa_kvcalc.recipe import shown
 from dsa_kvcalc.units import GIB
 
 CARRIED = ("carried over unchanged by plan: weights, non-torch, and the CUDA-graph memory besides the indexer logits; "
@@ -14,7 +15,7 @@ CARRIED = ("carried over unchanged by plan: weights, non-torch, and the CUDA-gra
            "over too: it grows with max-num-batched-tokens, which plan does not rescale")
 
 
-def shown(row: TermRow, value: int | None) -> str:
+def cell(row: TermRow, value: int | None) -> str:
     if value is None:
         return "-"
     return f"{value / GIB:.2f} GiB" if row.unit == "bytes" else f"{value:,}"
@@ -59,7 +60,7 @@ def summary(c: Calibration) -> list[str]:
 
 def render_text(c: Calibration) -> str:
     header = ("term", "log", "plan (same recipe)", "plan - log", "calibrated from")
-    rows = [(row.term, shown(row, row.log), shown(row, row.plan), difference(row), row.source) for row in c.rows]
+    rows = [(row.term, cell(row, row.log), cell(row, row.plan), difference(row), row.source) for row in c.rows]
     widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
     table = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
     notes = [f"note: {n}" for n in c.notes] + [f"warning: {w}" for w in c.warnings] + [f"note: {CARRIED}"]
@@ -93,8 +94,9 @@ def render_json(c: Calibration) -> str:
 
 
 def recipe_yaml(c: Calibration, log_name: str) -> str:
-    header = [f"# Calibrated by dsa-kvcalc calibrate from {log_name!r} (vLLM {c.measured.version or '?'}, rank "
-              f"{c.measured.rank or 'unprefixed'}); memory terms in bytes, per rank:"]
+    # Everything from the log is shown as a name or a repr: a line break in it would end the comment.
+    header = [f"# Calibrated by dsa-kvcalc calibrate from {log_name!r} (vLLM {shown(c.measured.version or '?')}, rank "
+              f"{shown(c.measured.rank or 'unprefixed')}); memory terms in bytes, per rank:"]
     header += [f"#   {row.term}: {row.source}" for row in c.rows[:4]]
     if c.headroom:
         header.append(f"#   indexer headroom ({c.headroom.backend}): reserved - (KV before - KV after #62860)")
