@@ -252,7 +252,7 @@ def sweep(
     check_outputs({"--output": output, "--plot": plot}, [recipe])
     varies = guarded(lambda: sweeping.parse_varies(vary))
     base = guarded(lambda: sweeping.base_of(read_recipe(recipe), recipe.parent))
-    check_outputs({"--output": output, "--plot": plot}, [base.recipe.model.config_path])
+    check_outputs({"--output": output, "--plot": plot}, sweeping.model_configs(base, varies))
     if plot is not None:
         from dsa_kvcalc import plot as plotting
 

@@ -478,15 +478,20 @@ def check_across(recipe: Recipe) -> None:
                                     f"memory block (or measure on {gpu.name})")
 
 
-def load(raw: dict, recipe_dir: Path = Path(".")) -> Recipe:
-    values, ignored = read_values(raw)
+def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: list[str]) -> Recipe:
+    """resolve(), with a check across keys naming the key as the raw recipe spells it (max_model_len)."""
     try:
         return resolve(values, recipe_dir, ignored)
-    except RecipeError as error:  # a check across keys names the key as the recipe spells it (max_model_len)
+    except RecipeError as error:
         written = next((k for k in raw if isinstance(k, str) and canonical(k) == error.key != k), None)
         if written is None:
             raise
         raise RecipeError(written, error.problem) from None
+
+
+def load(raw: dict, recipe_dir: Path = Path(".")) -> Recipe:
+    values, ignored = read_values(raw)
+    return resolve_as_written(raw, values, recipe_dir, ignored)
 
 
 # --set and files --------------------------------------------------------------------------------------------------
@@ -500,9 +505,6 @@ def set_override(raw: dict, assignment: str) -> None:
     name = f"--set {path.strip()}"
     if not text.strip():
         raise RecipeError(name, "no value (null restores the default)")
-    if canonical(path.strip()) in TEXT_KEYS and text.strip() != "null":
-        set_value(raw, path, text.strip())
-        return
     try:
         text.encode()
         value = yaml.load(text, Loader=yaml_loader())
@@ -512,7 +514,13 @@ def set_override(raw: dict, assignment: str) -> None:
         raise RecipeError(name, str(error)) from None
     except (yaml.YAMLError, RecursionError):
         value = text  # not YAML: the text itself, which the key's check then judges
-    set_value(raw, path, value)
+    set_value(raw, path, as_written(path, text, value))
+
+
+def as_written(key: str, text: str, value):
+    """A version key keeps the text written where YAML reads a number: vllm-version=0.30 is not 0.3."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return text.strip() if number and canonical(key.strip()) in TEXT_KEYS else value
 
 
 def set_value(raw: dict, path: str, value) -> None:

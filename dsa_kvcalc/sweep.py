@@ -5,6 +5,7 @@ as `plan --set KEY=VALUE`, so every row is what `plan --format json` prints for 
 """
 
 import math
+from contextlib import suppress
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -15,8 +16,8 @@ from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import BACKENDS
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import (
-    BY_NAME, IGNORED_KEYS, KEYS, NESTED, PER_BACKEND_TERMS, TEXT_KEYS, Recipe, RecipeError, canonical, load,
-    parse_size, read_values, resolve, set_value)
+    BY_NAME, IGNORED_KEYS, KEYS, NESTED, PER_BACKEND_TERMS, Recipe, RecipeError, as_written, canonical, load,
+    model_config_path, parse_size, read_values, resolve_as_written, set_value)
 from dsa_kvcalc.report import backend_json, flatten
 
 BACKEND_NAMES = tuple(b.name for b in BACKENDS)
@@ -75,9 +76,7 @@ def parse_vary(text: str) -> Vary:
     items = [item.strip() for item in spec.split(",")]
     if not all(items):
         raise RecipeError(option, "empty value in the list")
-    if canonical(key) in TEXT_KEYS:  # versions as written: 0.30 is not the number 0.3
-        return Vary(key, tuple(items))
-    return Vary(key, tuple(parse_scalar(item) for item in items))
+    return Vary(key, tuple(as_written(key, item, parse_scalar(item)) for item in items))
 
 
 def check_key(option: str, key: str) -> None:
@@ -172,7 +171,18 @@ class Base:
 
 def base_of(raw: dict, recipe_dir: Path) -> Base:
     values, ignored = read_values(raw)
-    return Base(raw, values, ignored, recipe_dir, resolve(values, recipe_dir, ignored))
+    return Base(raw, values, ignored, recipe_dir, resolve_as_written(raw, values, recipe_dir, ignored))
+
+
+def model_configs(base: Base, varies: list[Vary]) -> list[Path]:
+    """The local config.json files a sweep reads, the base model's and each varied model's: never an output."""
+    paths = [base.recipe.model.config_path]
+    for vary in varies:
+        if canonical(vary.key.split(".")[0]) == "model":
+            for name in vary.values:
+                with suppress(RecipeError):  # a name that is no path fails in its own row
+                    paths.append(model_config_path(str(name), base.recipe_dir))
+    return [path for path in paths if path is not None]
 
 
 def recipe_at(base: Base, point: dict) -> Recipe:
@@ -186,7 +196,7 @@ def recipe_at(base: Base, point: dict) -> Recipe:
     for key, value in point.items():
         set_value(changes, key, value)
     values, _ = read_values(changes)
-    return resolve(base.values | values, base.recipe_dir, base.ignored)
+    return resolve_as_written(base.raw, base.values | values, base.recipe_dir, base.ignored)
 
 
 @dataclass

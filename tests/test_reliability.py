@@ -263,7 +263,30 @@ def test_a_vllm_newer_than_the_rules_is_planned_with_a_warning(tmp_path):
 
 
 def test_a_check_across_keys_names_the_key_as_written(tmp_path):
-    fails(cli("plan", write(tmp_path, BASE + "max_model_len: 999999999\n")), "error: max_model_len: 999,999,999 exceeds")
+    recipe = write(tmp_path, BASE + "max_model_len: 999999999\n")
+    fails(cli("plan", recipe), "error: max_model_len: 999,999,999 exceeds")
+    fails(cli("sweep", recipe, "--vary", "max-num-seqs=1,2"), "error: max_model_len: 999,999,999 exceeds")
+
+
+def test_set_and_vary_read_versions_as_written_and_null_as_the_default(tmp_path):
+    recipe = write(tmp_path, BASE)
+    for text, version in (("0.30", "0.30"), ("~", "0.34.0"), ("Null", "0.34.0")):
+        planned = json.loads(cli("plan", recipe, "--set", f"vllm-version={text}", "-f", "json").stdout)
+        assert planned["recipe"]["vllm-version"] == version, text
+    swept = cli("sweep", recipe, "--vary", "vllm-version=0.30,null", "--backend", "auto", "-f", "jsonl")
+    assert [json.loads(line)["engine_label"] for line in swept.stdout.splitlines()] == ["vLLM 0.30", "vLLM 0.34.0"]
+
+
+def test_a_varied_local_model_config_is_an_input_of_the_sweep(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    config = {"num_hidden_layers": 61, "hidden_size": 7168, "index_n_heads": 64, "index_head_dim": 128,
+              "index_topk": 2048}
+    (folder / "config.json").write_text(json.dumps(config))
+    before = (folder / "config.json").read_text()
+    fails(cli("sweep", write(tmp_path, BASE), "--vary", "model=m,DeepSeek-V3.2", "-f", "csv", "-o",
+              folder / "config.json"), "is an input of this command")
+    assert (folder / "config.json").read_text() == before
 
 
 @pytest.mark.parametrize("value", ["[" * 5000 + "]" * 5000, "{a: " * 3000 + "1" + "}" * 3000,
