@@ -4,8 +4,8 @@ never over an input, a link, a device or a file's permissions.
 A regular file (or a new one) is written to a hidden temporary file beside it, synced and renamed over it, keeping
 its permission bits and owner; a file this user may not write, or whose owner it cannot keep, is refused. A link is
 followed and its final target written that way; the link stays. A device, FIFO, socket or open descriptor
-(/dev/full, /dev/stdout, a shell's /dev/fd/N) is written in place, never replaced; a FIFO nobody reads is refused
-rather than waited on.
+(/dev/full, /dev/stdout, a shell's /dev/fd/N) is written in place, never replaced; a FIFO that no reader opens within
+FIFO_WAIT_SECONDS is refused rather than waited on for ever.
 """
 
 import errno
@@ -13,10 +13,12 @@ import os
 import signal
 import stat
 import tempfile
+import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+FIFO_WAIT_SECONDS = 2  # for the reader of `dsa-kvcalc ... -o fifo & reader < fifo`, which may open it second
 
 
 class OutputError(Exception):
@@ -89,6 +91,22 @@ def check_targets(targets: dict[str, Path | None], inputs: list[Path]) -> None:
         written[key] = option
 
 
+def open_in_place(final: Path, status: os.stat_result) -> int:
+    """A descriptor that appends to a device, FIFO or socket. Opening a FIFO without a reader fails (ENXIO) instead of
+    blocking: it is tried again until one comes, for FIFO_WAIT_SECONDS."""
+    deadline = time.monotonic() + FIFO_WAIT_SECONDS
+    while True:
+        try:
+            descriptor = os.open(final, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+        except OSError as error:
+            if error.errno != errno.ENXIO or not stat.S_ISFIFO(status.st_mode) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+            continue
+        os.set_blocking(descriptor, True)
+        return descriptor
+
+
 @contextmanager
 def temporary_beside(final: Path):
     """A hidden temporary file in final's folder, as (handle, name). It is removed when the block fails, and when
@@ -127,9 +145,7 @@ def write(chunks, target: Path, option: str = "--output", binary: bool = False) 
     mode, encoding = ("wb", None) if binary else ("w", "utf-8")
     try:
         if in_place:
-            descriptor = os.open(final, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)  # a FIFO without a reader: ENXIO
-            os.set_blocking(descriptor, True)
-            with os.fdopen(descriptor, mode, encoding=encoding) as file:
+            with os.fdopen(open_in_place(final, status), mode, encoding=encoding) as file:
                 file.writelines(chunks)
             return
         with temporary_beside(final) as (handle, name):

@@ -80,11 +80,23 @@ def test_a_fifo_is_written_directly(tmp_path):
     assert stat.S_ISFIFO(fifo.lstat().st_mode) and os.listdir(tmp_path) == ["pipe"]
 
 
-def test_a_fifo_nobody_reads_is_an_error_at_once(tmp_path):
+def test_a_fifo_nobody_reads_is_an_error_not_a_hang(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     assert raised(lambda: write(["x"], fifo)) == f"--output: cannot write {fifo}: no process reads this FIFO"
     assert os.listdir(tmp_path) == ["pipe"]
+
+
+def test_a_fifo_whose_reader_opens_it_second_is_written(tmp_path):
+    # `dsa-kvcalc ... -o fifo & reader < fifo`: the writer may open the FIFO before its reader does.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Timer(0.3, lambda: got.append(fifo.read_text()))
+    reader.start()
+    write(["a", "b"], fifo)
+    reader.join(10)
+    assert got == ["ab"]
 
 
 def test_a_socket_is_an_error_not_replaced(tmp_path):
