@@ -211,8 +211,8 @@ SYFI = "SyFI-ServingStudio/ServingStudioSim model/config"
 # 128 x 128 block.
 V32_EXPERT_BYTES = 58 * 256 * 3 * 7168 * 2048 * 4097 // 4096
 GLM_EXPERT_BYTES = 75 * 256 * 3 * 6144 * 2048 * 4097 // 4096
-# MXFP4 routed experts: 0.5 B per weight + 1 B scale per 32 = 17/32 B. NVFP4 (GLM NVFP4 below, x 9 / 16 of FP8's):
-# 0.5 B per weight + 1 B scale per 16 = 9/16 B.
+# MXFP4 routed experts: 0.5 B per weight + 1 B scale per 32 = 17/32 B. NVFP4 (GLM NVFP4 below, 9/16 of FP8's bytes):
+# 0.5 B per weight + 1 B scale per 16 = 9/16 B (FP8's 4097/4096 block scales carried along: within 0.03 %).
 V4_FLASH_EXPERT_BYTES = 43 * 256 * 3 * 4096 * 2048 * 17 // 32
 V4_PRO_EXPERT_BYTES = 61 * 384 * 3 * 7168 * 3072 * 17 // 32
 V41_FLASH_EXPERT_BYTES = 40 * 384 * 3 * 5120 * 2304 * 17 // 32

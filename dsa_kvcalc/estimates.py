@@ -33,7 +33,8 @@ NON_TORCH_SINGLE = Figure(
 NON_TORCH_COLLECTIVES = Figure(
     GIB + GIB // 2, "estimated", "an allowance for NCCL and custom all-reduce buffers when TP x DP > 1, not fitted: "
                                  "logs print non-torch memory only in all, and the one multi-GPU DSA log that does "
-                                 "(vLLM 0.26.0, GLM-5.2-NVFP4 TP4 on GB200) prints 0.95 GiB, below this 2.5 GiB")
+                                 "(vLLM 0.26.0, GLM-5.2-NVFP4 TP4 on GB200) prints 0.95 GiB, below the 2.5 GiB this and "
+                                 "the single process's allowance give together")
 CUDAGRAPH_BESIDES_LOGITS = Figure(
     GIB + GIB // 2, "estimated", "CUDA-graph pool memory besides the indexer logits; a vLLM 0.25.0 V4-Flash log "
                                  "estimated 1.58 GiB in all (RTX PRO 6000 TP2), a vLLM 0.26.0 GLM-5.2 log 4.99 GiB "

@@ -2,12 +2,11 @@
 statistics. The only module that imports torch and deep_gemm, and only inside its functions."""
 
 import contextlib
-import dataclasses
 import datetime
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from dsa_kvcalc import capacity, verify
 from dsa_kvcalc.catalog import layout_for
@@ -186,7 +185,7 @@ def reproduce_oom(request: PassRequest, oom: OomRequest, per_decode: int) -> Oom
     import torch
 
     search_rows = oom.max_search_decodes * per_decode
-    search = dataclasses.replace(request, rows=search_rows, batch=search_rows // request.next_n)
+    search = replace(request, rows=search_rows, batch=search_rows // request.next_n)
     inputs = make_inputs(search)
 
     def leave_free(free_bytes: int):

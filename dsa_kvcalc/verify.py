@@ -140,6 +140,10 @@ class OomRun:
     worst_decodes: int
     fixed_ok: bool  # the worst case ran with the fixed reservation left free
 
+    @classmethod
+    def from_json(cls, data: dict) -> "OomRun":
+        return cls(**data | {"attempts": [tuple(attempt) for attempt in data["attempts"]]})
+
 
 # The local GPU and DeepGEMM -------------------------------------------------------------------------------------
 
@@ -344,8 +348,8 @@ def backend_result(shape: Shape, plan: Plan, named_plan: Plan, name: str, measur
     named_b = named_plan.backend(name)
     shown = cannot_show(named_b.decode_logits, b.decode_logits, shape.named, shape.planned)
     if measured is None:
-        return BackendVerdict(name, b.available, b.reason, shown, [], None,
-                              f"not run: {b.reason}" if not b.available else "not run")
+        return BackendVerdict(backend=name, available=b.available, reason=b.reason, cannot_show=shown, checks=[],
+                              agree=None, verdict=f"not run: {b.reason}" if not b.available else "not run")
     rows = measured.rows
     found = checks(predicted_pass(b.decode_logits, rows), measured)
     if shape.named != shape.planned:
@@ -365,7 +369,8 @@ def backend_result(shape: Shape, plan: Plan, named_plan: Plan, name: str, measur
     if rows != b.decode_logits.rows:
         verdict += (f" (scaled down from {b.decode_logits.rows:,} to {rows:,} rows to fit free memory: bytes per row "
                     f"compared)")
-    return BackendVerdict(name, b.available, b.reason, shown, found, agree, verdict)
+    return BackendVerdict(backend=name, available=b.available, reason=b.reason, cannot_show=shown, checks=found,
+                          agree=agree, verdict=verdict)
 
 
 # --profile: vLLM's memory accounting replayed with what this GPU measured ----------------------------------------
@@ -454,7 +459,8 @@ def oom_verdict(plan: Plan, name: str, run: OomRun) -> OomVerdict:
                    f"{oom.bytes_per_decode:,} B each)")
     verdict += ("; with the fixed reservation the worst case ran" if run.fixed_ok
                 else "; with the fixed reservation the worst case still failed")
-    return OomVerdict(name, oom.max_decodes, oom.bytes_per_decode, oom.free_bytes, run, agree, verdict)
+    return OomVerdict(backend=name, predicted_max_decodes=oom.max_decodes, bytes_per_decode=oom.bytes_per_decode,
+                      plan_free_bytes=oom.free_bytes, run=run, agree=agree, verdict=verdict)
 
 
 def exit_code(report: dict) -> int:

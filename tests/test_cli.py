@@ -179,7 +179,8 @@ def numbers(line: str) -> list[int]:
 @pytest.mark.parametrize("recipe, settings", [(r, []) for r in sorted(RECIPES.glob("*.yaml"))] + [
     (RECIPES / "glm-5-8xb200-tp8.yaml", ["vllm-version=0.30.0"]),  # graphs not subtracted
     (RECIPES / "glm-5-8xb200-tp8.yaml", ["gpu=MI300X"]),  # ROCm's locked workspace
-    (RECIPES / "glm-5-8xb200-tp8.yaml", ["engine=deepinfer"])])
+    (RECIPES / "glm-5-8xb200-tp8.yaml", ["engine=deepinfer"]),
+    (RECIPES / "glm-5-8xb200-tp8.yaml", ["vllm-version=0.20.0"])])  # tokens as blocks x block tokens
 def test_every_explained_line_adds_up(recipe, settings):
     """Each line's printed numbers give its printed result, redone here from the text alone."""
     text = run("plan", recipe, "--explain", *(a for s in settings for a in ("--set", s))).output
@@ -203,6 +204,15 @@ def test_every_explained_line_adds_up(recipe, settings):
         elif line.startswith("  reserved = prefill budget"):
             budget, workspace, result = values
             assert budget + workspace == result, line
+        elif line.startswith("  graph logits ="):
+            rows, width, element, result, _ = values
+            assert rows * width * element == result, line
+        elif line.startswith("  KV tokens =") and "pages a request" in line:
+            kv_bytes, block_bytes, pages, length, tokens, _ = values
+            assert int(kv_bytes // block_bytes / pages * length) == tokens, line
+        elif line.startswith("  KV tokens ="):  # blocks // groups x block tokens (before vLLM 0.21)
+            kv_bytes, block_bytes, groups, block_tokens, tokens, _ = values
+            assert kv_bytes // block_bytes // groups * block_tokens == tokens, line
         elif line.startswith("  before #62860:"):
             free, per_decode, decodes = values
             assert free // per_decode == decodes, line

@@ -69,9 +69,9 @@ def test_vllm_default_capture_size_would_not_reach_1536_rows():
 
 
 def test_seed_recipe_reproduces_the_seed_kv_table(seed_plan):
-    """The recipe's memory block was derived from this table (see its comments): this checks the chain of
-    arithmetic end to end. auto's figures are exact; deep_select's differ from auto's by the two graph pools, which
-    the seed prints to 0.01 GiB: 0.01 GiB / 896 B = 11,983 tokens of rounding."""
+    """The recipe's memory block was solved from auto's figures in this table (see its comments), so auto's check
+    only that the chain of arithmetic gives them back exactly. deep_select's are the independent check: they differ
+    from auto's by the two graph pools the seed prints to 0.01 GiB, so within 0.01 GiB / 896 B = 11,983 tokens."""
     auto, deep_select = seed_plan.backend("auto"), seed_plan.backend("deep_select")
     assert (auto.kv_cache_tokens_before_fix, auto.kv_cache_tokens) == (41_050_274, 36_636_372)
     assert deep_select.kv_cache_tokens_before_fix == pytest.approx(48_253_887, abs=11_983)

@@ -185,7 +185,7 @@ def test_the_seed_recipe_reproduced_its_oom_on_the_h200():
     # 6 rows x 1,048,576 x 4 B = 25,165,824 B: 178 fit, the 179th fails.
     [entry] = seed_oom()["shapes"]
     oom = entry["reproduce_oom"]
-    run = verify.OomRun(**oom["run"])
+    run = verify.OomRun.from_json(oom["run"])
     assert (oom["predicted_max_decodes"], run.first_failing_decodes, run.fixed_ok) == (178, 179, True)
     plan = capacity.plan(load(entry["recipe"]))
     assert verify.oom_verdict(plan, oom["backend"], run).agree is True
