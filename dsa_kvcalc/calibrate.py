@@ -355,7 +355,8 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
         notes.append(f"the log subtracts no CUDA-graph estimate, but {recipe.engine.label} with this recipe's graphs "
                      f"would: the calibrated plan subtracts plan's estimate, which this deployment did not (was it "
                      f"eager, or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0?)")
-    calibrated_raw = with_memory(raw, {t: v for t, v in memory.items() if t in kept}, recipe.gpu.name)
+    rest = "peak_activation" if sources["non_torch"] == ESTIMATED_NON_TORCH else None  # the sum less the estimate
+    calibrated_raw = with_memory(raw, {t: v for t, v in memory.items() if t in kept}, recipe.gpu.name, rest)
     calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
     return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
                        measured=measured, rows=term_rows(recipe, estimate, measured, sources, implied, kv_per_token),
@@ -389,12 +390,13 @@ def logged_kv_bytes(b: capacity.BackendPlan, recipe: Recipe) -> int:
     return b.kv_cache_bytes if recipe.engine.reserves_decode_logits else b.kv_cache_bytes_before_fix
 
 
-def with_memory(raw: dict, memory: dict, gpu: str) -> dict:
-    """raw with its memory block's terms replaced by the calibrated ones (in bytes) and the GPU they were measured
-    on; other terms kept."""
+def with_memory(raw: dict, memory: dict, gpu: str, rest: str | None = None) -> dict:
+    """raw with its memory block's terms replaced by the calibrated ones (in bytes), the GPU they were measured on
+    and the term that is the rest of a sum (memory.rest); other terms kept, and their rest if it is not replaced."""
     block = {k: v for k, v in (raw.get("memory") or {}).items()
-             if re.sub(r"_(gib|bytes)$", "", str(k)) not in memory}
-    return {**raw, "memory": block | {f"{term}_bytes": value for term, value in memory.items()} | {"gpu": gpu}}
+             if re.sub(r"_(gib|bytes)$", "", str(k)) not in memory and not (k == "rest" and v in memory)}
+    written = block | {f"{term}_bytes": value for term, value in memory.items()} | {"gpu": gpu}
+    return {**raw, "memory": written | ({"rest": rest} if rest else {})}
 
 
 def measured_kv_bytes(recipe: Recipe, rank: Measured) -> tuple[int, str]:

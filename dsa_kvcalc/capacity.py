@@ -120,8 +120,16 @@ class Term:
     source: str
 
 
-def term(measured: int | None, estimate: Term) -> Term:
-    return estimate if measured is None else Term(measured, "measured", "the recipe's memory block")
+def term(recipe: Recipe, name: str, estimate: Term) -> Term:
+    """The memory block's figure for a term, else plan's estimate. memory.rest marks the one figure that is what a
+    measured sum leaves after plan's estimates of the others: as uncertain as they are."""
+    given = getattr(recipe, f"{name}_bytes")
+    if given is None:
+        return estimate
+    if recipe.memory_rest == name:
+        return Term(given, "estimated", "the recipe's memory block: what a measured sum leaves after plan's estimates "
+                                        "of the other terms (memory.rest)")
+    return Term(given, "measured", "the recipe's memory block")
 
 
 def estimated(value: int, figure: estimates.Figure) -> Term:
@@ -210,9 +218,9 @@ def rank_memory(recipe: Recipe) -> RankMemory:
     kv = kv_spec(recipe, backend)
     return RankMemory(
         requested_bytes=math.ceil(recipe.gpu.total_memory_bytes * recipe.gpu_memory_utilization),
-        weights=term(recipe.weights_bytes, weights_estimate(recipe)),
-        peak_activation=term(recipe.peak_activation_bytes, peak_activation_estimate(recipe)),
-        non_torch=term(recipe.non_torch_bytes, non_torch_estimate(recipe)),
+        weights=term(recipe, "weights", weights_estimate(recipe)),
+        peak_activation=term(recipe, "peak_activation", peak_activation_estimate(recipe)),
+        non_torch=term(recipe, "non_torch", non_torch_estimate(recipe)),
         kv=kv, kv_provenance=kv_provenance(recipe, kv), sparse_mla_backend=backend)
 
 

@@ -132,6 +132,9 @@ class Recipe:
                                        "the peak only beyond it (a number for every backend, or one per backend)")
     memory_gpu: str | None = key("memory.gpu", "str", None, "The GPU the memory terms were measured on (default: "
                                  "the recipe file's gpu)")
+    memory_rest: str | None = key("memory.rest", "choice", None, "The one term that is not measured itself but what a "
+                                  "measured sum leaves after plan's estimates of the others (printed as estimated)",
+                                  choices=("weights", "peak_activation", "non_torch"))
     # Derived
     engine: Engine = None
     layout: Layout = None
@@ -406,7 +409,7 @@ def read_nested(name: str, top: str, mapping: dict) -> dict:
         path = f"{name}.{shown(inner)}"
         if not isinstance(inner, str):
             raise RecipeError(path, "a key must be a name")
-        if top == "memory" and inner != "gpu":
+        if top == "memory" and inner not in ("gpu", "rest"):
             term, unit = re.fullmatch(r"(.*?)(?:_(gib|bytes))?", inner).groups()
             if term not in MEMORY_TERMS or unit is None:
                 raise RecipeError(path, f"unknown memory term; expected one of "
@@ -472,6 +475,8 @@ def check_across(recipe: Recipe) -> None:
     if recipe.kv_cache_memory_bytes is not None and recipe.kv_cache_memory_bytes > gpu.total_memory_bytes:
         raise RecipeError("kv-cache-memory-bytes", f"{recipe.kv_cache_memory_bytes:,} B is more than {gpu.name}'s "
                                                    f"{gpu.total_memory_bytes:,} B")
+    if recipe.memory_rest is not None and getattr(recipe, f"{recipe.memory_rest}_bytes") is None:
+        raise RecipeError("memory.rest", f"names {recipe.memory_rest}, which the memory block does not give")
     measured = any(getattr(recipe, f) for f in KEYS if KEYS[f].kind == "memory")
     if measured and recipe.memory_gpu is not None and find_gpu(recipe.memory_gpu, "memory.gpu") != gpu:
         raise RecipeError("memory", f"measured on {recipe.memory_gpu}, but the recipe runs on {gpu.name}: drop the "

@@ -70,10 +70,12 @@ def test_an_eager_log_calibrates_and_the_memory_block_holds_only_what_it_measure
     assert result.exit_code == 0, result.output
     written = yaml.safe_load(out.read_text())
     assert written["enforce-eager"] is True
-    assert set(written["memory"]) == {"weights_bytes", "peak_activation_bytes", "cudagraph_bytes", "gpu"}
+    assert set(written["memory"]) == {"weights_bytes", "peak_activation_bytes", "cudagraph_bytes", "gpu", "rest"}
     assert written["memory"]["cudagraph_bytes"] == {"auto": 0}  # eager: none, a fact rather than a missing line
+    assert written["memory"]["rest"] == "peak_activation"  # the logged sum less plan's non-torch estimate
     planned = json.loads(run("plan", out, "--format", "json").output)
-    assert planned["memory"]["provenance"]["non_torch"]["provenance"] == "estimated"
+    provenance = {term: p["provenance"] for term, p in planned["memory"]["provenance"].items()}
+    assert provenance == {"weights": "measured", "peak_activation": "estimated", "non_torch": "estimated"}
     auto = next(b for b in planned["backends"] if b["backend"] == "auto")
     assert abs(auto["kv_cache_tokens_before_fix"] - 373_696) < 64  # one block of 64 tokens
 

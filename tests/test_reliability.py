@@ -257,6 +257,17 @@ def test_null_for_one_backends_graph_pool_restores_the_estimate(tmp_path):
     assert auto["cudagraph_provenance"] == "derived"  # from deep_select's measured pool, not a measurement of its own
 
 
+def test_memory_rest_marks_the_one_term_a_sum_leaves_as_estimated(tmp_path):
+    block = BASE + "memory:\n  weights_gib: 80\n  peak_activation_gib: 3\n"
+    provenance = json.loads(cli("plan", write(tmp_path, block + "  rest: peak_activation\n"), "-f", "json").stdout)[
+        "memory"]["provenance"]
+    assert (provenance["weights"]["provenance"], provenance["peak_activation"]["provenance"]) == ("measured",
+                                                                                                  "estimated")
+    fails(cli("plan", write(tmp_path, block + "  rest: non_torch\n")),
+          "error: memory.rest: names non_torch, which the memory block does not give")
+    fails(cli("plan", write(tmp_path, block + "  rest: cudagraph\n")), "error: memory.rest: unknown value")
+
+
 def test_a_vllm_newer_than_the_rules_is_planned_with_a_warning(tmp_path):
     result = cli("plan", write(tmp_path, BASE + "vllm-version: 0.99.0\n"), "-f", "json")
     assert any("newer than the newest release modelled (0.34.0)" in w for w in json.loads(result.stdout)["warnings"])
