@@ -170,12 +170,12 @@ def recipe_from_log(reading: LogReading) -> tuple[dict, list[str]]:
 def with_log_facts(raw: dict, measured: Measured, eager: bool) -> tuple[dict, list[str]]:
     """The log's vLLM version, where it prints one and the recipe names none; enforce-eager, where the log says
     "Enforce eager set" and the recipe does not say it."""
-    named = {canonical(k) for k in raw if isinstance(k, str)}
+    named = {canonical(k): v for k, v in raw.items() if isinstance(k, str)}
     raw, notes = dict(raw), []
     if measured.version is not None and "vllm-version" not in named:
         raw["vllm-version"] = measured.version
         notes.append(f"vllm-version {measured.version}: as the log prints it")
-    if eager and raw.get("enforce-eager") is not True:
+    if eager and named.get("enforce-eager") is not True:
         raw = {k: v for k, v in raw.items() if not (isinstance(k, str) and canonical(k) == "enforce-eager")}
         raw["enforce-eager"] = True
         notes.append("enforce-eager: the log says 'Enforce eager set' (no CUDA graphs)")
@@ -348,15 +348,16 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
                                                                else "log (none)"}
     # The memory block holds what the log gives (and what its sums leave): plan's own estimate written there would
     # read back as measured. No CUDA graphs is a measurement only where the recipe captures none.
-    kept = {"weights", "peak_activation"} | ({"non_torch"} if sources["non_torch"] != ESTIMATED_NON_TORCH else set())
+    non_torch_estimated = sources["non_torch"] == ESTIMATED_NON_TORCH  # then the peak is the logged sum less it
+    kept = {"weights", "peak_activation"} | (set() if non_torch_estimated else {"non_torch"})
     if measured.cudagraph_bytes is not None or recipe.cudagraph_mode == "NONE":
         kept.add("cudagraph")
     elif capacity.cudagraphs_subtracted(recipe):
         notes.append(f"the log subtracts no CUDA-graph estimate, but {recipe.engine.label} with this recipe's graphs "
                      f"would: the calibrated plan subtracts plan's estimate, which this deployment did not (was it "
                      f"eager, or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0?)")
-    rest = "peak_activation" if sources["non_torch"] == ESTIMATED_NON_TORCH else None  # the sum less the estimate
-    calibrated_raw = with_memory(raw, {t: v for t, v in memory.items() if t in kept}, recipe.gpu.name, rest)
+    calibrated_raw = with_memory(raw, {t: v for t, v in memory.items() if t in kept}, recipe.gpu.name,
+                                 "peak_activation" if non_torch_estimated else None)
     calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
     return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
                        measured=measured, rows=term_rows(recipe, estimate, measured, sources, implied, kv_per_token),

@@ -280,7 +280,9 @@ def largest_on_grid(at_most: int, limit: int, step: int) -> int:
     return size
 
 
-DEFAULT_CAPTURE_CEILING = 512  # vLLM's default largest capture size off SM10x (vllm/config/vllm.py:1984-2040)
+# vLLM's default largest capture size off SM10x in every release modelled: capture_ceiling_sm100's value before
+# 0.28.0 raised it on SM10x alone (engine.py; vllm/config/vllm.py:1984-1993 at d29f7f5)
+DEFAULT_CAPTURE_CEILING = 512
 
 
 def cudagraph_logits_rows(recipe: Recipe) -> int:

@@ -97,7 +97,9 @@ class EngineArgs:
 class LogReading:
     ranks: list[RankReading]  # in order of first appearance; only ranks that printed something
     engine_args: EngineArgs | None
-    eager: bool = False  # "Enforce eager set" (vllm/config/vllm.py): no CUDA graphs, whatever the args line says
+    # "Enforce eager set, disabling torch.compile and CUDAGraphs" (vllm/config/vllm.py:892 in 0.19.1rc1, :896 in
+    # 0.20.0, as the bundled GLM-5.1 logs print it): no CUDA graphs, whatever the args line says
+    eager: bool = False
 
 
 LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces: no log line that matters is this long
