@@ -361,7 +361,7 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
     return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
                        measured=measured, rows=term_rows(recipe, estimate, measured, sources, implied, kv_per_token),
-                       memory=memory, kv_tokens_calibrated=logged_tokens(calibrated.backend(recipe.topk_backend), recipe),
+                       memory=memory, kv_tokens_calibrated=calibrated.backend(recipe.topk_backend).kv_cache_tokens,
                        block_tokens=math.ceil(recipe.max_model_len / estimate.memory.kv.pages_per_request),
                        kv_bytes_per_token_implied=implied, notes=notes, warnings=measured.disagreements)
 
@@ -376,19 +376,10 @@ def term_rows(recipe: Recipe, estimate: capacity.Plan, measured: Measured, sourc
                 sources["peak_activation"]),
         TermRow("non-torch", "bytes", measured.non_torch_bytes, memory.non_torch.bytes, sources["non_torch"]),
         TermRow("CUDA graphs", "bytes", measured.cudagraph_bytes, selected.cudagraph.bytes, sources["cudagraph"]),
-        TermRow("KV memory", "bytes", measured.available_kv_bytes, logged_kv_bytes(selected, recipe), "log"),
+        TermRow("KV memory", "bytes", measured.available_kv_bytes, selected.kv_cache_bytes, "log"),
         TermRow("KV bytes per logged token", "B/token", implied, kv_per_token, "KV-cache groups"),
-        TermRow("KV tokens", "tokens", measured.kv_tokens, logged_tokens(selected, recipe), "log"),
+        TermRow("KV tokens", "tokens", measured.kv_tokens, selected.kv_cache_tokens, "log"),
     ]
-
-
-def logged_tokens(b: capacity.BackendPlan, recipe: Recipe) -> int:
-    """The KV tokens this vLLM version logs: with the #62860 reservation where it has it."""
-    return b.kv_cache_tokens if recipe.engine.reserves_decode_logits else b.kv_cache_tokens_before_fix
-
-
-def logged_kv_bytes(b: capacity.BackendPlan, recipe: Recipe) -> int:
-    return b.kv_cache_bytes if recipe.engine.reserves_decode_logits else b.kv_cache_bytes_before_fix
 
 
 def with_memory(raw: dict, memory: dict, gpu: str, rest: str | None = None) -> dict:
@@ -418,7 +409,7 @@ def indexer_headroom(recipe: Recipe, before: Measured, after: Measured) -> Headr
         before, after = replace(before, available_kv_bytes=None), replace(after, available_kv_bytes=None)
     kv_before, source = measured_kv_bytes(recipe, before)
     kv_after, _ = measured_kv_bytes(recipe, after)
-    reserved = capacity.plan(recipe).backend(recipe.topk_backend).reserved_bytes
+    reserved = capacity.plan(recipe).backend(recipe.topk_backend).with_fix.reserved_bytes
     headroom = reserved - (kv_before - kv_after)
     if not 0 <= headroom <= reserved:
         raise RecipeError("--after", f"the KV cache changed by {(kv_before - kv_after) / GIB:.2f} GiB against a "
@@ -435,7 +426,7 @@ def calibrate_pair(reading: LogReading, after_reading: LogReading, raw: dict, re
     measured = {"indexer_headroom": {headroom.backend: headroom.headroom_bytes}}
     memory = result.memory | measured
     raw_recipe = with_memory(result.raw_recipe, measured, result.recipe.gpu.name)
-    after_tokens = capacity.plan(load(raw_recipe, recipe_dir)).backend(headroom.backend).kv_cache_tokens
+    after_tokens = capacity.plan(load(raw_recipe, recipe_dir)).backend(headroom.backend).with_fix.kv_cache_tokens
     return replace(result, raw_recipe=raw_recipe, memory=memory,
                    headroom=replace(headroom, after_tokens_plan=after_tokens))
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from dsa_kvcalc import estimates, kv_cache
 from dsa_kvcalc.catalog import BACKENDS, STRIDE_ALIGNMENT_BYTES, Backend, Layout
-from dsa_kvcalc.units import GIB
+from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.kv_cache import KvSpec
 from dsa_kvcalc.recipe import Recipe, RecipeError
 
@@ -120,16 +120,23 @@ class Term:
     source: str
 
 
-def term(recipe: Recipe, name: str, estimate: Term) -> Term:
-    """The memory block's figure for a term, else plan's estimate. memory.rest marks the one figure that is what a
-    measured sum leaves after plan's estimates of the others: as uncertain as they are."""
+def term(recipe: Recipe, name: str, estimate) -> Term:
+    """The memory block's figure for a term, else plan's estimate (estimate: recipe -> Term). memory.rest marks the one
+    figure that is what a measured sum leaves after plan's estimates of the others: as uncertain as they are. A figure
+    measured at another shape (the recipe file's, before --set or a sweep's point) is carried by plan's estimate of
+    the change: measured + estimate here - estimate there."""
     given = getattr(recipe, f"{name}_bytes")
     if given is None:
-        return estimate
+        return estimate(recipe)
     if recipe.memory_rest == name:
         return Term(given, "estimated", "the recipe's memory block: what a measured sum leaves after plan's estimates "
                                         "of the other terms (memory.rest)")
-    return Term(given, "measured", "the recipe's memory block")
+    then = recipe.measured_on
+    change = 0 if then is None else estimate(recipe).bytes - estimate(then).bytes
+    if not change:
+        return Term(given, "measured", "the recipe's memory block")
+    return Term(given + change, "derived", f"measured at {then.shape_change(recipe)}; carried here by plan's estimate "
+                                           f"of the change ({change / GIB:+.2f} GiB)")
 
 
 def estimated(value: int, figure: estimates.Figure) -> Term:
@@ -218,9 +225,9 @@ def rank_memory(recipe: Recipe) -> RankMemory:
     kv = kv_spec(recipe, backend)
     return RankMemory(
         requested_bytes=math.ceil(recipe.gpu.total_memory_bytes * recipe.gpu_memory_utilization),
-        weights=term(recipe, "weights", weights_estimate(recipe)),
-        peak_activation=term(recipe, "peak_activation", peak_activation_estimate(recipe)),
-        non_torch=term(recipe, "non_torch", non_torch_estimate(recipe)),
+        weights=term(recipe, "weights", weights_estimate),
+        peak_activation=term(recipe, "peak_activation", peak_activation_estimate),
+        non_torch=term(recipe, "non_torch", non_torch_estimate),
         kv=kv, kv_provenance=kv_provenance(recipe, kv), sparse_mla_backend=backend)
 
 
@@ -234,16 +241,18 @@ def rocm_indexer_workspace_bytes(recipe: Recipe) -> int:
     return recipe.max_num_batched_tokens * recipe.max_model_len * FP32_BYTES
 
 
-def reservation(recipe: Recipe, logits: DecodeLogits) -> tuple[int, int]:
-    """reserved = max(prefill_budget, rows x padded_width x bytes_per_element)   (after #62860; before: the budget)
-    DeepInfer's profile run holds the decode logits themselves, before and after; ROCm's locked workspace holds them
-    on top of the budget, before and after."""
+def reservation(recipe: Recipe, logits: DecodeLogits, reserves_decode_logits: bool) -> int:
+    """reserved = max(prefill_budget, rows x padded_width x bytes_per_element)   (with #62860; without: the budget)
+    DeepInfer's profile run holds the decode logits themselves; ROCm's locked workspace holds them on top of the
+    budget. Both are the same on either side of #62860."""
     if recipe.engine.profile_holds_decode_logits:
-        return logits.bytes, logits.bytes
+        return logits.bytes
     workspace = rocm_indexer_workspace_bytes(recipe)
     if workspace:
-        return recipe.prefill_budget_bytes + workspace, recipe.prefill_budget_bytes + workspace
-    return max(recipe.prefill_budget_bytes, logits.bytes), recipe.prefill_budget_bytes
+        return recipe.prefill_budget_bytes + workspace
+    if reserves_decode_logits:
+        return max(recipe.prefill_budget_bytes, logits.bytes)
+    return recipe.prefill_budget_bytes
 
 
 def indexer_headroom(recipe: Recipe, logits: dict[str, DecodeLogits], backend: str) -> int:
@@ -312,21 +321,31 @@ def cudagraph_logits_rows(recipe: Recipe) -> int:
     return max(candidates)
 
 
-def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int]) -> Term:
+def graph_logits_bytes(recipe: Recipe, logits: dict[str, DecodeLogits]) -> dict[str, int]:
+    """Per backend, the indexer logits the graph pool holds: the largest FULL decode graph's rows at the padded width."""
+    rows = cudagraph_logits_rows(recipe)
+    return {name: rows * dl.padded_columns * dl.bytes_per_element for name, dl in logits.items()}
+
+
+def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], logits_then: dict[str, int]) -> Term:
     """graphs = graph logits (the largest FULL decode graph's rows) + the rest of the pool. A pool measured for one
-    backend carries over to the others: only the logits share changes."""
-    measured = {recipe.topk_backend if b == "*" else b: v for b, v in recipe.cudagraph_bytes.items()}
-    if backend in measured:
-        return Term(measured[backend], "measured", "the recipe's memory block")
+    backend carries over to the others, and one measured at another shape (logits_then) to this one: the rest stays,
+    the logits are re-derived."""
     if recipe.cudagraph_mode == "NONE":
         return Term(0, "derived", "no CUDA graphs (enforce-eager or cudagraph_mode NONE)")
-    measured_on = next((b for b in measured if b in graph_logits), None)
+    measured = {recipe.topk_backend if b == "*" else b: v for b, v in recipe.cudagraph_bytes.items()}
+    measured_on = backend if backend in measured else next((b for b in measured if b in graph_logits), None)
     if measured_on is None:
         besides_logits = estimates.CUDAGRAPH_BESIDES_LOGITS
         return estimated(besides_logits.value + graph_logits[backend], besides_logits)
-    besides_logits = measured[measured_on] - graph_logits[measured_on]  # >= 0: check_graph_pools
-    return Term(besides_logits + graph_logits[backend], "derived",
-                f"the pool measured for {measured_on}, with {backend}'s graph logits in place of {measured_on}'s")
+    pool = measured[measured_on] - logits_then[measured_on] + graph_logits[backend]  # >= logits: check_graph_pools
+    if measured_on != backend:
+        return Term(pool, "derived", f"the pool measured for {measured_on}, with {backend}'s graph logits in place of "
+                                     f"{measured_on}'s")
+    if logits_then[backend] != graph_logits[backend]:
+        return Term(pool, "derived", f"measured at {recipe.measured_on.shape_change(recipe)}; its graph logits "
+                                     f"re-derived at this shape, the rest of the pool kept")
+    return Term(pool, "measured", "the recipe's memory block")
 
 
 def cudagraphs_subtracted(recipe: Recipe) -> bool:
@@ -352,25 +371,57 @@ def kv_cache_bytes(recipe: Recipe, requested: int, weights: int, peak: int, non_
 
 
 @dataclass(frozen=True)
+class Sizing:
+    """The KV cache on one side of vLLM #62860: what the profile run reserves for the indexer's logits, the peak it
+    raises, and the KV bytes and tokens that leaves."""
+    reserves_decode_logits: bool
+    reserved_bytes: int
+    peak_activation_bytes: int
+    kv_cache_bytes: int
+    kv_cache_tokens: int
+    max_concurrency: float  # KV tokens / max-model-len
+
+
+def sizing(recipe: Recipe, memory: RankMemory, reserves_decode_logits: bool, reserved: int, headroom: int,
+           graphs: int) -> Sizing:
+    peak = peak_activation(memory, reserved, headroom)
+    kv_bytes = kv_cache_bytes(recipe, memory.requested_bytes, memory.weights.bytes, peak, memory.non_torch.bytes, graphs)
+    tokens = memory.kv.tokens(kv_bytes)
+    return Sizing(reserves_decode_logits, reserved, peak, kv_bytes, tokens, round(tokens / recipe.max_model_len, 2))
+
+
+@dataclass(frozen=True)
 class OomRisk:
-    """An unfixed vLLM's eager, piecewise or mixed steps allocate the decode logits from what the KV cache left."""
+    """Where the profile run does not hold the decode logits, eager, piecewise and mixed steps allocate them from what
+    the KV cache left."""
     free_bytes: int  # assumed: total x (1 - gpu-memory-utilization)
     bytes_per_decode: int  # one sequence's (1 + k) rows at the padded width, FP32 copy included
     max_decodes: int
-    at_risk: bool  # fewer than max-num-seqs concurrent decodes fit
+    at_risk: bool  # on this release, fewer than max-num-seqs concurrent decodes fit
 
 
-def oom_before_fix(recipe: Recipe, memory: RankMemory, logits: DecodeLogits) -> OomRisk:
+def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits) -> OomRisk:
     """Decodes that fit = free at run time // one decode's logits; free = total x (1 - utilisation), assumed."""
     free_bytes = recipe.gpu.total_memory_bytes - memory.requested_bytes
     per_decode = (1 + recipe.num_speculative_tokens) * logits.padded_columns * logits.bytes_per_element
     max_decodes = free_bytes // per_decode
-    preallocated = recipe.engine.profile_holds_decode_logits or rocm_indexer_workspace_bytes(recipe)
-    at_risk = not preallocated and max_decodes < recipe.max_num_seqs
-    return OomRisk(free_bytes, per_decode, max_decodes, at_risk)
+    held = recipe.reserves_decode_logits or recipe.engine.profile_holds_decode_logits or \
+        rocm_indexer_workspace_bytes(recipe)
+    return OomRisk(free_bytes, per_decode, max_decodes, not held and max_decodes < recipe.max_num_seqs)
 
 
-# plan ----------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Workaround:
+    """What a release without #62860 lets the user do: raise the prefill logits budget, which its profile run
+    reserves, until it covers the decode worst case."""
+    prefill_budget_mb: int  # env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB
+    sizing: Sizing
+
+
+def workaround(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, headroom: int, graphs: int) -> Workaround:
+    budget_mb = -(-logits.bytes // MIB)
+    return Workaround(budget_mb, sizing(recipe, memory, False, budget_mb * MIB, headroom, graphs))
+
 
 @dataclass(frozen=True)
 class BackendPlan:
@@ -380,19 +431,38 @@ class BackendPlan:
     selected: bool  # the recipe's sparse-indexer-topk-backend
     decode_logits: DecodeLogits
     prefill_budget_bytes: int
-    reserved_bytes: int  # the profile run's reservation after #62860
-    reserved_bytes_before_fix: int
     cudagraph_logits_rows: int
     cudagraph_logits_bytes: int
     cudagraph: Term
     indexer_headroom_bytes: int
-    peak_activation_bytes: int  # after #62860: the base peak raised by what the reservation adds
-    kv_cache_bytes: int
-    kv_cache_tokens: int
-    max_concurrency: float
-    kv_cache_bytes_before_fix: int
-    kv_cache_tokens_before_fix: int
-    oom_before_fix: OomRisk
+    release: Sizing  # this vLLM's own: what its profile reserves and its log prints
+    other: Sizing  # the other side of #62860, for comparison
+    oom: OomRisk
+    workaround: Workaround | None  # where this release is at risk
+
+    @property
+    def with_fix(self) -> Sizing:
+        return self.release if self.release.reserves_decode_logits else self.other
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self.release.reserved_bytes
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.release.kv_cache_bytes
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return self.release.kv_cache_tokens
+
+    @property
+    def peak_activation_bytes(self) -> int:
+        return self.release.peak_activation_bytes
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.release.max_concurrency
 
 
 @dataclass(frozen=True)
@@ -414,10 +484,10 @@ def check_weights_fit(recipe: Recipe, memory: RankMemory) -> None:
                                f"enable-expert-parallel)")
 
 
-def check_graph_pools(recipe: Recipe, graph_logits: dict[str, int]) -> None:
-    """A measured graph pool holds at least its FULL decode graphs' logits."""
+def check_graph_pools(recipe: Recipe, logits_then: dict[str, int]) -> None:
+    """A measured graph pool holds at least its FULL decode graphs' logits at the shape it was measured at."""
     for backend, pool in recipe.cudagraph_bytes.items():
-        needed = graph_logits.get(recipe.topk_backend if backend == "*" else backend, 0)
+        needed = logits_then.get(recipe.topk_backend if backend == "*" else backend, 0)
         if pool < needed:
             name = "memory.cudagraph_gib" + ("" if backend == "*" else f".{backend}")
             raise RecipeError(name, f"{pool / GIB:.2f} GiB is less than the {needed / GIB:.2f} GiB of indexer logits "
@@ -425,30 +495,31 @@ def check_graph_pools(recipe: Recipe, graph_logits: dict[str, int]) -> None:
 
 
 def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: dict[str, DecodeLogits],
-                 graph_rows: int, graph_logits: dict[str, int]) -> BackendPlan:
-    """The doc's steps for one top-k backend, after #62860 and before it."""
+                 graph_rows: int, graph_logits: dict[str, int], logits_then: dict[str, int]) -> BackendPlan:
+    """The doc's steps for one top-k backend, on this release's side of #62860 and on the other."""
     dl = logits[backend.name]
-    reserved, reserved_before = reservation(recipe, dl)
     headroom = indexer_headroom(recipe, logits, backend.name)
-    peak = peak_activation(memory, reserved, headroom)
-    graphs = cudagraph_pool(recipe, backend.name, graph_logits)
-    requested, weights, non_torch = memory.requested_bytes, memory.weights.bytes, memory.non_torch.bytes
-    kv_bytes = kv_cache_bytes(recipe, requested, weights, peak, non_torch, graphs.bytes)
-    peak_before = peak_activation(memory, reserved_before, headroom)
-    kv_bytes_before = kv_cache_bytes(recipe, requested, weights, peak_before, non_torch, graphs.bytes)
-    tokens = memory.kv.tokens(kv_bytes)
+    graphs = cudagraph_pool(recipe, backend.name, graph_logits, logits_then)
+    sides = {reserves: sizing(recipe, memory, reserves, reservation(recipe, dl, reserves), headroom, graphs.bytes)
+             for reserves in (True, False)}
+    risk = oom(recipe, memory, dl)
     reason = availability(recipe, backend)
     note = backend.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows)
     return BackendPlan(
         backend=backend.name, available=reason is None, reason=reason or note,
         selected=backend.name == recipe.topk_backend,
         decode_logits=dl, prefill_budget_bytes=recipe.prefill_budget_bytes,
-        reserved_bytes=reserved, reserved_bytes_before_fix=reserved_before,
         cudagraph_logits_rows=graph_rows, cudagraph_logits_bytes=graph_logits[backend.name], cudagraph=graphs,
-        indexer_headroom_bytes=headroom, peak_activation_bytes=peak,
-        kv_cache_bytes=kv_bytes, kv_cache_tokens=tokens, max_concurrency=round(tokens / recipe.max_model_len, 2),
-        kv_cache_bytes_before_fix=kv_bytes_before, kv_cache_tokens_before_fix=memory.kv.tokens(kv_bytes_before),
-        oom_before_fix=oom_before_fix(recipe, memory, dl))
+        indexer_headroom_bytes=headroom,
+        release=sides[recipe.reserves_decode_logits], other=sides[not recipe.reserves_decode_logits],
+        oom=risk, workaround=workaround(recipe, memory, dl, headroom, graphs.bytes) if risk.at_risk else None)
+
+
+def backend_logits(recipe: Recipe, backends: list[Backend]) -> dict[str, DecodeLogits]:
+    """Each backend's decode logits: one computation per way the top-k reads them."""
+    rows = decode_rows(recipe)
+    by_reader = {reads: decode_logits(recipe, reads, rows) for reads in {reads_bf16(recipe, b) for b in backends}}
+    return {b.name: by_reader[reads_bf16(recipe, b)] for b in backends}
 
 
 def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
@@ -457,11 +528,12 @@ def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
     memory = rank_memory(recipe)
     check_weights_fit(recipe, memory)
     backends = engine_backends(recipe)
-    rows = decode_rows(recipe)
-    by_reader = {reads: decode_logits(recipe, reads, rows) for reads in {reads_bf16(recipe, b) for b in backends}}
-    logits = {b.name: by_reader[reads_bf16(recipe, b)] for b in backends}
+    logits = backend_logits(recipe, backends)
+    graph_logits = graph_logits_bytes(recipe, logits)
+    then = recipe.measured_on
+    logits_then = graph_logits if then is None else graph_logits_bytes(then, backend_logits(then, backends))
+    check_graph_pools(recipe, logits_then)
     graph_rows = cudagraph_logits_rows(recipe)
-    graph_logits = {name: graph_rows * dl.padded_columns * dl.bytes_per_element for name, dl in logits.items()}
-    check_graph_pools(recipe, graph_logits)
     shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
-    return Plan(recipe, memory, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits) for b in shown])
+    return Plan(recipe, memory, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits, logits_then)
+                                 for b in shown])

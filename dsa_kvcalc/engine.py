@@ -11,8 +11,22 @@ import functools
 import re
 from dataclasses import dataclass, field, fields
 
-OLDEST_VLLM = "0.19.0"
-NEWEST_VLLM = "0.34.0"
+# Every vLLM release on the package index from the first with DeepSeek-V3.2 and GLM-5, each with the commit its wheel
+# was built from (vllm/_version.py __commit_id__): a dev build that prints one of these is that release.
+RELEASE_COMMITS = {
+    "0.19.0": "2a69949bd", "0.19.1": "b1388b1fb", "0.20.0": "b8160878f", "0.20.1": "132765e35",
+    "0.20.2": "bc150f502", "0.21.0": "ad7125a43", "0.22.0": "0b3ba88f1", "0.22.1": "0decac0d9",
+    "0.23.0": "0fc695fc6", "0.24.0": "ee0da84ab", "0.25.0": "dd10e03f9", "0.25.1": "752a3a504",
+    "0.26.0": "ffd46bfab", "0.27.0": "4bdc8a788", "0.27.1": "6e448d0ea", "0.28.0": "2cf0a6915",
+    "0.29.0": "98dff2a81", "0.30.0": "ced6857af", "0.31.0": "db9527a46", "0.32.0": "5df63a720",
+    "0.33.0": "4ba787ec9",
+}
+RELEASES = tuple(RELEASE_COMMITS)
+OLDEST_VLLM = RELEASES[0]
+NEWEST_VLLM = RELEASES[-1]  # uploaded 2026-11-02
+# Unreleased main after vLLM PR #62860 (merged 2026-10-28 as 317081f): the newest release's rules and main's since.
+MAIN = "main"
+MAIN_COMMIT = "317081f"
 
 
 @dataclass(frozen=True)
@@ -38,8 +52,26 @@ class Rule:
 
 @functools.cache
 def release_tuple(version: str) -> tuple[int, ...]:
-    """'0.20.1.dev1+g1234' -> (0, 20, 1): the release a build belongs to."""
+    """'0.20.1.dev1+g1234' -> (0, 20, 1); main -> just after the newest release."""
+    if version == MAIN:
+        return (*release_tuple(NEWEST_VLLM), 1)
     return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def build_of(version: str) -> str:
+    """The version whose rules a build takes: the release or main whose commit it names (+gHASH), else the release
+    its number names. A source build numbered 0.1.devN names none: ValueError, with how to name its base."""
+    commit = re.search(r"\+g([0-9a-f]{7,40})", version)
+    if commit:
+        if MAIN_COMMIT.startswith(commit[1][:7]):
+            return MAIN
+        known = next((release for release, c in RELEASE_COMMITS.items() if c[:7] == commit[1][:7]), None)
+        if known:
+            return known
+    if version == MAIN or release_tuple(version) >= release_tuple(OLDEST_VLLM):
+        return version
+    raise ValueError(f"{version} is a source build{f' of commit {commit[1]}' if commit else ''}, not a release: name "
+                     f"the release it was built on (vllm-version: {NEWEST_VLLM}, or main for vLLM main after #62860)")
 
 
 @dataclass(frozen=True)
@@ -82,12 +114,14 @@ class Engine:
 
     @property
     def label(self) -> str:
-        return f"vLLM {self.version}" if self.name == "vllm" else f"DeepInfer {self.version}"
+        if self.name == "deepinfer":
+            return f"DeepInfer {self.version}"
+        return f"vLLM main (unreleased, {MAIN_COMMIT} and later)" if self.version == MAIN else f"vLLM {self.version}"
 
     @property
     def newer_than_modelled(self) -> bool:
         """A vLLM after the newest release whose rules were read: it gets that release's rules."""
-        return self.name == "vllm" and release_tuple(self.version) > release_tuple(NEWEST_VLLM)
+        return self.name == "vllm" and self.version != MAIN and release_tuple(self.version) > release_tuple(NEWEST_VLLM)
 
 
 MIRROR = "vllm-project/vllm (read at d29f7f5 on the mirror gau-nernst/vllm)"
@@ -99,10 +133,11 @@ AFTER_SEED = ("inferred: v0.32.0 (out by 2026-10-20) predates the merge and v0.3
 
 VLLM_RULES = {
     "reserves_decode_logits": Rule(
-        False, f"{MIRROR} vllm/model_executor/layers/sparse_attn_indexer.py:327-343: the profiling branch reserves "
-               f"only VLLM_SPARSE_INDEXER_MAX_LOGITS_MB",
-        (Change("0.33.0", True, f"{SEED}: the profiling branch reserves max(prefill budget, decode worst case); "
-                                f"release {AFTER_SEED}"),)),
+        False, "vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:501-506: the profiling branch reserves "
+               "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB of logits, no decode term (so in every release from 0.19.0); "
+               "V4.1's vllm/model_executor/layers/sparse_mqa_indexer.py:124 likewise",
+        (Change(MAIN, True, f"{SEED}: the profiling branch reserves max(prefill budget, decode worst case); in no "
+                            f"release up to {NEWEST_VLLM}"),)),
     "default_gpu_memory_utilization": Rule(
         0.90, f"{MIRROR} vllm/config/cache.py: gpu_memory_utilization default 0.9",
         (Change("0.20.0", 0.92, "vLLM PR #38284 (96a85c575, 2026-04-21): default 0.92 (vllm/config/cache.py:80); "
@@ -198,6 +233,8 @@ VLLM_RULES = {
 @functools.cache
 def vllm(version: str) -> Engine:
     key = release_tuple(version)
+    if version != MAIN:  # a release newer than the newest modelled takes the newest's rules
+        key = min(key, release_tuple(NEWEST_VLLM))
     values, sources = {}, {}
     for name, rule in VLLM_RULES.items():
         values[name], sources[name] = rule.at(key)

@@ -320,7 +320,7 @@ def verify_shape(shape: Shape, backends: list[str], env: LocalGpu, profile: bool
         entry["profile"] = asdict(verify.profile_replay(plan, main, measured, live_memory(env)))
     if reproduce and main:
         b = plan.backend(main)
-        if b.oom_before_fix.at_risk:
+        if b.oom.at_risk:
             oom = verify.oom_request(plan, main)
             per_decode = 1 + shape.planned.num_speculative_tokens
             request = verify.pass_request(shape.planned, b.decode_logits, per_decode, entry_point)
@@ -330,6 +330,6 @@ def verify_shape(shape: Shape, backends: list[str], env: LocalGpu, profile: bool
             entry["reproduce_oom"] = asdict(verdict)
             console.log(f"{shape.name}: {verdict.verdict}")
         else:
-            entry["reproduce_oom_skipped"] = (f"not at risk: {b.oom_before_fix.max_decodes:,} decodes fit, "
+            entry["reproduce_oom_skipped"] = (f"not at risk: {b.oom.max_decodes:,} decodes fit, "
                                               f"max-num-seqs is {shape.planned.max_num_seqs}")
     return entry

@@ -30,7 +30,7 @@ class Series:
             if row.get("available"):
                 line = (row["backend"], *(row[key] for key in other_keys))
                 self.lines.setdefault(line, []).append(
-                    (row[x_key], row["kv_cache_tokens"], row["reserved_bytes"], row["oom_before_fix.at_risk"]))
+                    (row[x_key], row["kv_cache_tokens"], row["reserved_bytes"], row["oom.at_risk"]))
             yield row
 
 
@@ -60,7 +60,7 @@ def png_bytes(series: Series) -> bytes:
         reserved_axes.plot(at, [r / GIB for _, _, r, _ in points], **look)
     kv_axes.plot([], [], color="grey", linewidth=10, alpha=0.2, label="OOM risk on a vLLM without #62860")
     figure.suptitle("KV cache per rank (with vLLM #62860) and the decode-logits reservation\n"
-                    "wide band: a vLLM without #62860 can run out of memory (oom_before_fix.at_risk)", fontsize=11)
+                    "wide band: a vLLM without #62860 can run out of memory (oom.at_risk)", fontsize=11)
     kv_axes.set_ylabel("KV tokens per rank (millions)")
     kv_axes.set_ylim(bottom=0)
     reserved_axes.set_ylabel("decode-logits reservation (GiB)")

@@ -10,7 +10,7 @@ import difflib
 import json
 import math
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import yaml
@@ -71,7 +71,8 @@ class Recipe:
                            choices=("vllm", "deepinfer"))
     vllm_version: str = key("vllm-version", "version", engines.NEWEST_VLLM,
                             f"vLLM release whose rules apply: defaults, graph accounting, #62860 "
-                            f"(modelled: {engines.OLDEST_VLLM} to {engines.NEWEST_VLLM})")
+                            f"(modelled: every release from {engines.OLDEST_VLLM} to {engines.NEWEST_VLLM}, and main: "
+                            f"unreleased main after #62860)")
     deepgemm: str = key("deepgemm", "release", DEFAULT_DEEPGEMM,
                         "DeepGEMM release whose logits layout applies (2.1 - 2.6, 2.8; 2.8.2 or 2.6.1 name theirs)",
                         choices=tuple(DEEPGEMM_RELEASES))
@@ -139,6 +140,17 @@ class Recipe:
     engine: Engine = None
     layout: Layout = None
     ignored_keys: tuple[str, ...] = ()
+    measured_on: "Recipe | None" = None  # the recipe the memory block was measured on, where this one differs
+
+    @property
+    def measured(self) -> bool:
+        """Does the memory block give any measured term?"""
+        return any(getattr(self, f) for f, k in KEYS.items() if k.kind == "memory")
+
+    @property
+    def reserves_decode_logits(self) -> bool:
+        """Does this release's profile run reserve the decode worst case (vLLM #62860)?"""
+        return self.engine.reserves_decode_logits
 
     @property
     def prefill_budget_bytes(self) -> int:
@@ -156,6 +168,11 @@ class Recipe:
     def kv_cache_format(self) -> str:
         return "bf16" if self.kv_cache_dtype in ("auto", "bfloat16") else "fp8"
 
+    def shape_change(self, other: "Recipe") -> str:
+        """What differs from this recipe in other, as keys with their two values."""
+        mine, theirs = flatten_keys(self.resolved()), flatten_keys(other.resolved())
+        return ", ".join(f"{key} {mine.get(key)} (here {theirs.get(key)})" for key in mine if mine[key] != theirs.get(key))
+
     def resolved(self) -> dict:
         """The recipe as vLLM would run it: every key resolved, in vLLM's spelling, nested as vLLM nests them."""
         out: dict = {}
@@ -167,6 +184,16 @@ class Recipe:
             parent, _, leaf = k.name.rpartition(".")
             (out.setdefault(parent, {}) if parent else out)[leaf] = list(value) if isinstance(value, tuple) else value
         return out
+
+
+def flatten_keys(values: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat |= flatten_keys(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 KEYS = {f.name: f.metadata["key"] for f in fields(Recipe) if "key" in f.metadata}
@@ -280,9 +307,14 @@ def check_value(name: str, k: Key, value):
         return tuple(sorted({check_bounds(name, s, k) for s in value}))
     if k.kind == "version":
         text = str(value).strip() if isinstance(value, (str, float)) else ""
-        if not re.fullmatch(r"v?\d+\.\d+(\.\d+)?([.+\-]?\w[\w.+\-]*)?", text):
-            raise RecipeError(name, f"expected a vLLM release such as {engines.NEWEST_VLLM}, got {value!r}")
-        version = text.lstrip("v")
+        if text.lower() == engines.MAIN:
+            return engines.MAIN
+        if not re.fullmatch(r"v?\d{1,4}\.\d{1,4}(\.\d{1,4})?([.+\-]?\w[\w.+\-]{0,80})?", text):
+            raise RecipeError(name, f"expected a vLLM release such as {engines.NEWEST_VLLM}, or main, got {value!r}")
+        try:
+            version = engines.build_of(text.lstrip("v"))
+        except ValueError as error:
+            raise RecipeError(name, str(error)) from None
         if engines.release_tuple(version) < engines.release_tuple(engines.OLDEST_VLLM):
             raise RecipeError(name, f"{version} is older than the oldest modelled release, {engines.OLDEST_VLLM}")
         return version
@@ -477,8 +509,7 @@ def check_across(recipe: Recipe) -> None:
                                                    f"{gpu.total_memory_bytes:,} B")
     if recipe.memory_rest is not None and getattr(recipe, f"{recipe.memory_rest}_bytes") is None:
         raise RecipeError("memory.rest", f"names {recipe.memory_rest}, which the memory block does not give")
-    measured = any(getattr(recipe, f) for f in KEYS if KEYS[f].kind == "memory")
-    if measured and recipe.memory_gpu is not None and find_gpu(recipe.memory_gpu, "memory.gpu") != gpu:
+    if recipe.measured and recipe.memory_gpu is not None and find_gpu(recipe.memory_gpu, "memory.gpu") != gpu:
         raise RecipeError("memory", f"measured on {recipe.memory_gpu}, but the recipe runs on {gpu.name}: drop the "
                                     f"memory block (or measure on {gpu.name})")
 
@@ -667,7 +698,14 @@ def read_recipe(path: Path, overrides: list[str] = ()) -> dict:
 
 
 def load_recipe(path: Path, overrides: list[str] = ()) -> Recipe:
-    return load(read_recipe(path, overrides), path.parent)
+    """The recipe of a file with --set overrides. Its memory block was measured on the file's own recipe (with any
+    memory.* overrides): where the other overrides change it, that is kept as measured_on."""
+    recipe = load(read_recipe(path, overrides), path.parent)
+    shape_overrides = [o for o in overrides if not o.strip().startswith("memory.")]
+    if not recipe.measured or not shape_overrides:
+        return recipe
+    measured_on = load(read_recipe(path, [o for o in overrides if o not in shape_overrides]), path.parent)
+    return recipe if measured_on.resolved() == recipe.resolved() else replace(recipe, measured_on=measured_on)
 
 
 def json_schema() -> dict:

@@ -1,7 +1,7 @@
 """A Plan as plain data: the JSON contract of `plan --format json`, its warnings and assumptions. Every renderer and
 sweep read a plan through this module; it formats nothing for people."""
 
-from dsa_kvcalc.capacity import BackendPlan, Plan, Term
+from dsa_kvcalc.capacity import BackendPlan, Plan, Sizing, Term
 from dsa_kvcalc.engine import NEWEST_VLLM
 from dsa_kvcalc.units import GIB, MIB
 
@@ -9,9 +9,11 @@ OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilizatio
                   "the rest, and eager, piecewise and mixed steps allocate the decode logits from it (the seed's rank "
                   "had 3.04 GiB free plus 1.54 GiB of live BF16 logits when it died at 131 decodes)")
 FITTED_LENGTH = 1_048_576  # the seed's max-model-len (estimates.V41_FLASH_LOGGED_TOKEN_BYTES)
-UNCOMPUTED = ("decode_logits", "prefill_budget_bytes", "reserved_bytes", "reserved_bytes_before_fix",
-              "cudagraph_logits_bytes", "kv_cache_bytes", "kv_cache_tokens", "max_concurrency",
-              "kv_cache_tokens_before_fix")
+UNCOMPUTED = ("decode_logits", "prefill_budget_bytes", "reserved_bytes", "cudagraph_logits_rows",
+              "cudagraph_logits_bytes", "cudagraph_bytes", "cudagraph_provenance", "indexer_headroom_bytes",
+              "peak_activation_bytes", "kv_cache_bytes", "kv_cache_tokens", "max_concurrency", "kv_cache_tokens_vs_auto",
+              "other_side_of_fix", "oom", "workaround")
+FIX = "vLLM #62860"
 
 
 def provenance(t: Term) -> dict:
@@ -24,15 +26,26 @@ def tokens_vs(b: BackendPlan, reference: BackendPlan | None) -> float | None:
     return round(b.kv_cache_tokens / reference.kv_cache_tokens - 1, 4)
 
 
+def side_label(reserves: bool) -> str:
+    return f"with {FIX} (vLLM main, unreleased)" if reserves else f"without {FIX} (every release to {NEWEST_VLLM})"
+
+
+def sizing_json(side: Sizing) -> dict:
+    return {"reserves_decode_logits": side.reserves_decode_logits, "label": side_label(side.reserves_decode_logits),
+            "reserved_bytes": side.reserved_bytes, "peak_activation_bytes": side.peak_activation_bytes,
+            "kv_cache_bytes": side.kv_cache_bytes, "kv_cache_tokens": side.kv_cache_tokens,
+            "max_concurrency": side.max_concurrency}
+
+
 def backend_json(plan: Plan, b: BackendPlan) -> dict:
+    head = {"backend": b.backend, "engine_label": plan.recipe.engine.label, "available": b.available,
+            "reason": b.reason, "selected": b.selected}
     if not b.available:
-        return {"backend": b.backend, "engine_label": plan.recipe.engine.label, "available": False, "reason": b.reason,
-                "selected": b.selected, **dict.fromkeys(UNCOMPUTED)}
+        return head | dict.fromkeys(UNCOMPUTED)
     dl = b.decode_logits
     auto = next((p for p in plan.backends if p.backend == "auto"), b)
-    return {
-        "backend": b.backend, "engine_label": plan.recipe.engine.label, "available": True, "reason": b.reason,
-        "selected": b.selected,
+    fix = b.workaround
+    return head | {
         "decode_logits": {
             "rows": dl.rows, "columns": dl.columns, "padded_columns": dl.padded_columns,
             "logits_dtype": dl.logits_dtype, "logits_bytes_per_element": dl.logits_bytes_per_element,
@@ -40,7 +53,6 @@ def backend_json(plan: Plan, b: BackendPlan) -> dict:
             "bytes": dl.bytes, "copy_bytes": dl.copy_bytes, "alignment_bytes": dl.alignment_bytes},
         "prefill_budget_bytes": b.prefill_budget_bytes,
         "reserved_bytes": b.reserved_bytes,
-        "reserved_bytes_before_fix": b.reserved_bytes_before_fix,
         "cudagraph_logits_rows": b.cudagraph_logits_rows,
         "cudagraph_logits_bytes": b.cudagraph_logits_bytes,
         "cudagraph_bytes": b.cudagraph.bytes,
@@ -51,11 +63,13 @@ def backend_json(plan: Plan, b: BackendPlan) -> dict:
         "kv_cache_tokens": b.kv_cache_tokens,
         "max_concurrency": b.max_concurrency,
         "kv_cache_tokens_vs_auto": tokens_vs(b, auto),
-        "kv_cache_bytes_before_fix": b.kv_cache_bytes_before_fix,
-        "kv_cache_tokens_before_fix": b.kv_cache_tokens_before_fix,
-        "oom_before_fix": {"free_bytes": b.oom_before_fix.free_bytes,
-                           "bytes_per_decode": b.oom_before_fix.bytes_per_decode,
-                           "max_decodes": b.oom_before_fix.max_decodes, "at_risk": b.oom_before_fix.at_risk},
+        "other_side_of_fix": sizing_json(b.other),
+        "oom": {"free_bytes": b.oom.free_bytes, "bytes_per_decode": b.oom.bytes_per_decode,
+                "max_decodes": b.oom.max_decodes, "at_risk": b.oom.at_risk},
+        "workaround": None if fix is None else {
+            "env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": fix.prefill_budget_mb},
+            "kv_cache_tokens": fix.sizing.kv_cache_tokens,
+            "kv_cache_tokens_cost": b.kv_cache_tokens - fix.sizing.kv_cache_tokens},
     }
 
 
@@ -66,19 +80,26 @@ def estimated_terms(plan: Plan) -> list[str]:
 
 
 def oom_warnings(plan: Plan) -> list[str]:
+    """The live risk on this release: where it dies, and what it lets the user do about it."""
     recipe = plan.recipe
-    at_risk: dict[tuple, list[str]] = {}
+    at_risk: dict[tuple, list[BackendPlan]] = {}
     for b in plan.backends:
-        if b.available and b.oom_before_fix.at_risk:
-            dl = b.decode_logits
-            at_risk.setdefault((b.oom_before_fix, dl.padded_columns, dl.bytes_per_element), []).append(b.backend)
-    lacks = "" if recipe.engine.reserves_decode_logits else f"{recipe.engine.label} lacks #62860: "
-    return [f"{lacks}without vLLM #62860 ({', '.join(names)}): a step that runs its decode logits outside a CUDA graph "
-            f"(eager, piecewise, mixed) runs out of memory above {oom.max_decodes} concurrent decodes "
-            f"(max-num-seqs {recipe.max_num_seqs}): {1 + recipe.num_speculative_tokens} rows x {padded:,} columns x "
-            f"{element} B = {oom.bytes_per_decode / MIB:.1f} MiB per decode against {oom.free_bytes / GIB:.2f} GiB "
-            f"free (assumed: see assumptions)"
-            for (oom, padded, element), names in at_risk.items()]
+        if b.available and b.oom.at_risk:
+            at_risk.setdefault((b.oom, b.decode_logits.padded_columns, b.decode_logits.bytes_per_element), []).append(b)
+    found = []
+    for (oom, padded, element), backends in at_risk.items():
+        names = ", ".join(b.backend for b in backends)
+        fix = backends[0].workaround
+        found.append(
+            f"{recipe.engine.label} does not reserve the decode logits ({FIX} is in no release): with {names}, a step "
+            f"that runs them outside a CUDA graph (eager, piecewise, mixed) runs out of memory above {oom.max_decodes} "
+            f"concurrent decodes (max-num-seqs {recipe.max_num_seqs}): {1 + recipe.num_speculative_tokens} rows x "
+            f"{padded:,} columns x {element} B = {oom.bytes_per_decode / MIB:.1f} MiB per decode against "
+            f"{oom.free_bytes / GIB:.2f} GiB free (assumed: see assumptions); to reserve them, set "
+            f"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB={fix.prefill_budget_mb} (costs "
+            f"{backends[0].kv_cache_tokens - fix.sizing.kv_cache_tokens:,} KV tokens), or max-num-seqs "
+            f"{oom.max_decodes}")
+    return found
 
 
 def warnings(plan: Plan) -> list[str]:

@@ -438,14 +438,14 @@ def oom_request(plan: Plan, name: str) -> OomRequest:
     b = plan.backend(name)
     decodes = capacity.decode_rows(plan.recipe) // (1 + plan.recipe.num_speculative_tokens)
     return OomRequest(
-        free_bytes=b.oom_before_fix.free_bytes // GRANULE_BYTES * GRANULE_BYTES,
-        fixed_free_bytes=(b.oom_before_fix.free_bytes + b.reserved_bytes) // GRANULE_BYTES * GRANULE_BYTES,
+        free_bytes=b.oom.free_bytes // GRANULE_BYTES * GRANULE_BYTES,
+        fixed_free_bytes=(b.oom.free_bytes + b.with_fix.reserved_bytes) // GRANULE_BYTES * GRANULE_BYTES,
         worst_decodes=decodes,
-        max_search_decodes=1 << (2 * max(b.oom_before_fix.max_decodes + 1, decodes)).bit_length())
+        max_search_decodes=1 << (2 * max(b.oom.max_decodes + 1, decodes)).bit_length())
 
 
 def oom_verdict(plan: Plan, name: str, run: OomRun) -> OomVerdict:
-    oom = plan.backend(name).oom_before_fix
+    oom = plan.backend(name).oom
     failed_at = run.first_failing_decodes
     agree = failed_at == oom.max_decodes + 1 and run.fixed_ok
     if failed_at is None:

@@ -27,15 +27,15 @@ def quantities(plan: Plan, b: BackendPlan) -> list[tuple[str, str]]:
         ("B/element", element),
         ("logits GiB", gib(dl.bytes)),
         ("reserved GiB", gib(b.reserved_bytes)),
-        ("  before fix", gib(b.reserved_bytes_before_fix)),
         ("graph logits GiB", gib(b.cudagraph_logits_bytes)),
         ("CUDA graphs GiB", gib(b.cudagraph.bytes) + MARKS[b.cudagraph.provenance]),
         ("KV GiB/rank", gib(b.kv_cache_bytes)),
         ("KV tokens/rank", f"{b.kv_cache_tokens:,}"),
         ("max concurrency", f"{b.max_concurrency:.2f}x"),
         ("tokens vs auto", "" if change is None or b.backend == "auto" else f"{change:+.1%}"),
-        ("tokens before fix", f"{b.kv_cache_tokens_before_fix:,}"),
-        ("OOM before fix", f">{b.oom_before_fix.max_decodes} decodes" if b.oom_before_fix.at_risk else "no"),
+        (f"tokens {'with' if b.other.reserves_decode_logits else 'without'} fix", f"{b.other.kv_cache_tokens:,}"),
+        ("OOM", f">{b.oom.max_decodes} decodes" if b.oom.at_risk else "no"),
+        ("workaround MiB", f"{b.workaround.prefill_budget_mb:,}" if b.workaround else ""),
     ]
 
 
@@ -58,8 +58,8 @@ def heading(plan: Plan) -> str:
             f"{r.engine.label}, DeepGEMM {r.layout.versions} ({r.layout.logits_dtype} logits); "
             f"max-num-seqs {r.max_num_seqs}, max-model-len {r.max_model_len:,}, "
             f"{r.num_speculative_tokens} spec tokens, gpu-memory-utilization {r.gpu_memory_utilization}; "
-            f"{r.engine.label} logs the '"
-            f"{'KV tokens/rank' if r.engine.reserves_decode_logits else 'tokens before fix'}' row")
+            f"{r.engine.label} {'reserves' if r.reserves_decode_logits else 'does not reserve'} the decode logits "
+            f"(vLLM #62860)")
 
 
 def memory_line(plan: Plan) -> str:
@@ -82,8 +82,9 @@ def kv_line(plan: Plan) -> str:
 
 
 CAPTION = ("* the recipe's sparse-indexer-topk-backend; B/element: logits output + FP32 copy; graph logits: the "
-           "largest FULL decode graph's rows; ~ estimated, ^ fitted; reserved: the profile run's reservation after "
-           "vLLM #62860")
+           "largest FULL decode graph's rows; ~ estimated, ^ fitted; reserved: this release's profile-run reservation; "
+           "tokens with/without fix: the other side of vLLM #62860; workaround: the VLLM_SPARSE_INDEXER_MAX_LOGITS_MB "
+           "that reserves the decode logits on this release")
 
 
 def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[list[int]]:
@@ -154,8 +155,11 @@ def reserved_line(plan: Plan, b: BackendPlan) -> str:
     if workspace:
         return (f"  reserved = prefill budget {b.prefill_budget_bytes:,} + ROCm's locked indexer workspace "
                 f"{workspace:,} = {b.reserved_bytes:,} B, before #62860 and after")
-    return (f"  reserved = max(prefill budget {b.prefill_budget_bytes:,}, decode logits {dl.bytes:,}) = "
-            f"{b.reserved_bytes:,} B (before #62860: {b.reserved_bytes_before_fix:,} B)")
+    if r.reserves_decode_logits:
+        return (f"  reserved = max(prefill budget {b.prefill_budget_bytes:,}, decode logits {dl.bytes:,}) = "
+                f"{b.reserved_bytes:,} B (without #62860: {b.other.reserved_bytes:,} B)")
+    return (f"  reserved = prefill budget {b.prefill_budget_bytes:,} B ({r.engine.label} lacks #62860; with it: "
+            f"max(budget, decode logits {dl.bytes:,}) = {b.other.reserved_bytes:,} B)")
 
 
 def kv_lines(plan: Plan, b: BackendPlan) -> list[str]:
@@ -175,7 +179,8 @@ def kv_lines(plan: Plan, b: BackendPlan) -> list[str]:
               f"{blocks} // {len(kv.groups)} groups x {min(g.block for g in kv.groups)} tokens a block")
     return [
         kv_line,
-        f"  KV tokens = {tokens} = {b.kv_cache_tokens:,} (before #62860: {b.kv_cache_tokens_before_fix:,})",
+        f"  KV tokens = {tokens} = {b.kv_cache_tokens:,} ({'with' if b.other.reserves_decode_logits else 'without'} "
+        f"#62860: {b.other.kv_cache_tokens:,})",
         f"  max concurrency = {b.kv_cache_tokens:,} / {r.max_model_len:,} = {b.max_concurrency:.2f}x",
     ]
 
@@ -203,8 +208,8 @@ def backend_lines(plan: Plan, b: BackendPlan) -> list[str]:
         f"{dl.bytes_per_element} = {b.cudagraph_logits_bytes:,} B of CUDA graphs {b.cudagraph.bytes:,} B "
         f"({gib(b.cudagraph.bytes)} GiB, {b.cudagraph.provenance})",
         *kv_lines(plan, b),
-        f"  before #62860: {b.oom_before_fix.free_bytes:,} B free / {b.oom_before_fix.bytes_per_decode:,} B per "
-        f"decode = {b.oom_before_fix.max_decodes} decodes fit{' (at risk)' if b.oom_before_fix.at_risk else ''}",
+        f"  outside CUDA graphs: {b.oom.free_bytes:,} B free / {b.oom.bytes_per_decode:,} B per decode = "
+        f"{b.oom.max_decodes} decodes fit{' (at risk on this release)' if b.oom.at_risk else ''}",
     ]
 
 

@@ -46,7 +46,7 @@ def table_cells(keys: list[str], row: dict, notes: dict[str, int]) -> list[str]:
     if not row["available"]:
         note = notes.setdefault(f"{row['backend']} unavailable: {row['reason']}", len(notes) + 1)
         return [*varied, row["backend"], f"unavailable [{note}]", "", "", ""]
-    risk = f">{row['oom_before_fix.max_decodes']} decodes" if row["oom_before_fix.at_risk"] else "no"
+    risk = f">{row['oom.max_decodes']} decodes" if row["oom.at_risk"] else "no"
     return [*varied, row["backend"], gib(row["reserved_bytes"]), f"{row['kv_cache_tokens']:,}",
             f"{row['max_concurrency']:.2f}x", risk]
 
