@@ -6,7 +6,7 @@ as `plan --set KEY=VALUE`, so every row is what `plan --format json` prints for 
 
 import math
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
@@ -186,17 +186,22 @@ def model_configs(base: Base, varies: list[Vary]) -> list[Path]:
 
 
 def recipe_at(base: Base, point: dict) -> Recipe:
-    """The base with the point's values, each through the same checks as in a recipe file."""
+    """The base with the point's values, each through the same checks as in a recipe file. The base's memory block
+    was measured on the base: a point that changes its shape carries it (measured_on)."""
     if any(canonical(key.split(".")[0]) == "memory" or value is None for key, value in point.items()):
         raw = dict(base.raw)  # memory keys merge into the measured block; null restores a default
         for key, value in point.items():
             set_value(raw, key, value)
-        return load(raw, base.recipe_dir)
-    changes: dict = {}
-    for key, value in point.items():
-        set_value(changes, key, value)
-    values, _ = read_values(changes)
-    return resolve_as_written(base.raw, base.values | values, base.recipe_dir, base.ignored)
+        recipe = load(raw, base.recipe_dir)
+    else:
+        changes: dict = {}
+        for key, value in point.items():
+            set_value(changes, key, value)
+        values, _ = read_values(changes)
+        recipe = resolve_as_written(base.raw, base.values | values, base.recipe_dir, base.ignored)
+    if not recipe.measured or any(canonical(key.split(".")[0]) == "memory" for key in point):
+        return recipe
+    return recipe if recipe.resolved() == base.recipe.resolved() else replace(recipe, measured_on=base.recipe)
 
 
 @dataclass

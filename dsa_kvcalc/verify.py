@@ -396,7 +396,8 @@ class ProfileReplay:
 
 def profile_replay(plan: Plan, name: str, measured: PassMeasurement, live: LiveMemory) -> ProfileReplay:
     """requested = total x util; KV = requested - weights - peak activation - non-torch - CUDA graphs, with the
-    measured total memory, non-torch memory and indexer logits in place of plan's; weights never loaded."""
+    measured total memory, non-torch memory and indexer logits in place of plan's, as a vLLM with #62860 reserves
+    them; weights never loaded."""
     recipe, memory, b = plan.recipe, plan.memory, plan.backend(name)
     requested = math.ceil(live.total_memory_bytes * recipe.gpu_memory_utilization)
     logits_bytes = measured.storage_bytes + measured.copy_storage_bytes
@@ -415,7 +416,7 @@ def profile_replay(plan: Plan, name: str, measured: PassMeasurement, live: LiveM
         cudagraph_bytes=b.cudagraph.bytes,
         kv_cache_bytes=max(kv_bytes, 0),
         kv_cache_tokens=memory.kv.tokens(kv_bytes),
-        kv_cache_tokens_planned=b.kv_cache_tokens,
+        kv_cache_tokens_planned=b.with_fix.kv_cache_tokens,
     )
 
 

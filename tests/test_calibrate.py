@@ -57,7 +57,7 @@ def test_plan_on_the_calibrated_recipe_reproduces_the_logs_kv_tokens(tmp_path):
     assert written["speculative-config"] == {"method": "mtp", "num_speculative_tokens": 2}
     planned = json.loads(run("plan", out, "--format", "json").output)
     auto = next(b for b in planned["backends"] if b["backend"] == "auto")
-    assert abs(auto["kv_cache_tokens_before_fix"] - 1_993_100) < 256
+    assert abs(auto["kv_cache_tokens"] - 1_993_100) < 256
 
 
 def test_an_eager_log_calibrates_and_the_memory_block_holds_only_what_it_measured(tmp_path):
@@ -77,7 +77,7 @@ def test_an_eager_log_calibrates_and_the_memory_block_holds_only_what_it_measure
     provenance = {term: p["provenance"] for term, p in planned["memory"]["provenance"].items()}
     assert provenance == {"weights": "measured", "peak_activation": "estimated", "non_torch": "estimated"}
     auto = next(b for b in planned["backends"] if b["backend"] == "auto")
-    assert abs(auto["kv_cache_tokens_before_fix"] - 373_696) < 64  # one block of 64 tokens
+    assert abs(auto["kv_cache_tokens"] - 373_696) < 64  # one block of 64 tokens
 
 
 def test_the_log_says_eager_even_when_the_recipe_does_not(tmp_path):
@@ -195,7 +195,7 @@ def test_plan_with_the_derived_headroom_loses_the_seeds_tokens():
         raw["memory"].pop("indexer_headroom_gib", None)  # the recipe's own (hand-derived) figures give way to ours
         raw["memory"]["indexer_headroom_bytes"] = {backend: headroom.headroom_bytes}
         planned = capacity.plan(load(raw, SEED.parent)).backend(backend)
-        lost = planned.kv_cache_tokens_before_fix - planned.kv_cache_tokens
+        lost = planned.kv_cache_tokens - planned.with_fix.kv_cache_tokens
         assert abs(lost - (before - after)) <= 256, (backend, lost)
 
 
@@ -216,4 +216,4 @@ def test_a_vllm_026_log_with_graph_estimate_and_standard_fp8_calibrates_to_its_t
     assert written["memory"]["gpu"] == "GB200" and written["memory"]["cudagraph_bytes"] == {"auto": round(4.99 * GIB)}
     planned = json.loads(run("plan", out, "--format", "json").output)
     auto = next(b for b in planned["backends"] if b["backend"] == "auto")
-    assert auto["kv_cache_tokens_before_fix"] == 1_139_456  # vLLM 0.26.0 has no #62860: its log is "before fix"
+    assert auto["kv_cache_tokens"] == 1_139_456  # vLLM 0.26.0 has no #62860: its log is its own headline

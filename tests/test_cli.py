@@ -74,14 +74,14 @@ def test_json_contract(tmp_path):
     assert data["gpu"] == {"name": "B200", "arch": "sm100", "total_memory_bytes": 182631 * 2**20}
     assert data["recipe"]["max-num-seqs"] == 256 and data["recipe"]["max-model-len"] == 1_048_576
     fields = {"backend", "available", "reason", "decode_logits", "prefill_budget_bytes", "reserved_bytes",
-              "reserved_bytes_before_fix", "cudagraph_logits_bytes", "kv_cache_bytes", "kv_cache_tokens",
-              "max_concurrency", "kv_cache_tokens_before_fix"}
+              "cudagraph_logits_bytes", "kv_cache_bytes", "kv_cache_tokens", "max_concurrency", "other_side_of_fix",
+              "oom", "workaround"}
     for backend in data["backends"]:
         assert fields <= set(backend)
         if backend["available"]:
             assert set(backend["decode_logits"]) >= {"rows", "padded_columns", "bytes_per_element", "bytes"}
-            for key in ("reserved_bytes", "kv_cache_bytes", "kv_cache_tokens", "kv_cache_tokens_before_fix"):
-                assert type(backend[key]) is int
+            for key in ("reserved_bytes", "kv_cache_bytes", "kv_cache_tokens"):
+                assert type(backend[key]) is int and type(backend["other_side_of_fix"][key]) is int
     aiter = next(b for b in data["backends"] if b["backend"] == "aiter")
     assert aiter["available"] is False and "gfx942" in aiter["reason"]
 
@@ -94,8 +94,8 @@ def test_rocm_locks_the_indexer_workspace_before_and_after_the_fix():
     data = json.loads(run("plan", RECIPES / "deepseek-v3.2-8xh200-tp8.yaml", "--set", "gpu=MI300X",
                           "--format", "json").output)
     for backend in (b for b in data["backends"] if b["available"]):
-        assert backend["reserved_bytes"] == backend["reserved_bytes_before_fix"] == 11_274_289_152
-        assert backend["kv_cache_tokens"] == backend["kv_cache_tokens_before_fix"]
+        assert backend["reserved_bytes"] == backend["other_side_of_fix"]["reserved_bytes"] == 11_274_289_152
+        assert backend["kv_cache_tokens"] == backend["other_side_of_fix"]["kv_cache_tokens"]
 
 
 def test_set_overrides_any_key_like_a_vllm_flag():
@@ -201,6 +201,9 @@ def test_every_explained_line_adds_up(recipe, settings):
         elif line.startswith("  reserved = max("):
             budget, logits, result, before = values
             assert max(budget, logits) == result and before == budget, line
+        elif line.startswith("  reserved = the prefill budget"):  # a release without #62860
+            budget, logits, with_fix = values
+            assert with_fix == max(budget, logits), line
         elif line.startswith("  reserved = prefill budget"):
             budget, workspace, result = values
             assert budget + workspace == result, line
@@ -213,7 +216,7 @@ def test_every_explained_line_adds_up(recipe, settings):
         elif line.startswith("  KV tokens ="):  # blocks // groups x block tokens (before vLLM 0.21)
             kv_bytes, block_bytes, groups, block_tokens, tokens, _ = values
             assert kv_bytes // block_bytes // groups * block_tokens == tokens, line
-        elif line.startswith("  before #62860:"):
+        elif line.startswith("  outside CUDA graphs:"):
             free, per_decode, decodes = values
             assert free // per_decode == decodes, line
         else:

@@ -129,10 +129,8 @@ def test_logged_kv_memory_gives_the_logged_tokens(record):
 def serving_prediction(record: Record) -> tuple[int, int]:
     """KV bytes and tokens from the serving arguments alone, as this vLLM version logs them."""
     plan = plan_of(record)
-    auto = plan.backend(plan.recipe.topk_backend)
-    logged = plan.recipe.engine.reserves_decode_logits
-    return ((auto.kv_cache_bytes, auto.kv_cache_tokens) if logged
-            else (auto.kv_cache_bytes_before_fix, auto.kv_cache_tokens_before_fix))
+    selected = plan.backend(plan.recipe.topk_backend)
+    return selected.kv_cache_bytes, selected.kv_cache_tokens
 
 
 @pytest.mark.parametrize("name, bound", [

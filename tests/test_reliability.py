@@ -270,7 +270,7 @@ def test_memory_rest_marks_the_one_term_a_sum_leaves_as_estimated(tmp_path):
 
 def test_a_vllm_newer_than_the_rules_is_planned_with_a_warning(tmp_path):
     result = cli("plan", write(tmp_path, BASE + "vllm-version: 0.99.0\n"), "-f", "json")
-    assert any("newer than the newest release modelled (0.34.0)" in w for w in json.loads(result.stdout)["warnings"])
+    assert any("newer than the newest release modelled (0.33.0)" in w for w in json.loads(result.stdout)["warnings"])
 
 
 def test_a_check_across_keys_names_the_key_as_written(tmp_path):
@@ -281,11 +281,11 @@ def test_a_check_across_keys_names_the_key_as_written(tmp_path):
 
 def test_set_and_vary_read_versions_as_written_and_null_as_the_default(tmp_path):
     recipe = write(tmp_path, BASE)
-    for text, version in (("0.30", "0.30"), ("~", "0.34.0"), ("Null", "0.34.0")):
+    for text, version in (("0.30", "0.30"), ("~", "0.33.0"), ("Null", "0.33.0")):
         planned = json.loads(cli("plan", recipe, "--set", f"vllm-version={text}", "-f", "json").stdout)
         assert planned["recipe"]["vllm-version"] == version, text
     swept = cli("sweep", recipe, "--vary", "vllm-version=0.30,null", "--backend", "auto", "-f", "jsonl")
-    assert [json.loads(line)["engine_label"] for line in swept.stdout.splitlines()] == ["vLLM 0.30", "vLLM 0.34.0"]
+    assert [json.loads(line)["engine_label"] for line in swept.stdout.splitlines()] == ["vLLM 0.30", "vLLM 0.33.0"]
 
 
 def test_a_varied_local_model_config_is_an_input_of_the_sweep(tmp_path):

@@ -159,8 +159,8 @@ def test_recommend_the_issue_example_picks_deep_select():
     # By hand: a B200 has 182,631 MiB = 191,503,908,864 B; at utilisation 0.97 an unfixed vLLM leaves
     # 191,503,908,864 - ceil(0.97 x 191,503,908,864) = 5,745,117,265 B free. A decode of 1 + 5 rows at 1,049,088
     # BF16 columns takes 12,589,056 B with deep_select (456.4 fit) and 37,767,168 B with the FP32 copy (152.1 fit).
-    assert "at 457: OOM risk without #62860" in text and "logits of 456 decodes" in text
-    assert "already at 256: OOM risk without #62860" in text and "logits of 152 decodes" in text
+    assert "at 457: OOM risk on vLLM 0.33.0 (no #62860)" in text and "logits of 456 decodes" in text
+    assert "already at 256: OOM risk on vLLM 0.33.0 (no #62860)" in text and "logits of 152 decodes" in text
 
 
 def test_recommend_trades_spec_tokens_for_sequences():
@@ -174,12 +174,15 @@ def test_recommend_trades_spec_tokens_for_sequences():
     assert "auto │ 5 │ 152 │" in text  # the seed's setting, unfixed: 152 decodes
 
 
-def test_recommend_stops_where_the_kv_target_binds():
-    # Ask for exactly the KV tokens plan gives deep_select at max-num-seqs 400 (below its OOM bound of 456):
-    # one more sequence reserves more decode logits, leaving fewer tokens.
-    tokens = plan_backends("max-num-seqs=400")["deep_select"]["kv_cache_tokens"]
-    assert tokens > plan_backends("max-num-seqs=401")["deep_select"]["kv_cache_tokens"]
-    result = recommend("--target-concurrency", 64, "--min-kv-tokens", tokens, "--backend", "deep_select")
+def test_recommend_stops_where_the_kv_target_binds(tmp_path):
+    # On vLLM main (#62860), ask for exactly the KV tokens plan gives deep_select at max-num-seqs 400 (below its OOM
+    # bound of 456): one more sequence reserves more decode logits, leaving fewer tokens.
+    fixed = tmp_path / "seed-main.yaml"
+    fixed.write_text(SEED.read_text() + "vllm-version: main\n")
+    tokens = plan_backends("max-num-seqs=400", "vllm-version=main")["deep_select"]["kv_cache_tokens"]
+    assert tokens > plan_backends("max-num-seqs=401", "vllm-version=main")["deep_select"]["kv_cache_tokens"]
+    result = runner.invoke(app, ["recommend", str(fixed), "--target-concurrency", "64", "--min-kv-tokens", str(tokens),
+                                 "--backend", "deep_select"], env={"COLUMNS": "250"})
     text = " ".join(result.output.split())
     assert result.exit_code == 0, result.output
     assert "Recommended: max-num-seqs 400," in text

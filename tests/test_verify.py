@@ -204,9 +204,10 @@ def test_profile_replays_the_recorded_measurements():
     replayed = verify.profile_replay(plan, "auto", verify.PassMeasurement.from_json(entry["measured"][0]), live)
     assert replayed.requested_bytes == 145_606_583_911
     assert replayed.indexer_reservation_bytes == 6_442_450_944
-    # KV = requested - weights - peak - measured non-torch - graphs, all as plan has them but the non-torch term
+    # KV = requested - weights - peak - measured non-torch - graphs, all as plan has them with #62860 but the
+    # non-torch term
     auto = plan.backend("auto")
-    assert replayed.kv_cache_bytes == (145_606_583_911 - plan.memory.weights.bytes - auto.peak_activation_bytes
+    assert replayed.kv_cache_bytes == (145_606_583_911 - plan.memory.weights.bytes - auto.with_fix.peak_activation_bytes
                                           - recorded["non_torch_bytes"] - auto.cudagraph.bytes)
 
 

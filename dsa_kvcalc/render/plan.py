@@ -158,8 +158,8 @@ def reserved_line(plan: Plan, b: BackendPlan) -> str:
     if r.reserves_decode_logits:
         return (f"  reserved = max(prefill budget {b.prefill_budget_bytes:,}, decode logits {dl.bytes:,}) = "
                 f"{b.reserved_bytes:,} B (without #62860: {b.other.reserved_bytes:,} B)")
-    return (f"  reserved = prefill budget {b.prefill_budget_bytes:,} B ({r.engine.label} lacks #62860; with it: "
-            f"max(budget, decode logits {dl.bytes:,}) = {b.other.reserved_bytes:,} B)")
+    return (f"  reserved = the prefill budget {b.prefill_budget_bytes:,} B, no decode term (with #62860: max(budget, "
+            f"decode logits {dl.bytes:,}) = {b.other.reserved_bytes:,} B)")
 
 
 def kv_lines(plan: Plan, b: BackendPlan) -> list[str]:
