@@ -3,7 +3,7 @@
 Data only, each entry with its source. The arithmetic that uses it is in capacity.py.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsa_kvcalc import estimates
@@ -107,10 +107,9 @@ LAYOUTS = {
         "(vllm rocm_fp8_paged_mqa_logits)"),
 }
 
-# DeepGEMM release (major.minor) -> layout family in LAYOUTS (each family's source says which releases it read).
-# The default, 2.8, is the layout the seed's figures show: BF16 logits on SM100.
+# DeepGEMM release (major.minor) -> layout family in LAYOUTS (each family's source says which releases it read). The
+# default is the vLLM release's (engine.py default_deepgemm): 2.8 from vLLM 0.33.0, the layout the seed's figures show.
 DEEPGEMM_RELEASES = {"2.1": "2.2", "2.2": "2.2", "2.3": "2.6", "2.4": "2.6", "2.5": "2.6", "2.6": "2.6", "2.8": "2.8"}
-DEFAULT_DEEPGEMM = "2.8"
 
 
 def layout_for(release: str, gpu: "Gpu") -> Layout:
@@ -167,6 +166,7 @@ class Model:
 
     name: str  # Hugging Face id
     config_source: str  # where the config was read: a public copy (repository and path), or a local file
+    architecture: str  # config.json's architectures[0]: vLLM's rules that differ by model key on it
     num_layers: int
     mtp_layers: int  # num_nextn_predict_layers: each adds a KV layer when MTP speculation is on
     hidden_size: int
@@ -193,6 +193,8 @@ class Model:
     kv_compress_ratio: int = 1
     # DeepSeek-V4.1: vLLM's grouping of its caches is unknown; a fitted cost per logged token stands in
     logged_token_bytes: Figure | None = None
+    # vLLM's own default for kv-cache-dtype auto on this model: (first release, archs, cache dtype, source)
+    auto_kv_cache_dtype: tuple[tuple[str, tuple[str, ...], str, str], ...] = ()
     note: str = ""
     config_path: Path | None = None  # a local config.json (an input: never written over)
 
@@ -217,43 +219,49 @@ V4_FLASH_EXPERT_BYTES = 43 * 256 * 3 * 4096 * 2048 * 17 // 32
 V4_PRO_EXPERT_BYTES = 61 * 384 * 3 * 7168 * 3072 * 17 // 32
 V41_FLASH_EXPERT_BYTES = 40 * 384 * 3 * 5120 * 2304 * 17 // 32
 V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
+V32_ARCH, GLM5_ARCH, V4_ARCH = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "DeepseekV4ForCausalLM"
+# GlmMoeDsaForCausalLM runs an fp8 cache for kv-cache-dtype auto on SM10x from vLLM 0.32.0
+GLM5_AUTO_FP8 = (("0.32.0", ("sm100", "sm103"), "fp8_e4m3",
+                  "vllm==0.32.0 vllm/model_executor/models/config.py:49-55 (vllm==0.31.0 :43-50 has no such rule)"),)
 V4_PRO_RATIOS = (128, 128) + (4, 128) * 29 + (4,)
 
 MLA_MODELS = [
-    Model("deepseek-ai/DeepSeek-V3.2", f"{AIC}/deepseek-ai--DeepSeek-V3.2_config.json", 61, 1, 7168, 64, 128, 2048,
+    Model("deepseek-ai/DeepSeek-V3.2", f"{AIC}/deepseek-ai--DeepSeek-V3.2_config.json", V32_ARCH, 61, 1, 7168, 64, 128, 2048,
           163840, estimates.V32_CHECKPOINT, V32_EXPERT_BYTES),
     Model("deepseek-ai/DeepSeek-V3.2-Exp", "awesome-mini-project/DeepSeek-V3.2-Exp inference/config_671B_v3.2.json "
-          "(DeepSeek's reference config)", 61, 1, 7168, 64, 128, 2048, 163840,
+          "(DeepSeek's reference config)", V32_ARCH, 61, 1, 7168, 64, 128, 2048, 163840,
           estimates.V32_CHECKPOINT, V32_EXPERT_BYTES),
-    Model("zai-org/GLM-5-FP8", f"{AIC}/zai-org--GLM-5-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 202752,
+    Model("zai-org/GLM-5-FP8", f"{AIC}/zai-org--GLM-5-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5", "zai-org/GLM-5")),
-    Model("zai-org/GLM-5.1-FP8", f"{AIC}/zai-org--GLM-5.1-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 202752,
+    Model("zai-org/GLM-5.1-FP8", f"{AIC}/zai-org--GLM-5.1-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5.1", "zai-org/GLM-5.1")),
-    Model("nvidia/GLM-5.1-NVFP4", f"{AIC}/nvidia--GLM-5.1-NVFP4_config.json", 78, 1, 6144, 32, 128, 2048, 202752,
+    Model("nvidia/GLM-5.1-NVFP4", f"{AIC}/nvidia--GLM-5.1-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
           estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, ("GLM-5.1-NVFP4", "lukealonso/GLM-5.1-NVFP4-MTP"),
           note="NVFP4 routed experts; attention and indexers keep GLM-5.1's KV layout"),
-    Model("zai-org/GLM-5.2-FP8", f"{AIC}/zai-org--GLM-5.2-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 1048576,
+    Model("zai-org/GLM-5.2-FP8", f"{AIC}/zai-org--GLM-5.2-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5.2", "zai-org/GLM-5.2"),
           index_topk_freq=4, index_skip_topk_offset=3,
           note="shared indexers: 21 of 78 layers (and the MTP layer) keep an indexer K cache"),
-    Model("nvidia/GLM-5.2-NVFP4", f"{AIC}/nvidia--GLM-5.2-NVFP4_config.json", 78, 1, 6144, 32, 128, 2048, 1048576,
+    Model("nvidia/GLM-5.2-NVFP4", f"{AIC}/nvidia--GLM-5.2-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, ("GLM-5.2-NVFP4",),
           index_topk_freq=4, index_skip_topk_offset=3,
           note="NVFP4 routed experts; shared indexers as GLM-5.2"),
 ]
+# vLLM's rules for GlmMoeDsaForCausalLM hold for every GLM-5.x checkpoint
+MLA_MODELS = [replace(m, auto_kv_cache_dtype=GLM5_AUTO_FP8) if m.architecture == GLM5_ARCH else m for m in MLA_MODELS]
 V4_MODELS = [
-    Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", 43, 1, 4096, 64,
+    Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", V4_ARCH, 43, 1, 4096, 64,
           128, 512, 1048576, estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES,
           compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4),
     Model("deepseek-ai/DeepSeek-V4-Flash-0731", f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the "
-          "same compress_ratios, sliding_window and layers as the preview)", 43, 1, 4096, 64, 128, 512, 1048576,
+          "same compress_ratios, sliding_window and layers as the preview)", V4_ARCH, 43, 1, 4096, 64, 128, 512, 1048576,
           estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
           indexer_logits_ratio=4, kv_compress_ratio=4),
-    Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", 61, 1, 7168, 64, 128,
+    Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", V4_ARCH, 61, 1, 7168, 64, 128,
           1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS, sliding_window=128, indexer_logits_ratio=4,
           kv_compress_ratio=4),
     Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json: a third-party copy; deepseek-ai has "
-          "published no config (give model: path/to/config.json for your own)", 40, 3, 5120, 32, 128, 512, 1048576,
+          "published no config (give model: path/to/config.json for your own)", "DeepseekV41ForCausalLM", 40, 3, 5120, 32, 128, 512, 1048576,
           estimates.V41_FLASH_CHECKPOINT, V41_FLASH_EXPERT_BYTES,
           compress_ratios=(0, 0) + (2,) * 18 + (1,) * 20, sliding_window=128, kv_source_layers=(2, 8, 14, 20),
           index_source_layers=(2, 8, 14, 20, 24, 28, 32, 36), kv_compress_ratio=4,

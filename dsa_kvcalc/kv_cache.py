@@ -29,6 +29,9 @@ MLA_BLOCK_TOKENS = 64
 MLA_FP8_DS_BYTES = 656
 MLA_FP8_BYTES = 576
 MLA_BF16_BYTES = 1152
+# nvfp4_ds_mla: 256 B e2m1 NoPE + 64 B FP8 RoPE + 32 B FP8 scales (vllm==0.30.0
+# vllm/v1/attention/backends/mla/flashmla_sparse.py:108-121; mla_attention.py:1361), FlashMLA-sparse on SM100 only
+MLA_NVFP4_DS_BYTES = 352
 INDEXER_ENTRY_BYTES = 128 + 4  # 128 FP8 values + one FP32 scale (vllm/models/deepseek_v32/attention.py:92-97)
 # DeepSeek-V4 (vllm/models/deepseek_v4/attention.py:690-748, compressor.py:152-200, sparse_swa.py:87-107):
 V4_ENTRY_BYTES = 448 + 64 * 2 + 8  # FP8 NoPE + BF16 RoPE + scales
@@ -95,10 +98,19 @@ def round_up(value: int, multiple: int) -> int:
 
 # Layers -------------------------------------------------------------------------------------------------------
 
-def mla_token_bytes(kv_cache_format: str, sparse_mla_backend: str) -> int:
-    if kv_cache_format == "bf16":
+def mla_token_bytes(cache_dtype: str, sparse_mla_backend: str) -> int:
+    """One MLA layer's bytes a token (vllm/model_executor/layers/attention/mla_attention.py
+    _canonicalize_sparse_mla_kv_cache_dtype): FlashMLA-sparse stores any quantized cache as fp8_ds_mla (or
+    nvfp4_ds_mla), and so does the SM12x backend for auto and fp8; FlashInfer's sparse MLA and ROCm keep standard
+    fp8; an unquantized cache is BF16."""
+    ds_mla = sparse_mla_backend in ("FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120")
+    if cache_dtype == "nvfp4_ds_mla":
+        return MLA_NVFP4_DS_BYTES
+    if sparse_mla_backend == "FLASHINFER_MLA_SPARSE_SM120" and cache_dtype == "auto":
+        return MLA_FP8_DS_BYTES
+    if cache_dtype in ("auto", "bfloat16", "float16"):
         return MLA_BF16_BYTES
-    return MLA_FP8_BYTES if sparse_mla_backend == "FLASHINFER_MLA_SPARSE" else MLA_FP8_DS_BYTES
+    return MLA_FP8_DS_BYTES if ds_mla else MLA_FP8_BYTES
 
 
 def owns_indexer(model: Model, layer: int, engine: Engine) -> bool:

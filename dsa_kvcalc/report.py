@@ -151,7 +151,8 @@ def kv_json(plan: Plan) -> dict:
 def plan_json(plan: Plan) -> dict:
     recipe, memory, engine = plan.recipe, plan.memory, plan.recipe.engine
     layout = recipe.layout
-    rules = {name: {"value": getattr(engine, name), "source": source} for name, source in engine.sources.items()}
+    rules = {name: {"value": sorted(value) if isinstance(value := getattr(engine, name), frozenset) else value,
+                    "source": source} for name, source in engine.sources.items()}
     return {
         "recipe": recipe.resolved(),
         "ignored_keys": list(recipe.ignored_keys),
