@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import GPUS
+from dsa_kvcalc.engine import build_of
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import Recipe, RecipeError, canonical, load
 from dsa_kvcalc.vllm_log import LogReading, RankReading
@@ -167,14 +168,34 @@ def recipe_from_log(reading: LogReading) -> tuple[dict, list[str]]:
     return raw, notes
 
 
-def with_log_facts(raw: dict, measured: Measured, eager: bool) -> tuple[dict, list[str]]:
-    """The log's vLLM version, where it prints one and the recipe names none; enforce-eager, where the log says
-    "Enforce eager set" and the recipe does not say it."""
+def log_version(measured: Measured, reading: LogReading) -> tuple[str | None, str]:
+    """The vLLM version a log comes from: the one it prints where that names a release (or main), else the release
+    its [file.py:LINE] stamps name."""
+    printed, releases = measured.version, reading.releases
+    if printed is not None:
+        try:
+            return build_of(printed), f"vllm-version {build_of(printed)}: as the log prints it ({printed})"
+        except ValueError as error:
+            if not releases:
+                raise RecipeError("log", f"{error} (its [file.py:LINE] stamps match no release either)") from None
+    if not releases:
+        return None, ""
+    alike = f" ({' or '.join(releases)}: the same rules)" if len(releases) > 1 else ""
+    stamps = ", ".join(sorted(reading.stamps)[:4])
+    unnamed = f"the log prints {printed}, no release" if printed else "the log prints no version"
+    return releases[-1], f"vllm-version {releases[-1]}: {unnamed}; its stamps {stamps} are this release's{alike}"
+
+
+def with_log_facts(raw: dict, measured: Measured, reading: LogReading) -> tuple[dict, list[str]]:
+    """The log's vLLM version, where the recipe names none; enforce-eager, where the log says "Enforce eager set" and
+    the recipe does not say it."""
     named = {canonical(k): v for k, v in raw.items() if isinstance(k, str)}
     raw, notes = dict(raw), []
-    if measured.version is not None and "vllm-version" not in named:
-        raw["vllm-version"] = measured.version
-        notes.append(f"vllm-version {measured.version}: as the log prints it")
+    version, how = log_version(measured, reading)
+    if version is not None and "vllm-version" not in named:
+        raw["vllm-version"] = version
+        notes.append(how)
+    eager = reading.eager
     if eager and named.get("enforce-eager") is not True:
         raw = {k: v for k, v in raw.items() if not (isinstance(k, str) and canonical(k) == "enforce-eager")}
         raw["enforce-eager"] = True
@@ -331,7 +352,7 @@ def logged_graphs(recipe: Recipe, estimate: capacity.Plan, measured: Measured) -
 
 def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) -> Calibration:
     measured = measure(reading)
-    raw, notes = with_log_facts(require(raw, measured), measured, reading.eager)
+    raw, notes = with_log_facts(require(raw, measured), measured, reading)
     recipe = load(raw, recipe_dir)
     if recipe.engine.profile_holds_decode_logits:
         raise RecipeError("engine", f"calibrate reads vLLM startup logs; this recipe runs {recipe.engine.label}")

@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass
 
 from dsa_kvcalc import estimates, kv_cache
-from dsa_kvcalc.engine import ALL
-from dsa_kvcalc.catalog import BACKENDS, STRIDE_ALIGNMENT_BYTES, Backend, Layout
+from dsa_kvcalc.engine import ALL, release_tuple
+from dsa_kvcalc.catalog import SPARSE_MLA_CACHE_DTYPES, BACKENDS, STRIDE_ALIGNMENT_BYTES, Backend, Layout
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.kv_cache import KvSpec
 from dsa_kvcalc.recipe import Recipe, RecipeError
@@ -224,8 +224,13 @@ def kv_spec(recipe: Recipe, backend: str) -> KvSpec:
     engine, k = recipe.engine, recipe.num_speculative_tokens
     in_flight = recipe.max_num_batched_tokens * (engine.in_flight_batches if recipe.async_scheduling else 1)
     extra = k - 1 if engine.retains_draft_tokens and min(recipe.model.mtp_layers, k) > 1 else 0
-    return kv_cache.spec(recipe.model, engine, kv_cache.mla_token_bytes(recipe.cache_dtype, backend), mtp_layers(recipe),
-                         recipe.max_model_len, in_flight, extra, recipe.decode_context_parallel_size)
+    token_bytes = kv_cache.mla_token_bytes(recipe.cache_dtype, backend)
+    # FlashMLA-sparse's DS-MLA pages align the block stride to one token's record on SM10x
+    # (vllm==0.31.0 vllm/model_executor/layers/attention/mla_attention.py:1375-1382)
+    ds_mla = backend == "FLASHMLA_SPARSE" and token_bytes in (kv_cache.MLA_FP8_DS_BYTES, kv_cache.MLA_NVFP4_DS_BYTES)
+    alignment = token_bytes if ds_mla and recipe.gpu.arch in ("sm100", "sm103") and recipe.model.family == "mla" else 1
+    return kv_cache.spec(recipe.model, engine, token_bytes, mtp_layers(recipe), recipe.max_model_len, in_flight, extra,
+                         recipe.decode_context_parallel_size, alignment)
 
 
 def kv_provenance(recipe: Recipe, kv: KvSpec) -> Term:
@@ -519,6 +524,25 @@ class Plan:
         return next(b for b in self.backends if b.backend == name)
 
 
+NVFP4_DS_MLA_FIRST = "0.30.0"  # vllm==0.30.0 vllm/config/cache.py:48 (vllm==0.29.0 has no nvfp4_ds_mla); SM100 only
+
+
+def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
+    """vLLM starts only where the sparse-MLA backend takes the KV-cache dtype (DeepSeek-V4's own attention resolves
+    its fp8 layout itself)."""
+    if recipe.model.family != "mla":
+        return
+    backend = memory.sparse_mla_backend
+    dtypes, source = SPARSE_MLA_CACHE_DTYPES[backend]
+    rocm_fp8 = backend == "ROCM_AITER_MLA_SPARSE" and recipe.quantized_cache and not recipe.engine.rocm_accepts_fp8
+    nvfp4 = recipe.cache_dtype == "nvfp4_ds_mla" and (recipe.gpu.arch not in ("sm100", "sm103") or release_tuple(
+        recipe.engine.version) < release_tuple(NVFP4_DS_MLA_FIRST))
+    if recipe.cache_dtype not in dtypes or rocm_fp8 or nvfp4:
+        raise RecipeError("kv-cache-dtype", f"{recipe.cache_dtype}: {recipe.engine.label}'s sparse-MLA backend on "
+                                            f"{recipe.gpu.name} ({backend}) takes {', '.join(dtypes)} ({source}); vLLM "
+                                            f"would refuse to start")
+
+
 def check_weights_fit(recipe: Recipe, memory: RankMemory) -> None:
     if memory.weights.bytes + memory.non_torch.bytes >= memory.requested_bytes:
         key = "memory.weights_gib" if memory.weights.provenance == "measured" else "model"
@@ -570,6 +594,7 @@ def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
     """Every backend of the recipe's engine through the doc's steps, or those in `only` (and auto, which the report
     compares them with): a sweep plans just the backends it shows."""
     memory = rank_memory(recipe)
+    check_cache_dtype(recipe, memory)
     check_weights_fit(recipe, memory)
     backends = engine_backends(recipe)
     logits = backend_logits(recipe, backends)

@@ -122,6 +122,25 @@ def layout_for(release: str, gpu: "Gpu") -> Layout:
     return LAYOUTS[(DEEPGEMM_RELEASES[release], "sm100" if gpu.arch in ("sm100", "sm103") else "sm90")]
 
 
+# The KV-cache dtypes each sparse-MLA backend takes (supported_kv_cache_dtypes): vLLM starts on no other.
+SPARSE_MLA_CACHE_DTYPES = {
+    "FLASHMLA_SPARSE": (("auto", "bfloat16", "fp8_ds_mla", "fp8", "nvfp4_ds_mla"),
+                        "vllm==0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:149-155 (nvfp4_ds_mla from "
+                        "0.30.0, SM100 only)"),
+    "FLASHINFER_MLA_SPARSE": (("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"),
+                              "vllm==0.33.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py:84-90"),
+    "FLASHINFER_MLA_SPARSE_SM120": (("auto", "fp8", "fp8_e4m3", "fp8_ds_mla"),
+                                    "vllm==0.33.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py:168-173"),
+    "FLASHINFER_MLA_SPARSE_SM90": (("auto", "bfloat16", "fp8", "fp8_e4m3"),
+                                   "vllm==0.33.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm90.py:148-153"),
+    "FLASH_ATTN_MLA_SPARSE": (("auto", "float16", "bfloat16"),
+                              "vllm==0.25.0 vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:85-88"),
+    "ROCM_AITER_MLA_SPARSE": (("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"),
+                              "vllm==0.21.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:266-272 (fp8 from "
+                              "0.21.0)"),
+}
+
+
 @dataclass(frozen=True)
 class Backend:
     name: str
