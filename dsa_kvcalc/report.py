@@ -14,6 +14,8 @@ UNCOMPUTED = ("decode_logits", "prefill_budget_bytes", "reserved_bytes", "cudagr
               "peak_activation_bytes", "kv_cache_bytes", "kv_cache_tokens", "max_concurrency", "kv_cache_tokens_vs_auto",
               "other_side_of_fix", "oom", "workaround")
 FIX = "vLLM #62860"
+PROFILE_BUDGET_LINE = "vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:503"
+PREFILL_CHUNKS_LINE = "vllm==0.33.0 vllm/v1/attention/backends/mla/indexer.py:1506"
 
 
 def provenance(t: Term) -> dict:
@@ -95,10 +97,12 @@ def oom_warnings(plan: Plan) -> list[str]:
             f"that runs them outside a CUDA graph (eager, piecewise, mixed) runs out of memory above {oom.max_decodes} "
             f"concurrent decodes (max-num-seqs {recipe.max_num_seqs}): {1 + recipe.num_speculative_tokens} rows x "
             f"{padded:,} columns x {element} B = {oom.bytes_per_decode / MIB:.1f} MiB per decode against "
-            f"{oom.free_bytes / GIB:.2f} GiB free (assumed: see assumptions); to reserve them, set "
-            f"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB={fix.prefill_budget_mb} (costs "
-            f"{backends[0].kv_cache_tokens - fix.sizing.kv_cache_tokens:,} KV tokens), or max-num-seqs "
-            f"{oom.max_decodes}")
+            f"{oom.free_bytes / GIB:.2f} GiB free (assumed: see assumptions). What this release allows: max-num-seqs "
+            f"{oom.max_decodes} (the decodes that fit); or VLLM_SPARSE_INDEXER_MAX_LOGITS_MB={fix.prefill_budget_mb}, "
+            f"which its profile run reserves ({PROFILE_BUDGET_LINE}), at "
+            f"{backends[0].kv_cache_tokens - fix.sizing.kv_cache_tokens:,} KV tokens; that covers decode-only steps, "
+            f"but the same budget sizes the prefill logits chunks ({PREFILL_CHUNKS_LINE}), so a mixed step can hold "
+            f"up to that much prefill logits beside the decode logits")
     return found
 
 
