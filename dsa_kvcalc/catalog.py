@@ -21,16 +21,26 @@ class Gpu:
 
 
 GPUS = [
-    Gpu("H100", "sm90", 81089 * MIB, ("NVIDIA H100 80GB HBM3", "H100-80GB", "H100-SXM"),
+    Gpu("H100", "sm90", 81089 * MIB, ("NVIDIA H100 80GB HBM3", "NVIDIA H100", "H100-80GB", "H100-SXM", "H100 SXM",
+                                      "H100 Mega 80GB", "NVIDIA H100 Mega 80GB"),
         "81,089 MiB (79.19 GiB): torch device properties and 'Free memory on device (78.66/79.19 GiB)' in vLLM logs "
-        "quoted in vllm-project/vllm issues"),
-    Gpu("H200", "sm90", 150_109_880_320, ("NVIDIA H200", "H200-141GB", "H200-SXM"),
+        "quoted in vllm-project/vllm issues; vLLM logs 'NVIDIA H100' on several machines, and GKE's A3 Mega "
+        "('H100 Mega 80GB') nodes carry the SXM part"),
+    Gpu("H100 PCIe", "sm90", 81008 * MIB, ("NVIDIA H100 PCIe",),
+        "torch device properties: name 'NVIDIA H100 PCIe', 9.0, total_memory 81008MB, 114 SMs (a public issue's "
+        "_CudaDeviceProperties print)"),
+    Gpu("H100 NVL", "sm90", bytes_of_gib(93.00), ("NVIDIA H100 NVL",),
+        "'GPU 0 has a total capacity of 93.00 GiB' in a torch OOM on H100 NVL (ali-vilab/VACE#56); nvidia-smi 95,830 "
+        "MiB (NVIDIA/gpu-admin-tools#4)"),
+    Gpu("H200", "sm90", 150_109_880_320, ("NVIDIA H200", "H200-141GB", "H200-SXM", "H200 SXM", "NVIDIA H200 SXM",
+                                          "NVIDIA H200 141GB", "NVIDIA H200 SXM 141GB"),
         "measured on the lent H200 (shared/design/capacity-model.md); 143,156 MiB in torch device properties"),
     Gpu("H200 NVL", "sm90", 150_109_880_320, ("NVIDIA H200 NVL",),
-        "139.80 GiB in user reports of vLLM on H200 NVL (the H200's measured bytes; no raw torch print found)"),
+        "nvidia-smi prints 143,771 MiB for H200 NVL as for the SXM part (so the SXM part's measured bytes); "
+        "139.80 GiB in user reports of vLLM on H200 NVL"),
     Gpu("H20", "sm90", 97285 * MIB, ("NVIDIA H20",),
         "torch device properties: name 'NVIDIA H20', 9.0, total_memory 97285MB, 78 SMs (vllm-project/vllm issues)"),
-    Gpu("GH200", "sm90", bytes_of_gib(94.88), ("NVIDIA GH200 480GB", "GH200 480GB"),
+    Gpu("GH200", "sm90", bytes_of_gib(94.88), ("NVIDIA GH200 480GB", "GH200 480GB", "NVIDIA GH200"),
         "94.88 GiB total capacity in a torch OOM on GH200 480GB (Lightning-AI/litgpt#1892); the Grace memory mode "
         "can change what is visible"),
     Gpu("B200", "sm100", 182631 * MIB, ("NVIDIA B200",),
@@ -40,22 +50,36 @@ GPUS = [
     Gpu("B300", "sm103", bytes_of_gib(267.69), ("NVIDIA B300 SXM6 AC", "NVIDIA B300", "B300-SXM6"),
         "'(267.08/267.69 GiB)' in a vLLM startup log and 267.69 GiB in OOM messages; compute capability 10.3"),
     Gpu("GB300", "sm103", bytes_of_gib(276.50), ("NVIDIA GB300",),
-        "276.50 GiB total capacity in torch OOM messages on GB300 nodes; compute capability 10.3"),
+        "276.50 GiB total capacity in torch OOM messages on GB300 nodes; compute capability 10.3 (two workstation "
+        "hosts show 256,703 MiB: the Grace memory mode moves what is visible)"),
     Gpu("RTX PRO 6000", "sm120", 97250 * MIB,
         ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+         "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell",
          "RTX PRO 6000 Blackwell", "RTX-PRO-6000"),
         "torch device properties: 12.0, total_memory 97250MB, 188 SMs; 'Free memory on device (94.41/94.97 GiB)' "
-        "in vLLM logs (Server Edition; the Workstation Edition shows the same nvidia-smi total)"),
-    Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark"),
+        "in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)"),
+    Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark", "NVIDIA DGX Spark"),
         "'Free memory on device cuda:0 (x/121.69 GiB)' in many DGX Spark vLLM logs; unified memory, so the "
         "figure moves with the OS carve-out"),
-    Gpu("MI300X", "gfx942", 196592 * MIB, ("AMD Instinct MI300X",),
-        "196,592 MiB (191.98 GiB) in ROCm torch device properties"),
-    Gpu("MI325X", "gfx942", bytes_of_gib(255.98), ("AMD Instinct MI325X",),
+    Gpu("MI300X", "gfx942", 196592 * MIB, ("AMD Instinct MI300X", "AMD_Instinct_MI300X"),
+        "196,592 MiB (191.98 GiB) in ROCm torch device properties (ROCm/ROCm#4203); vLLM names it "
+        "AMD_Instinct_MI300X (vllm==0.33.0 vllm/platforms/rocm.py:77-93)"),
+    Gpu("MI325X", "gfx942", bytes_of_gib(255.98), ("AMD Instinct MI325X", "AMD_Instinct_MI325X"),
         "255.98 GiB total capacity in HIP OOM messages (vllm-project/vllm#41962)"),
-    Gpu("MI355X", "gfx950", bytes_of_gib(287.98), ("AMD Instinct MI355X",),
+    Gpu("MI355X", "gfx950", bytes_of_gib(287.98), ("AMD Instinct MI355X", "AMD_Instinct_MI355X"),
         "287.98 GiB total capacity in HIP OOM messages on MI355X nodes"),
 ]
+# GPUs vLLM cannot run the DSA models on: the sparse-MLA backends take SM90 and SM10x (SM12x from vLLM 0.24.0):
+# FLASHMLA_SPARSE capability.major in [9, 10], FLASHINFER_MLA_SPARSE major 10, FLASH_ATTN_MLA_SPARSE major 9
+# (vllm==0.30.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:170-171 and beside it).
+UNSUPPORTED_GPUS = {
+    "A100": ("sm80", ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB")),
+    "A10": ("sm86", ("NVIDIA A10", "NVIDIA A10G")),
+    "L40S": ("sm89", ("NVIDIA L40S", "NVIDIA L40", "NVIDIA L4")),
+    "RTX 4090": ("sm89", ("NVIDIA GeForce RTX 4090",)),
+    "V100": ("sm70", ("Tesla V100-SXM2-32GB", "Tesla V100-SXM2-16GB", "NVIDIA V100")),
+    "T4": ("sm75", ("Tesla T4",)),
+}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ import yaml
 
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc import hf_config
-from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS, MODELS, Gpu, Layout, Model, layout_for
+from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS, MODELS, UNSUPPORTED_GPUS, Gpu, Layout, Model, \
+    layout_for
 from dsa_kvcalc.engine import Engine
 from dsa_kvcalc.units import GIB, MIB
 
@@ -386,15 +387,33 @@ def nested_mapping(name: str, value) -> dict:
 
 # Names -> catalog entries ------------------------------------------------------------------------------------------
 
-GPU_NAMES = {n.lower(): gpu for gpu in GPUS for n in (gpu.name, *gpu.aliases)}
+def gpu_key(name: str) -> str:
+    """A GPU name as people, torch, vLLM and nvidia-smi write it, reduced to compare: case, separators, a vendor
+    prefix and a note in brackets or after a comma ('NVIDIA H200 NVL (143,771 MiB)', 'AMD_Instinct_MI300X') aside."""
+    text = re.sub(r"\(.*?\)", " ", name.lower().split(",")[0])
+    words = re.sub(r"[\s_-]+", " ", text).split()
+    return " ".join(words[1:] if words[:1] in (["nvidia"], ["amd"]) else words)
+
+
+GPU_NAMES = {gpu_key(n): gpu for gpu in GPUS for n in (gpu.name, *gpu.aliases)}
+UNSUPPORTED_GPU_NAMES = {gpu_key(n): (name, arch) for name, (arch, spelled) in UNSUPPORTED_GPUS.items()
+                         for n in (name, *spelled)}
 MODEL_NAMES = {n.lower(): model for model in MODELS for n in (model.name, model.name.split("/")[-1], *model.aliases)}
 
 
 def find_gpu(name: str, key: str = "gpu") -> Gpu:
-    gpu = GPU_NAMES.get(name.strip().lower())
-    if gpu is None:
-        raise RecipeError(key, f"unknown GPU {name!r}; known: {', '.join(g.name for g in GPUS)}")
-    return gpu
+    """A GPU by any of its names; '8x NVIDIA B200' and 'NVIDIA DGX Spark / GB10' as people list them too."""
+    spelled = gpu_key(re.sub(r"^\s*\d{1,4}\s*x\s+", "", name))
+    gpu = next((GPU_NAMES[part.strip()] for part in spelled.split(" / ") if part.strip() in GPU_NAMES), None)
+    if gpu is not None:
+        return gpu
+    if spelled in UNSUPPORTED_GPU_NAMES:
+        family, arch = UNSUPPORTED_GPU_NAMES[spelled]
+        raise RecipeError(key, f"{name} ({family}, {arch}): vLLM runs DSA models only on SM90 and SM10x (SM12x from "
+                               f"0.24.0): its sparse-MLA backends reject {arch}")
+    close = difflib.get_close_matches(spelled, list(GPU_NAMES), n=3, cutoff=0.5)
+    hint = f"; closest: {', '.join(dict.fromkeys(GPU_NAMES[c].name for c in close))}" if close else ""
+    raise RecipeError(key, f"unknown GPU {shown(name)}{hint}; known: {', '.join(g.name for g in GPUS)}")
 
 
 def model_config_path(name: str, recipe_dir: Path) -> Path | None:

@@ -165,3 +165,23 @@ def test_the_stamp_table_is_read_from_every_release():
     from dsa_kvcalc.engine import RELEASES
     assert list(table) == list(RELEASES)
     assert table["0.26.0"]["gpu_worker.py:560"] == "Available KV cache memory"  # the GLM-5.2 GB200 log's stamp
+
+
+@pytest.mark.parametrize("spelled, gpu", [
+    ("NVIDIA H100", "H100"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H100 NVL", "H100 NVL"),
+    ("NVIDIA H200 SXM", "H200"), ("NVIDIA GH200", "GH200"), ("NVIDIA DGX Spark", "GB10"), ("DGX Spark", "GB10"),
+    ("NVIDIA RTX PRO 6000 Blackwell", "RTX PRO 6000"), ("AMD_Instinct_MI300X", "MI300X"),
+    # as the development records write them (shared/data/dsa-startup-records.json)
+    ("NVIDIA RTX PRO 6000 Blackwell (96 GB)", "RTX PRO 6000"), ("NVIDIA H200 NVL (143,771 MiB)", "H200 NVL"),
+    ("NVIDIA H100 Mega 80GB", "H100"), ("NVIDIA GH200 (96 GB)", "GH200"), ("NVIDIA H20 (SM90, 95 GiB)", "H20"),
+    ("2x NVIDIA DGX Spark / GB10", "GB10"), ("NVIDIA H200 SXM (143,771 MiB), NVLink mesh", "H200"),
+])
+def test_gpu_names_as_people_and_vllm_write_them(spelled, gpu):
+    assert load({"model": "DeepSeek-V3.2", "gpu": spelled, "tensor-parallel-size": 8}).gpu.name == gpu
+
+
+def test_an_unknown_gpu_gets_the_closest_and_an_unsupported_one_the_reason():
+    with pytest.raises(RecipeError, match="closest: H200"):
+        load({"model": "DeepSeek-V3.2", "gpu": "H2000"})
+    with pytest.raises(RecipeError, match="sm80"):
+        load({"model": "DeepSeek-V3.2", "gpu": "NVIDIA A100-SXM4-80GB"})
