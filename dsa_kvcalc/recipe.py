@@ -390,7 +390,7 @@ def nested_mapping(name: str, value) -> dict:
 def gpu_key(name: str) -> str:
     """A GPU name as people, torch, vLLM and nvidia-smi write it, reduced to compare: case, separators, a vendor
     prefix and a note in brackets or after a comma ('NVIDIA H200 NVL (143,771 MiB)', 'AMD_Instinct_MI300X') aside."""
-    text = re.sub(r"\(.*?\)", " ", name.lower().split(",")[0])
+    text = re.sub(r"\(.*?\)", " ", name.lower()).split(",")[0]
     words = re.sub(r"[\s_-]+", " ", text).split()
     return " ".join(words[1:] if words[:1] in (["nvidia"], ["amd"]) else words)
 
