@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from dsa_kvcalc import estimates, kv_cache
-from dsa_kvcalc.engine import ALL, release_tuple
+from dsa_kvcalc.engine import ALL, MTP_METHODS, release_tuple
 from dsa_kvcalc.catalog import SPARSE_MLA_CACHE_DTYPES, BACKENDS, STRIDE_ALIGNMENT_BYTES, Backend, Layout
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.kv_cache import KvSpec
@@ -214,7 +214,7 @@ def sparse_mla_backend(recipe: Recipe) -> str:
 
 def mtp_layers(recipe: Recipe) -> int:
     """MTP speculation adds the checkpoint's MTP layers to the KV cache (vllm/models/deepseek_v32/nvidia/mtp.py)."""
-    mtp = recipe.num_speculative_tokens and recipe.speculative_method in (None, "mtp", "deepseek_mtp")
+    mtp = recipe.num_speculative_tokens and (recipe.speculative_method is None or recipe.speculative_method in MTP_METHODS)
     return recipe.model.mtp_layers if mtp else 0
 
 

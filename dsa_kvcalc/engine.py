@@ -120,6 +120,7 @@ class Engine:
     sm12x_sparse_mla_backend: str
     sparse_mla_prefill_workspace_factor: tuple[int, int]  # up to 262,144 tokens of max_model_len, and above
     rocm_accepts_fp8: bool
+    speculative_methods: frozenset
 
     @property
     def label(self) -> str:
@@ -138,6 +139,11 @@ SEED = "the seed (vLLM PR #62860, merged 2026-10-28 as 317081f)"
 V4 = "DeepseekV4ForCausalLM"
 V32 = "DeepseekV32ForCausalLM"
 GLM5 = "GlmMoeDsaForCausalLM"
+
+# MTP names vLLM rewrites to mtp (vllm==0.26.0 vllm/config/speculative.py:686-690) for the DSA models' drafters
+MTP_METHODS = frozenset({"mtp", "deepseek_mtp", "glm4_moe_mtp", "glm5_next_mtp"})
+SPECULATIVE_METHODS_019 = frozenset({"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3",
+                                     "extract_hidden_states", "ngram_gpu"}) | MTP_METHODS
 
 VLLM_RULES = {
     "reserves_decode_logits": Rule(
@@ -287,6 +293,16 @@ VLLM_RULES = {
                 "40 x max_model_len indexer keys and 5 x max_model_len BF16 rows",
         (Change("0.32.0", (5, 2), "vllm==0.32.0 vllm/config/vllm.py:1790-1798: factor 5 up to 262,144 tokens, else "
                                   "2 (8 x factor indexer keys)"),)),
+    "speculative_methods": Rule(
+        frozenset(SPECULATIVE_METHODS_019), "vllm==0.19.0 vllm/config/speculative.py:52: SpeculativeMethod",
+        (Change("0.20.0", frozenset(SPECULATIVE_METHODS_019 | {"dflash"}), "vllm==0.20.0 vllm/config/speculative.py:53"),
+         Change("0.22.0", frozenset(SPECULATIVE_METHODS_019 | {"dflash", "custom_class"}),
+                "vllm==0.22.0 vllm/config/speculative.py:65"),
+         Change("0.25.0", frozenset(SPECULATIVE_METHODS_019 | {"dflash", "custom_class", "dspark"}),
+                "vllm==0.25.0 vllm/config/speculative.py:60-64"),
+         Change("0.33.0", frozenset(SPECULATIVE_METHODS_019 - {"medusa", "mlp_speculator"}
+                                    | {"dflash", "custom_class", "dspark"}),
+                "vllm==0.33.0 vllm/config/speculative.py:74: medusa and mlp_speculator removed"))),
     "rocm_accepts_fp8": Rule(
         False, "vllm==0.20.2 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:85-89: auto, float16, bfloat16",
         (Change("0.21.0", True, "vllm==0.21.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:266-272: fp8 and "

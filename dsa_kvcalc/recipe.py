@@ -63,6 +63,9 @@ KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2",
                    "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head",
                    "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
 SPARSE_MLA_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_ds_mla", "nvfp4_ds_mla")
+SPECULATIVE_METHODS = tuple(sorted(engines.VLLM_RULES["speculative_methods"].initial
+                                   | {m for change in engines.VLLM_RULES["speculative_methods"].changes
+                                      for m in change.value}))
 PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")  # vllm==0.33.0 vllm/config/vllm.py:147
 ALL2ALL_BACKENDS = ("naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "deepep_v2", "mori_high_throughput",
                     "mori_low_latency", "moonep", "nixl_ep", "allgather_reducescatter", "flashinfer_all2allv",
@@ -97,8 +100,10 @@ class Recipe:
                                       "the GPU's memory and the vLLM version", ARG_UTILS, 1, MAX_TOKENS)
     num_speculative_tokens: int = key("speculative-config.num_speculative_tokens", "int", 0,
                                       "Draft tokens per step: each decode has 1 + k rows", minimum=0, maximum=64)
-    speculative_method: str | None = key("speculative-config.method", "str", None,
-                                         "mtp (or deepseek_mtp) adds the MTP layer's KV cache")
+    speculative_method: str | None = key("speculative-config.method", "choice", None,
+                                         "mtp (or deepseek_mtp) adds the MTP layers' KV cache, dspark DeepSeek-V4's "
+                                         "draft layers'; the methods the vLLM release accepts",
+                                         "vllm/config/speculative.py", choices=SPECULATIVE_METHODS)
     tensor_parallel_size: int = key("tensor-parallel-size", "int", 1, "TP size", minimum=1, maximum=MAX_PARALLEL)
     data_parallel_size: int = key("data-parallel-size", "int", 1, "DP size", minimum=1, maximum=MAX_PARALLEL)
     pipeline_parallel_size: int = key("pipeline-parallel-size", "int", 1, "PP size (only 1 is modelled)",
@@ -569,6 +574,10 @@ def check_across(recipe: Recipe) -> None:
     if recipe.attention_backend is not None and recipe.attention_backend not in SPARSE_MLA_BACKENDS:
         raise RecipeError("attention-backend", f"{recipe.attention_backend} is no sparse-MLA backend; DSA models run "
                                                f"on {', '.join(SPARSE_MLA_BACKENDS)}")
+    method = recipe.speculative_method
+    if method is not None and recipe.engine.name == "vllm" and method not in recipe.engine.speculative_methods:
+        raise RecipeError("speculative-config.method", f"{method} is not a method of {recipe.engine.label}; it takes "
+                                                       f"{', '.join(sorted(recipe.engine.speculative_methods))}")
     if recipe.kv_cache_memory_bytes is not None and recipe.kv_cache_memory_bytes > gpu.total_memory_bytes:
         raise RecipeError("kv-cache-memory-bytes", f"{recipe.kv_cache_memory_bytes:,} B is more than {gpu.name}'s "
                                                    f"{gpu.total_memory_bytes:,} B")

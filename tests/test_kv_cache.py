@@ -72,6 +72,9 @@ def test_glm52_keeps_21_indexers_since_vllm_024():
 
 
 V4, V32, GLM5 = "DeepseekV4ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"
+# vllm==0.19.0 vllm/config/speculative.py:52, with the MTP names of the DSA models' drafters
+SPEC_019 = {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "extract_hidden_states",
+            "ngram_gpu", "mtp", "deepseek_mtp", "glm4_moe_mtp", "glm5_next_mtp"}
 # Every change of every rule, bracketed: (rule, last release with the old value, old value, first with the new, new
 # value), each pair read in the two releases' source (the lines engine.py cites), written out here by hand.
 BOUNDARIES = [
@@ -114,6 +117,12 @@ BOUNDARIES = [
     ("sm12x_sparse_mla_backend", "0.23.0", "FLASHMLA_SPARSE", "0.24.0", "FLASHINFER_MLA_SPARSE_SM120"),
     ("sparse_mla_prefill_workspace_factor", "0.31.0", (5, 5), "0.32.0", (5, 2)),
     ("rocm_accepts_fp8", "0.20.2", False, "0.21.0", True),
+    ("speculative_methods", "0.19.1", SPEC_019, "0.20.0", SPEC_019 | {"dflash"}),
+    ("speculative_methods", "0.21.0", SPEC_019 | {"dflash"}, "0.22.0", SPEC_019 | {"dflash", "custom_class"}),
+    ("speculative_methods", "0.24.0", SPEC_019 | {"dflash", "custom_class"}, "0.25.0",
+     SPEC_019 | {"dflash", "custom_class", "dspark"}),
+    ("speculative_methods", "0.32.0", SPEC_019 | {"dflash", "custom_class", "dspark"}, "0.33.0",
+     SPEC_019 - {"medusa", "mlp_speculator"} | {"dflash", "custom_class", "dspark"}),
 ]
 
 
