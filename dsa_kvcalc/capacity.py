@@ -544,7 +544,10 @@ def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
 
 
 def check_weights_fit(recipe: Recipe, memory: RankMemory) -> None:
-    if memory.weights.bytes + memory.non_torch.bytes >= memory.requested_bytes:
+    """Weights that leave no room refuse the plan, unless they are an estimate and the KV memory is pinned
+    (kv-cache-memory-bytes): then vLLM's own figure for them does not enter the KV cache."""
+    pinned = recipe.kv_cache_memory_bytes is not None and memory.weights.provenance != "measured"
+    if not pinned and memory.weights.bytes + memory.non_torch.bytes >= memory.requested_bytes:
         key = "memory.weights_gib" if memory.weights.provenance == "measured" else "model"
         raise RecipeError(key, f"{recipe.model.name} needs {memory.weights.bytes / GIB:.1f} GiB of weights per rank; "
                                f"{recipe.gpu.name} at gpu-memory-utilization {recipe.gpu_memory_utilization} allows "

@@ -448,8 +448,11 @@ def find_model(name: str, recipe_dir: Path) -> Model:
             return hf_config.read_model(path)
         except hf_config.ConfigError as error:
             raise RecipeError("model", str(error)) from None
-    known = ", ".join(m.name.split("/")[-1] for m in MODELS)
-    raise RecipeError("model", f"unknown model {name!r} (not in the catalog, not a config.json); known: {known}")
+    known = [m.name.split("/")[-1] for m in MODELS]
+    close = difflib.get_close_matches(spelled.rsplit("/", 1)[-1], [k.lower() for k in known], n=1, cutoff=0.6)
+    hint = f" (a variant of {next(k for k in known if k.lower() == close[0])}? its config.json decides)" if close else ""
+    raise RecipeError("model", f"unknown model {shown(name)}{hint}: give model: path/to/its config.json (or the folder "
+                               f"that holds it), from which plan derives the KV cache; catalog: {', '.join(known)}")
 
 
 # Raw recipe -> values ------------------------------------------------------------------------------------------
