@@ -7,7 +7,7 @@ token (section 4) are kv_cache.py's. Bytes and tokens are integers.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dsa_kvcalc import estimates, kv_cache
 from dsa_kvcalc.engine import ALL, MTP_METHODS, release_tuple
@@ -584,6 +584,44 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
         indexer_headroom_bytes=headroom,
         release=sides[recipe.reserves_decode_logits], other=sides[not recipe.reserves_decode_logits],
         oom=risk, workaround=workaround(recipe, memory, dl, headroom, graphs.bytes) if risk.at_risk else None)
+
+
+# Defaults that can decide the answer, and the values a deployment plausibly has instead.
+PLAUSIBLE_DEFAULTS = {
+    "max_num_batched_tokens": (2048, 8192, 16384),
+    "async_scheduling": (True, False),
+    "kv_cache_dtype": ("auto", "fp8"),
+}
+MOVES_THE_ANSWER = 0.01
+
+
+@dataclass(frozen=True)
+class DefaultImpact:
+    field: str  # a recipe field the recipe left to its default
+    value: object  # the default taken
+    other: object  # a plausible other value
+    tokens_change: float  # the selected backend's KV tokens there against here, as a fraction
+
+
+def default_impacts(recipe: Recipe) -> list[DefaultImpact]:
+    """Each default the recipe leaves out that moves the KV tokens by more than 1 % between its plausible values."""
+    tokens = plan(recipe, {recipe.topk_backend}).backend(recipe.topk_backend).kv_cache_tokens
+    found = []
+    for field_name, values in PLAUSIBLE_DEFAULTS.items():
+        value = getattr(recipe, field_name)
+        if field_name in recipe.given or value not in values:
+            continue
+        for other in (v for v in values if v != value):
+            changed = {field_name: other} | ({"cache_dtype": other} if field_name == "kv_cache_dtype" else {})
+            try:
+                other_tokens = plan(replace(recipe, **changed), {recipe.topk_backend}).backend(
+                    recipe.topk_backend).kv_cache_tokens
+            except RecipeError:  # a value this deployment cannot take
+                continue
+            change = other_tokens / tokens - 1 if tokens else 0.0
+            if abs(change) > MOVES_THE_ANSWER:
+                found.append(DefaultImpact(field_name, value, other, round(change, 4)))
+    return found
 
 
 def backend_logits(recipe: Recipe, backends: list[Backend]) -> dict[str, DecodeLogits]:

@@ -167,6 +167,7 @@ class Recipe:
     layout: Layout = None
     ignored_keys: tuple[str, ...] = ()
     measured_on: "Recipe | None" = None  # the recipe the memory block was measured on, where this one differs
+    given: frozenset = frozenset()  # the fields the recipe gives: the others took their defaults
 
     @property
     def measured(self) -> bool:
@@ -519,7 +520,8 @@ def resolve(values: dict, recipe_dir: Path = Path("."), ignored: list[str] = ())
             raise RecipeError(required, "missing (every recipe names a model and a GPU)")
     gpu = find_gpu(values["gpu"])
     model = find_model(values["model"], recipe_dir)
-    values = {f: k.default for f, k in KEYS.items()} | values | {"gpu": gpu, "model": model}
+    given = frozenset(values)
+    values = {f: k.default for f, k in KEYS.items()} | values | {"gpu": gpu, "model": model, "given": given}
     engine = engines.DEEPINFER if values["engine_name"] == "deepinfer" else engines.vllm(values["vllm_version"])
     if values["max_model_len"] in (None, -1):
         values["max_model_len"] = model.max_position_embeddings

@@ -1,7 +1,9 @@
 """A Plan as plain data: the JSON contract of `plan --format json`, its warnings and assumptions. Every renderer and
 sweep read a plan through this module; it formats nothing for people."""
 
+from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import BackendPlan, Plan, Sizing, Term
+from dsa_kvcalc.recipe import KEYS
 from dsa_kvcalc.engine import NEWEST_VLLM
 from dsa_kvcalc.units import GIB, MIB
 
@@ -106,6 +108,16 @@ def oom_warnings(plan: Plan) -> list[str]:
     return found
 
 
+def default_warnings(plan: Plan) -> list[str]:
+    """The defaults the recipe leaves out that move its KV tokens by more than 1 %."""
+    by_field: dict[str, list[capacity.DefaultImpact]] = {}
+    for impact in capacity.default_impacts(plan.recipe):
+        by_field.setdefault(impact.field, []).append(impact)
+    return [f"{KEYS[field].name} is not in the recipe and took {impacts[0].value}: at "
+            + ", at ".join(f"{i.other} the KV tokens would move {i.tokens_change:+.1%}" for i in impacts)
+            + f" (give {KEYS[field].name} to settle it)" for field, impacts in by_field.items()]
+
+
 def warnings(plan: Plan) -> list[str]:
     recipe = plan.recipe
     found = []
@@ -120,6 +132,7 @@ def warnings(plan: Plan) -> list[str]:
     found += oom_warnings(plan)
     if any(b.available and b.kv_cache_bytes == 0 for b in plan.backends):
         found.append("no memory is left for the KV cache with some backends: vLLM would refuse to start")
+    found += default_warnings(plan)
     estimated = estimated_terms(plan)
     if estimated and recipe.kv_cache_memory_bytes is None:
         found.append(f"{', '.join(estimated)} memory {'is' if len(estimated) == 1 else 'are'} estimated: put measured "

@@ -185,3 +185,14 @@ def test_an_unknown_gpu_gets_the_closest_and_an_unsupported_one_the_reason():
         load({"model": "DeepSeek-V3.2", "gpu": "H2000"})
     with pytest.raises(RecipeError, match="sm80"):
         load({"model": "DeepSeek-V3.2", "gpu": "NVIDIA A100-SXM4-80GB"})
+
+
+def test_a_default_that_moves_the_answer_is_named_with_how_far():
+    # DeepSeek-V4's window pages grow with max-num-batched-tokens (cdiv(127 + 2 x tokens, 64) + 1 pages a window
+    # group): at 1,048,576 tokens on H20 the default 8192 against 2048 moves the logged tokens by far more than 1 %.
+    recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "H20", "tensor-parallel-size": 2, "max-model-len": 131072})
+    moved = {(i.field, i.other) for i in capacity.default_impacts(recipe)}
+    assert ("max_num_batched_tokens", 2048) in moved and ("async_scheduling", False) in moved
+    given = load({"model": "DeepSeek-V4-Flash", "gpu": "H20", "tensor-parallel-size": 2, "max-model-len": 131072,
+                  "max-num-batched-tokens": 8192, "async-scheduling": True})
+    assert capacity.default_impacts(given) == []
