@@ -247,7 +247,7 @@ def mismatch_notes(recipe: Recipe, measured: Measured, kv_per_token: int, implie
     notes = [f"KV bytes per logged token: the log implies {implied:,} B (Available KV "
              f"{measured.available_kv_bytes / GIB:.2f} GiB / {measured.kv_tokens:,} tokens); plan's KV-cache groups give "
              f"{kv_per_token:,} B for {recipe.model.name} with {recipe.kv_cache_dtype} KV on {recipe.engine.label}"]
-    mtp_on = bool(capacity.mtp_layers(recipe))
+    mtp_on = bool(capacity.draft_layers(recipe))
     toggled = replace(recipe, num_speculative_tokens=0 if mtp_on else 1, speculative_method="mtp")
     if recipe.model.mtp_layers and abs(logged_token_bytes(toggled) - implied) < abs(kv_per_token - implied):
         notes.append(f"with{'out' if mtp_on else ''} the MTP layer's KV cache the figure is "

@@ -10,7 +10,6 @@ from dsa_kvcalc.units import GIB, MIB
 OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilization): an unfixed vLLM's KV cache takes "
                   "the rest, and eager, piecewise and mixed steps allocate the decode logits from it (the seed's rank "
                   "had 3.04 GiB free plus 1.54 GiB of live BF16 logits when it died at 131 decodes)")
-FITTED_LENGTH = 1_048_576  # the seed's max-model-len (estimates.V41_FLASH_LOGGED_TOKEN_BYTES)
 UNCOMPUTED = ("decode_logits", "prefill_budget_bytes", "reserved_bytes", "cudagraph_logits_rows",
               "cudagraph_logits_bytes", "cudagraph_bytes", "cudagraph_provenance", "indexer_headroom_bytes",
               "peak_activation_bytes", "kv_cache_bytes", "kv_cache_tokens", "max_concurrency", "kv_cache_tokens_vs_auto",
@@ -147,9 +146,6 @@ def assumptions(plan: Plan) -> list[str]:
     kv = plan.memory.kv_provenance
     found = [f"out-of-memory bound without #62860: {OOM_ASSUMPTION}",
              f"KV cache ({kv.provenance}): {kv.source}" + (f"; {recipe.model.note}" if recipe.model.note else "")]
-    if recipe.model.logged_token_bytes and recipe.max_model_len != FITTED_LENGTH:
-        found.append(f"{recipe.model.name}'s KV cost per logged token was fitted at max-model-len {FITTED_LENGTH:,}: "
-                     f"at {recipe.max_model_len:,} it is an estimate (each request's window pages do not scale)")
     if not recipe.indexer_headroom_bytes:
         found.append("indexer headroom = the prefill budget: the reservation raises the profiled peak by all it adds "
                      "over the budget (give memory.indexer_headroom_gib, measured, to model less)")
