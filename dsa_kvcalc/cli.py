@@ -14,6 +14,7 @@ from typer.exceptions import TyperException
 
 from dsa_kvcalc.output import OutputError, check_targets, write
 from dsa_kvcalc.recipe import RecipeError
+from dsa_kvcalc.streams import Stream, StreamError, console, printable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, help="Capacity calculator for DeepSeek-Sparse-Attention models on vLLM.")
@@ -38,7 +39,7 @@ class SweepFormat(str, Enum):
 
 
 def fail(message: str, code: int = 2):
-    typer.echo(f"error: {message}", err=True)
+    sys.stderr.write(f"error: {printable(message)}\n")
     raise typer.Exit(code)
 
 
@@ -89,12 +90,6 @@ def console_chunks(parts):
         yield console.file.getvalue()
         console.file.seek(0)
         console.file.truncate()
-
-
-def console():
-    from rich.console import Console
-
-    return Console(highlight=False)
 
 
 SET_HELP = "Override a recipe key, e.g. --set max-num-seqs=384 --set speculative-config.num_speculative_tokens=3"
@@ -242,7 +237,6 @@ def sweep(
                                                           "reservation against the first varied key"),
 ):
     """Plan every point of the varied keys' product: one row per point and backend (plan's JSON, flattened)."""
-    from rich.console import Console
     from rich.progress import Progress
 
     from dsa_kvcalc import sweep as sweeping
@@ -264,7 +258,7 @@ def sweep(
     total = sweeping.point_count(varies)
     failures = sweeping.Failures()
     show_progress = total >= PROGRESS_MIN_POINTS and sys.stderr.isatty()
-    with Progress(console=Console(stderr=True), transient=True, disable=not show_progress) as progress:
+    with Progress(console=console(stderr=True), transient=True, disable=not show_progress) as progress:
         points = sweeping.points(varies)
         if show_progress:
             points = progress.track(points, total=total, description=f"{total:,} points")
@@ -276,8 +270,8 @@ def sweep(
     if plot is not None:
         emit([plotting.png_bytes(series)], plot, "--plot", binary=True)
     if failures.count:
-        typer.echo(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); first: "
-                   f"{failures.first}", err=True)
+        sys.stderr.write(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); "
+                         f"first: {printable(failures.first)}\n")
 
 
 @app.command()
@@ -377,19 +371,31 @@ def usage_line(error: TyperException) -> str:
 
 
 def main(args: list[str] | None = None):
-    """The console script. Usage errors are one line, like every other error; no arguments print the help."""
+    """The console script. stdout and stderr are written as streams.py says (and restored afterwards): a stdout that
+    cannot take the output is one line and exit 2, or exit 1 when its reader went away (| head)."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Stream(sys.stdout, product=True), Stream(sys.stderr, product=False)
     try:
-        code = app(args=args, prog_name="dsa-kvcalc", standalone_mode=False)
+        code = exit_code(args)
+        sys.stdout.flush()
+    except StreamError as error:
+        code = 1 if error.reader_gone else 2
+        if not error.reader_gone:
+            sys.stderr.write(f"error: {error}\n")
+    finally:
+        sys.stdout, sys.stderr = streams
+    sys.exit(code)
+
+
+def exit_code(args: list[str] | None) -> int:
+    """The command's exit code. Usage errors are one line, like every other error; no arguments print the help."""
+    try:
+        return app(args=args, prog_name="dsa-kvcalc", standalone_mode=False) or 0
     except TyperException as error:  # typer's usage errors (bad option, missing argument)
         if type(error).__name__ == "NoArgsIsHelpError":
-            typer.echo(error.message)
-            code = 0
-        else:
-            typer.echo(f"error: {usage_line(error)}", err=True)
-            code = error.exit_code
+            sys.stdout.write(error.message + "\n")
+            return 0
+        sys.stderr.write(f"error: {printable(usage_line(error))}\n")
+        return error.exit_code
     except (KeyboardInterrupt, typer.Abort):  # Ctrl-C: the shell's convention, and no traceback
-        code = 128 + signal.SIGINT
-    except BrokenPipeError:  # the reader went away (| head): nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 1
-    sys.exit(code or 0)
+        return 128 + signal.SIGINT
