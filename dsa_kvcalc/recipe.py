@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from dsa_kvcalc import engine as engines
-from dsa_kvcalc import hf_config
+from dsa_kvcalc import hf_config, inputs
 from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, DEFAULT_DEEPGEMM, GPUS, MODELS, Gpu, Layout, Model, \
     layout_for
 from dsa_kvcalc.engine import Engine
@@ -627,14 +627,9 @@ def yaml_loader():
 
 def read_yaml(path: Path) -> dict:
     try:
-        with path.open("rb") as file:
-            data = file.read(RECIPE_MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise RecipeError("recipe", f"no such file: {path}") from None
-    except OSError as error:
-        raise RecipeError("recipe", f"cannot read {path}: {error.strerror or error}") from None
-    if len(data) > RECIPE_MAX_BYTES:
-        raise RecipeError("recipe", f"{path} is over {RECIPE_MAX_BYTES // MIB} MiB: not a recipe")
+        data = inputs.read_bytes(path, RECIPE_MAX_BYTES, "recipe")
+    except inputs.Unreadable as error:
+        raise RecipeError("recipe", str(error)) from None
     try:
         raw = yaml.load(data.decode(), Loader=yaml_loader())
     except UnicodeDecodeError:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsa_kvcalc import inputs
 from dsa_kvcalc.recipe import RecipeError
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -103,15 +104,15 @@ class LogReading:
 
 
 LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces: no log line that matters is this long
+LOG_MAX_BYTES = 64 << 20  # a startup log is kilobytes; reading this much takes seconds already
 
 
 def read_log_file(path: Path, key: str) -> LogReading:
-    """A log file, read line by line (memory stays flat however large it is)."""
+    """A log file, read line by line (memory stays flat)."""
     try:
-        with path.open(encoding="utf-8", errors="replace") as file:
-            return read_log(iter(lambda: file.readline(LINE_MAX_CHARS), ""))
-    except OSError as error:
-        raise RecipeError(key, f"cannot read {path}: {error.strerror or error}") from None
+        return read_log(inputs.read_lines(path, LOG_MAX_BYTES, "vLLM startup log", LINE_MAX_CHARS))
+    except inputs.Unreadable as error:
+        raise RecipeError(key, str(error)) from None
 
 
 def read_log(lines) -> LogReading:
