@@ -23,6 +23,9 @@ from dsa_kvcalc.engine import Engine
 from dsa_kvcalc.units import GIB, MIB
 
 RECIPE_MAX_BYTES = 1 << 20  # a recipe is a few hundred bytes; anything this large is not one
+# A vLLM release as written (0.34.0, v0.20.1.dev1+g1234): numbers of at most 6 digits and a tag of at most 64
+# characters, so that no part is too long to convert (Python reads no int of over 4,300 digits)
+VERSION = r"v?\d{1,6}\.\d{1,6}(\.\d{1,6})?([.+\-]?\w[\w.+\-]{0,63})?"
 
 
 class RecipeError(Exception):
@@ -280,7 +283,7 @@ def check_value(name: str, k: Key, value):
         return tuple(sorted({check_bounds(name, s, k) for s in value}))
     if k.kind == "version":
         text = str(value).strip() if isinstance(value, (str, float)) else ""
-        if not re.fullmatch(r"v?\d+\.\d+(\.\d+)?([.+\-]?\w[\w.+\-]*)?", text):
+        if not re.fullmatch(VERSION, text):
             raise RecipeError(name, f"expected a vLLM release such as {engines.NEWEST_VLLM}, got {value!r}")
         version = text.lstrip("v")
         if engines.release_tuple(version) < engines.release_tuple(engines.OLDEST_VLLM):

@@ -18,7 +18,8 @@ from dsa_kvcalc.recipe import RecipeError
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "(Worker_TP0 pid=514) ", "(EngineCore_DP0 pid=749) (RayWorkerWrapper pid=347, ip=172.16.17.12) ": the last names the rank.
 PREFIX = re.compile(r"\(([A-Za-z][\w.-]* pid=\d+[^()]*)\)\s*")
-# Bounded: a figure of more digits than any log prints is no figure (and a 5000-digit one would not convert).
+# Bounded: a figure (or a version) of more digits than any log prints is none (and a 5000-digit one would not
+# convert).
 NUMBER = r"(\d{1,15}(?:\.\d{1,12})?)"
 COUNT = r"(\d{1,3}(?:,?\d{3}){0,6})"
 
@@ -49,8 +50,8 @@ LINES = [
     (("gpu_memory_utilization", "utilization_without_graphs"),
      rf"The current --gpu-memory-utilization={NUMBER} is equivalent to --gpu-memory-utilization={NUMBER} without "
      rf"CUDA graph memory profiling"),
-    (("version",), r"\bversion (\d+\.\d+\.\d+\S*)\s*$"),
-    (("version",), r"Initializing a V1 LLM engine \(v(\d+\.\d+\.\d+[^)\s]*)\)"),
+    (("version",), r"\bversion (\d{1,6}\.\d{1,6}\.\d{1,6}\S{0,64})\s*$"),
+    (("version",), r"Initializing a V1 LLM engine \(v(\d{1,6}\.\d{1,6}\.\d{1,6}[^)\s]{0,64})\)"),
 ]
 PATTERNS = [(fields, re.compile(pattern)) for fields, pattern in LINES]
 ARGS = re.compile(r"non-default args: (\{.*)$")
