@@ -338,11 +338,11 @@ def verify(
     try:
         env = live.probe()
         target = checking.local_target(env)
+        shapes = guarded(lambda: checking.builtin_shapes(target) if recipe is None
+                         else checking.recipe_shapes(recipe, target, as_local))
+        report = guarded(lambda: live.run_verify(shapes, backends, env, target, profile, reproduce_oom))
     except checking.Unavailable as error:
         fail(str(error), 3)
-    shapes = guarded(lambda: checking.builtin_shapes(target) if recipe is None
-                     else checking.recipe_shapes(recipe, target, as_local))
-    report = guarded(lambda: live.run_verify(shapes, backends, env, target, profile, reproduce_oom))
     if format is ReportFormat.json:
         sys.stdout.write(render.render_json(report))
     else:
