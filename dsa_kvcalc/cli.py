@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 from typer.exceptions import TyperException
 
-from dsa_kvcalc.output import OutputError, check_targets, write
+from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, write
 from dsa_kvcalc.recipe import RecipeError
 from dsa_kvcalc.streams import Stream, StreamError, console, printable
 
@@ -199,28 +199,34 @@ def calibrate(
     result = guarded(work)
     check_outputs({"--output": output}, [result.recipe.model.config_path])
     text = render.render_json(result) if format is ReportFormat.json else render.render_text(result)
+    calibrated = [render.recipe_yaml(result, log.name)] if output is not None else []  # ready before any write
     sys.stdout.write(text)
     if output is not None:
-        emit([render.recipe_yaml(result, log.name)], output)
+        emit(calibrated, output)
 
 
 PROGRESS_MIN_POINTS = 2000  # about a fifth of a second of sweeping
 
 
-def emit_rows(rows, keys: list[str], format: SweepFormat | None, output: Path | None) -> None:
+def emit_rows(rows, keys: list[str], format: SweepFormat | None, output: Path | None, files: Outputs) -> None:
     """A sweep's rows in the format asked for, or the one --output's suffix names (else a table)."""
     from dsa_kvcalc.render import sweep as render
 
     suffix = output.suffix.lower() if output else ""
     format = format or {".csv": SweepFormat.csv, ".jsonl": SweepFormat.jsonl}.get(suffix, SweepFormat.table)
     if format is SweepFormat.csv:
-        emit(render.csv_lines(rows), output)
+        chunks = render.csv_lines(rows)
     elif format is SweepFormat.jsonl:
-        emit(render.jsonl_lines(rows), output)
+        chunks = render.jsonl_lines(rows)
     elif output is None:
         render.render_table(keys, rows, console())
+        return
     else:
-        emit(console_chunks(lambda c: render.table_parts(keys, rows, c)), output)
+        chunks = console_chunks(lambda c: render.table_parts(keys, rows, c))
+    if output is None:
+        sys.stdout.writelines(chunks)
+    else:
+        files.write(chunks, output)
 
 
 @app.command()
@@ -258,17 +264,22 @@ def sweep(
     total = sweeping.point_count(varies)
     failures = sweeping.Failures()
     show_progress = total >= PROGRESS_MIN_POINTS and sys.stderr.isatty()
-    with Progress(console=console(stderr=True), transient=True, disable=not show_progress) as progress:
-        points = sweeping.points(varies)
-        if show_progress:
-            points = progress.track(points, total=total, description=f"{total:,} points")
-        rows = sweeping.rows(base, varies, backend, points, failures)
-        if plot is not None:
-            series = plotting.Series(keys)
-            rows = series.tap(rows)
-        emit_rows(rows, keys, format, output)
-    if plot is not None:
-        emit([plotting.png_bytes(series)], plot, "--plot", binary=True)
+
+    def write_outputs():  # --output and --plot land together, or neither does
+        with outputs() as files, Progress(console=console(stderr=True), transient=True,
+                                          disable=not show_progress) as progress:
+            points = sweeping.points(varies)
+            if show_progress:
+                points = progress.track(points, total=total, description=f"{total:,} points")
+            rows = sweeping.rows(base, varies, backend, points, failures)
+            if plot is not None:
+                series = plotting.Series(keys)
+                rows = series.tap(rows)
+            emit_rows(rows, keys, format, output, files)
+            if plot is not None:
+                files.write([plotting.png_bytes(series)], plot, "--plot", binary=True)
+
+    guarded(write_outputs)
     if failures.count:
         sys.stderr.write(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); "
                          f"first: {printable(failures.first)}\n")
