@@ -658,9 +658,15 @@ def read_recipe(path: Path, overrides: list[str] = ()) -> dict:
     file_gpu = raw.get("gpu")
     for assignment in overrides:
         set_override(raw, assignment)
+    return measured_on(raw, file_gpu)
+
+
+def measured_on(raw: dict, file_gpu) -> dict:
+    """raw whose memory block, if it has one, names the GPU it was measured on: its own memory.gpu, else the recipe
+    file's gpu (file_gpu: whatever the file gives; --set and --vary do not change it)."""
     memory = raw.get("memory")
     if isinstance(memory, dict) and memory and "gpu" not in memory and isinstance(file_gpu, str):
-        raw["memory"] = {**memory, "gpu": file_gpu}
+        return {**raw, "memory": {**memory, "gpu": file_gpu}}
     return raw
 
 
