@@ -205,6 +205,7 @@ def calibrate(
         emit(calibrated, output)
 
 
+MAX_KV_TOKENS = 1 << 50  # no rank holds more KV tokens than kv-cache-memory-bytes may name bytes
 PROGRESS_MIN_POINTS = 2000  # about a fifth of a second of sweeping
 
 
@@ -305,8 +306,9 @@ def recommend(
 
     def work():
         check_value("--target-concurrency", KEYS["max_num_seqs"], target_concurrency)
-        if min_kv_tokens < 0:
-            raise RecipeError("--min-kv-tokens", f"must not be negative, got {min_kv_tokens}")
+        if not 0 <= min_kv_tokens <= MAX_KV_TOKENS:
+            raise RecipeError("--min-kv-tokens", f"must be at least 0 and at most {MAX_KV_TOKENS:,}, got "
+                                                 f"{min_kv_tokens:,}")
         if max_spec_tokens is not None:
             check_value("--max-spec-tokens", KEYS["num_speculative_tokens"], max_spec_tokens)
         base = sweeping.base_of(read_recipe(recipe), recipe.parent)
