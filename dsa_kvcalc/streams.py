@@ -35,14 +35,15 @@ def silence(stream) -> None:
 
 class Stream:
     """A text stream (sys.stdout or sys.stderr; None when the process started with it closed) as the commands write
-    it. Once a write fails, nothing more is written: on stdout every later write raises the same StreamError (a
-    caller that swallows one cannot hide it), on stderr the text is dropped. Only what rich and click ask of a stream
-    is offered: no binary buffer to write past these checks."""
+    it. Once a write fails (on a closed stream, the first that writes anything), nothing more is written: on stdout
+    every later write raises the same StreamError (a caller that swallows one cannot hide it), on stderr the text is
+    dropped. Only what rich and click ask of a stream is offered: no binary buffer to write past these checks."""
 
     def __init__(self, stream, product: bool):
         self.stream = stream
         self.product = product  # stdout: a failure is the command's; stderr: the text is lost
-        self.failure = StreamError(None) if stream is None else None
+        self.failure: StreamError | None = None  # a closed stream fails at its first write, not before
+        self.wrote = False  # flushing a stream never written to (closed, say) is no failure
 
     @property
     def encoding(self) -> str:
@@ -59,24 +60,36 @@ class Stream:
         return self.stream.fileno()
 
     def write(self, text: str) -> int:
-        if self.failure is None:
-            try:
-                try:
-                    self.stream.write(text)
-                except UnicodeEncodeError:
-                    self.stream.write(text.encode(self.encoding, "backslashreplace").decode(self.encoding))
-            except (OSError, ValueError) as error:  # ValueError: a stream closed while the command ran
-                self.failed(error)
-        if self.failure is not None and self.product:
-            raise self.failure
+        """Write and flush: a failure shows at the write that met it, before anything else is said."""
+        self.put([text])
+        self.flush()
         return len(text)
 
     def writelines(self, texts) -> None:
+        """Write them all, then flush (a full buffer flushes on the way)."""
+        self.put(texts)
+        self.flush()
+
+    def put(self, texts) -> None:
         for text in texts:
-            self.write(text)
+            if text == "":  # click's probe of what kind of stream this is
+                continue
+            if self.stream is None and self.failure is None:
+                self.failure = StreamError(None)
+            if self.failure is None:
+                self.wrote = True
+                try:
+                    try:
+                        self.stream.write(text)
+                    except UnicodeEncodeError:
+                        self.stream.write(text.encode(self.encoding, "backslashreplace").decode(self.encoding))
+                except (OSError, ValueError) as error:  # ValueError: a stream closed while the command ran
+                    self.failed(error)
+            if self.failure is not None and self.product:
+                raise self.failure
 
     def flush(self) -> None:
-        if self.failure is None:
+        if self.failure is None and self.wrote:
             try:
                 self.stream.flush()
             except (OSError, ValueError) as error:

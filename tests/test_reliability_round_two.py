@@ -1,0 +1,210 @@
+"""Issue 16, reliability round two. Each class of the issue has property tests that generate its cases: stream states,
+special files as input, versions too long to convert, verify without a usable torch or GPU, outputs (attributes, long
+names, several at once, signals, a removed working folder, odd names), calibrate --after and --vary meaning what
+they say, memory that stays flat whatever fails. Outcomes are checked against what the code did not produce: exit
+codes, a one-line stderr, files byte-identical or written in full."""
+
+import errno
+import io
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+import types
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from conftest import LOGS, ROOT, SEED, runner
+from dsa_kvcalc import engine as engines
+from dsa_kvcalc import inputs
+from dsa_kvcalc.cli import app, console_chunks, main
+from dsa_kvcalc.output import TERMINATING
+from dsa_kvcalc.recipe import RecipeError, read_values, yaml_loader
+from dsa_kvcalc.render import sweep as sweep_render
+from dsa_kvcalc.sweep import parse_varies
+
+RTX = LOGS / "deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log"
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
+SECONDS = 5
+FEW = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+SOME = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+NEEDED = {"num_hidden_layers": 61, "hidden_size": 7168, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048,
+          "max_position_embeddings": 32768}
+ACCENTED = "Modèle-DSA-façon-ü"
+FIGURE = re.compile(r"\b\d{1,3}(?:,\d{3})+\b")
+
+
+def cli(*args):
+    """The command in process, as typer runs it: never a traceback, never more than a few seconds."""
+    started = time.monotonic()
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert time.monotonic() - started < SECONDS, args
+    return result
+
+
+def one_line(text: str, start: str = "error: ") -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(start), text
+    return lines[0]
+
+
+def hidden(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name.startswith(".")]
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory) -> Path:
+    """A folder for the module: a recipe of a local model with a non-ASCII name, special files, an existing output."""
+    folder = tmp_path_factory.mktemp("round-two")
+    (folder / "checkpoint").mkdir()
+    (folder / "checkpoint" / "config.json").write_text(json.dumps(NEEDED | {"_name_or_path": ACCENTED}))
+    (folder / "accented.yaml").write_text("model: checkpoint\ngpu: H200\ntensor-parallel-size: 8\n")
+    os.mkfifo(folder / "fifo")
+    (folder / "link-to-fifo").symlink_to("fifo")
+    (folder / "a-folder").mkdir()
+    with open(folder / "sparse", "wb") as file:
+        file.truncate(100 << 20)  # over every reader's limit, and no disk taken
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(folder / "socket"))
+    yield folder
+    listener.close()
+
+
+# Stream states: closed, full, gone, closed while running, an encoding that cannot hold the text; any width ----------
+
+class Refusing(io.RawIOBase):
+    """A descriptor whose every write fails with one errno."""
+
+    def __init__(self, number: int):
+        self.number = number
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        raise OSError(self.number, os.strerror(self.number))
+
+
+def stream(state: str):
+    """(what sys.stdout or sys.stderr is in that state, a function giving what it received)."""
+    if state == "closed":
+        return None, lambda: ""
+    if state in ("full", "gone"):
+        return io.TextIOWrapper(Refusing(errno.ENOSPC if state == "full" else errno.EPIPE)), lambda: ""
+    if state == "closed while running":
+        closed = io.TextIOWrapper(io.BytesIO())
+        closed.close()
+        return closed, lambda: ""
+    received = io.BytesIO()
+    text = io.TextIOWrapper(received, encoding="ascii" if state == "ascii" else "utf-8")
+
+    def read() -> str:
+        text.flush()
+        return received.getvalue().decode("ascii" if state == "ascii" else "utf-8")  # ascii: fails on anything else
+
+    return text, read
+
+
+STREAM_COMMANDS = {
+    "plan table": ["plan", SEED], "plan json": ["plan", SEED, "-f", "json"], "plan csv": ["plan", SEED, "-f", "csv"],
+    "plan markdown": ["plan", SEED, "-f", "markdown"], "plan --explain": ["plan", SEED, "--explain"],
+    "plan of a non-ASCII model": ["plan", "{place}/accented.yaml"], "plan -o": ["plan", SEED, "-o", "{place}/out.txt"],
+    "models": ["models"], "gpus": ["gpus"], "schema": ["schema"],
+    "sweep table": ["sweep", SEED, "--vary", "max-num-seqs=64,128"],
+    "sweep with a failing point": ["sweep", SEED, "--vary", "max-num-seqs=0,64", "-f", "csv"],
+    "recommend": ["recommend", SEED, "--target-concurrency", 64, "--min-kv-tokens", 1000],
+    "calibrate": ["calibrate", RTX, "--set", "gpu=B200"], "calibrate json": ["calibrate", RTX, "--set", "gpu=B200",
+                                                                            "-f", "json"],
+    "verify": ["verify", "--gpu"], "help": ["plan", "--help"], "no arguments": [], "usage error": ["plan", "--bogus"],
+    "a missing recipe": ["plan", "{place}/missing.yaml"],
+}
+STDOUT_STATES = ["ok", "ascii", "closed", "full", "gone", "closed while running"]
+STDERR_STATES = ["ok", "ascii", "closed", "full", "closed while running"]
+REFERENCES: dict[str, tuple[int, str, str]] = {}
+
+
+def console_script(args: list[str], out_state: str, err_state: str, columns: int) -> tuple[int, str, str]:
+    """dsa_kvcalc.cli.main, the console script, with stdout and stderr in these states: (exit code, stdout, stderr)."""
+    (out, read_out), (err, read_err) = stream(out_state), stream(err_state)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "stdout", out)
+        patch.setattr(sys, "stderr", err)
+        patch.setenv("COLUMNS", str(columns))
+        with pytest.raises(SystemExit) as exited:
+            main(args)
+    return exited.value.code, read_out(), read_err()
+
+
+def reference(name: str, args: list[str]) -> tuple[int, str, str]:
+    """The command with working streams, 250 columns wide."""
+    if name not in REFERENCES:
+        REFERENCES[name] = console_script(args, "ok", "ok", 250)
+    return REFERENCES[name]
+
+
+@SOME
+@given(st.sampled_from(sorted(STREAM_COMMANDS)), st.sampled_from(STDOUT_STATES), st.sampled_from(STDERR_STATES),
+       st.one_of(st.sampled_from([0, 1, 2, 10 ** 6]), st.integers(0, 10 ** 6)))
+def test_every_stream_state_and_width_ends_in_the_commands_code_or_one_line(place, name, out_state, err_state,
+                                                                           columns):
+    # A closed, full or non-UTF-8 stdout ended in a traceback; COLUMNS=0 printed nothing and exited 0.
+    args = [str(a).replace("{place}", str(place)) for a in STREAM_COMMANDS[name]]
+    ref_code, ref_out, ref_err = reference(name, args)
+    assert "Traceback" not in ref_err and ref_code in (0, 1, 2, 3)
+    code, out, err = console_script(args, out_state, err_state, columns)
+    writes = ref_out != ""
+    working = out_state in ("ok", "ascii")
+    assert code == (ref_code if working or not writes else 1 if out_state == "gone" else 2), (code, err)
+    assert "Traceback" not in err
+    if working:  # every figure whole, however wide the terminal
+        assert "…" not in out
+        assert set(FIGURE.findall(ref_out)) <= set(FIGURE.findall(out)), name
+    if out_state == "ascii" and name == "plan of a non-ASCII model":
+        assert "Mod\\xe8le" in out
+    if err_state in ("ok", "ascii") and not working and writes:
+        if out_state == "gone":  # | head: the reader went away, nothing more to say
+            assert err == ""
+        else:
+            one_line(err, "error: stdout: cannot write: ")
+    if err_state in ("ok", "ascii") and working and ref_code == 2:
+        one_line(err)
+
+
+@pytest.mark.parametrize("case", ["> /dev/full", ">&-", "| head -c 1", "LC_ALL=C, a non-ASCII model"])
+def test_real_descriptors_end_in_one_line_or_a_quiet_exit(place, case):
+    # The same through real descriptors: the console script as a shell runs it.
+    command = [sys.executable, "-m", "dsa_kvcalc"]
+    if case == "> /dev/full":
+        with open("/dev/full", "w") as full:
+            done = subprocess.run([*command, "plan", SEED], stdout=full, stderr=subprocess.PIPE, text=True,
+                                  env=CHILD_ENV, timeout=20)
+        assert done.returncode == 2
+        assert one_line(done.stderr) == "error: stdout: cannot write: No space left on device"
+    elif case == ">&-":
+        done = subprocess.run([*command, "schema"], stderr=subprocess.PIPE, text=True, env=CHILD_ENV, timeout=20,
+                              preexec_fn=lambda: os.close(1))
+        assert done.returncode == 2 and one_line(done.stderr) == "error: stdout: cannot write: it is closed"
+    elif case == "| head -c 1":
+        child = subprocess.Popen([*command, "sweep", SEED, "--vary", "max-num-seqs=1:100000:1", "-f", "csv"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=CHILD_ENV)
+        child.stdout.read(1)
+        child.stdout.close()
+        assert child.wait(20) == 1 and child.stderr.read() == b""
+    else:
+        env = {**CHILD_ENV, "LC_ALL": "C", "PYTHONUTF8": "0"}
+        env.pop("PYTHONIOENCODING", None)
+        done = subprocess.run([*command, "plan", place / "accented.yaml"], capture_output=True, env=env, timeout=20)
+        assert done.returncode == 0, done.stderr
+        assert "Mod\\xe8le" in done.stdout.decode("ascii")
