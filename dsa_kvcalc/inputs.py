@@ -10,7 +10,7 @@ module, readers trust what they get: at most `limit` bytes of a regular file.
 import io
 import os
 import stat
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from dsa_kvcalc.units import MIB
@@ -31,7 +31,7 @@ def regular_file(path: Path, limit: int, what: str):
     except FileNotFoundError:
         raise Unreadable(f"cannot read {path}: no such file") from None
     except OSError as error:
-        raise Unreadable(f"cannot read {path}: {error.strerror or error}") from None
+        raise not_opened(path, error) from None
     status = os.fstat(descriptor)
     problem = refusal(path, status, limit, what)
     if problem is not None:
@@ -44,13 +44,27 @@ def regular_file(path: Path, limit: int, what: str):
             raise Unreadable(f"cannot read {path}: {error.strerror or error}") from None
 
 
+def not_opened(path: Path, error: OSError) -> Unreadable:
+    """Why path did not open: what it is when it is no regular file (a socket opens for nobody), else the OS's
+    reason."""
+    with suppress(OSError):
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            return not_regular(path, mode)
+    return Unreadable(f"cannot read {path}: {error.strerror or error}")
+
+
 def refusal(path: Path, status: os.stat_result, limit: int, what: str) -> Unreadable | None:
     """Why a file of this status is not read, if it is not."""
     if not stat.S_ISREG(status.st_mode):
-        return Unreadable(f"{path} is {KINDS.get(stat.S_IFMT(status.st_mode), 'a special file')}, not a regular file")
+        return not_regular(path, status.st_mode)
     if status.st_size > limit:
         return too_large(path, limit, what)
     return None
+
+
+def not_regular(path: Path, mode: int) -> Unreadable:
+    return Unreadable(f"{path} is {KINDS.get(stat.S_IFMT(mode), 'a special file')}, not a regular file")
 
 
 def too_large(path: Path, limit: int, what: str) -> Unreadable:

@@ -208,3 +208,171 @@ def test_real_descriptors_end_in_one_line_or_a_quiet_exit(place, case):
         done = subprocess.run([*command, "plan", place / "accented.yaml"], capture_output=True, env=env, timeout=20)
         assert done.returncode == 0, done.stderr
         assert "Mod\\xe8le" in done.stdout.decode("ascii")
+
+
+# Special files as input: devices, FIFOs, sockets, folders, files over the limit --------------------------------------
+
+SPECIAL = {"a FIFO without a writer": "{place}/fifo", "a link to a FIFO": "{place}/link-to-fifo", "/dev/zero": "/dev/zero",
+           "/dev/urandom": "/dev/urandom", "/dev/null": "/dev/null", "a folder": "{place}/a-folder",
+           "a socket": "{place}/socket", "100 MiB": "{place}/sparse"}
+READERS = {
+    "plan": (["plan", "{file}"], "recipe"), "sweep": (["sweep", "{file}", "--vary", "max-num-seqs=64"], "recipe"),
+    "recommend": (["recommend", "{file}", "--target-concurrency", 1, "--min-kv-tokens", 1], "recipe"),
+    "verify": (["verify", "{file}", "--gpu"], "recipe"), "calibrate": (["calibrate", "{file}", "--set", "gpu=B200"], "log"),
+    "calibrate --recipe": (["calibrate", RTX, "--recipe", "{file}", "--set", "gpu=B200"], "recipe"),
+    "calibrate --after": (["calibrate", RTX, "--set", "gpu=B200", "--after", "{file}"], "--after"),
+}
+
+
+@FEW
+@given(st.sampled_from(sorted(SPECIAL)), st.sampled_from(sorted(READERS)))
+def test_a_file_that_is_not_a_regular_one_or_too_large_is_one_line_at_once(place, kind, reader):
+    # `calibrate /dev/zero` never ended, a FIFO without a writer blocked, and nothing bounded how much was read.
+    file = SPECIAL[kind].replace("{place}", str(place))
+    args, key = READERS[reader]
+    line = one_line(cli(*[file if a == "{file}" else a for a in args]).stderr, f"error: {key}: {file} is ")
+    assert line.endswith(("not a regular file", "MiB: not a recipe", "MiB: not a vLLM startup log")), line
+
+
+@SOME
+@given(st.binary(max_size=3000).filter(lambda data: b"\r" not in data), st.integers(0, 4000), st.integers(1, 300))
+def test_inputs_read_a_regular_file_whole_up_to_the_limit_and_never_beyond(data, limit, line_limit):
+    with tempfile.NamedTemporaryFile() as file:
+        file.write(data)
+        file.flush()
+        path = Path(file.name)
+        if len(data) > limit:
+            with pytest.raises(inputs.Unreadable, match="is over"):
+                inputs.read_bytes(path, limit, "recipe")
+            with pytest.raises(inputs.Unreadable, match="is over"):
+                list(inputs.read_lines(path, limit, "log", line_limit))
+            return
+        assert inputs.read_bytes(path, limit, "recipe") == data
+        lines = list(inputs.read_lines(path, limit, "log", line_limit))
+        assert "".join(lines) == data.decode("utf-8", "replace")
+        assert all(len(line) <= line_limit for line in lines)
+
+
+def test_a_log_that_grows_past_the_limit_while_read_is_refused(tmp_path):
+    log = tmp_path / "growing.log"
+    log.write_text("first line\n")
+    lines = inputs.read_lines(log, 1 << 16, "vLLM startup log", 1 << 10)
+    assert next(lines) == "first line\n"
+    with open(log, "a") as more:
+        more.write("x" * 100 + "\n" * 1000)
+        more.write("y\n" * (1 << 16))
+    with pytest.raises(inputs.Unreadable, match="is over 0 MiB"):
+        list(lines)
+
+
+# Versions of thousands of digits -------------------------------------------------------------------------------------
+
+def digits(count: int) -> str:
+    return ("1234567890" * (count // 10 + 1))[:count]
+
+
+versions = st.builds(lambda v, parts, tag: v + ".".join(digits(n) for n in parts) + tag, st.sampled_from(["", "v"]),
+                     st.lists(st.one_of(st.integers(1, 7), st.integers(7, 6000)), min_size=1, max_size=4),
+                     st.one_of(st.just(""), st.builds(lambda n: "rc" + digits(n), st.integers(1, 6000)),
+                               st.sampled_from([".dev1+g1234", "-x", "+" + "a" * 70])))
+
+
+@FEW
+@given(versions, st.sampled_from(["--set", "file", "--vary", "log"]))
+def test_a_version_of_any_length_is_planned_or_one_line(tmp_path_factory, version, where):
+    # A vllm-version of thousands of digits ended in a traceback (Python converts no int of over 4,300 digits).
+    folder = tmp_path_factory.mktemp("version")
+    recipe = folder / "recipe.yaml"
+    recipe.write_text(SEED.read_text())
+    if where == "--set":
+        result = cli("plan", recipe, "-f", "json", "--set", f"vllm-version={version}")
+    elif where == "file":
+        recipe.write_text(f"model: DeepSeek-V3.2\ngpu: H200\ntensor-parallel-size: 8\nvllm-version: '{version}'\n")
+        result = cli("plan", recipe, "-f", "json")
+    elif where == "--vary":
+        result = cli("sweep", recipe, "--vary", f"vllm-version={version}", "-f", "jsonl", "--backend", "auto")
+    else:
+        log = folder / "startup.log"
+        log.write_text(f"INFO vLLM API server version {version}\n" + RTX.read_text().split("\n", 3)[3])
+        result = cli("calibrate", log, "--set", "gpu=B200", "-f", "json")
+    assert result.exit_code in (0, 2), result.output
+    if result.exit_code == 2:
+        one_line(result.stderr)
+    elif where in ("--set", "file"):
+        assert json.loads(result.stdout)["recipe"]["vllm-version"] == version.removeprefix("v")
+    elif where == "--vary":
+        row = json.loads(result.stdout.splitlines()[0])
+        assert row.get("engine_label") == f"vLLM {version.removeprefix('v')}" or "error" in row
+
+
+# verify: a torch or DeepGEMM that does not import, a GPU that cannot be reached -----------------------------------
+
+class Failing:
+    """A finder whose import of one module fails with the given exception, as a broken build's would."""
+
+    def __init__(self, name: str, error: Exception):
+        self.name, self.error = name, error
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.name:
+            raise self.error
+        return None
+
+
+def fake_torch(stage: str, error: Exception, warning: str):
+    """A torch whose CUDA side fails at stage: an H200 otherwise, whose memory query fails from its second call
+    when the stage is the pass itself."""
+    calls = []
+
+    def mem_get_info():
+        calls.append(1)
+        if stage == "mem_get_info" or (stage == "the pass" and len(calls) > 1):
+            raise error
+        return 149_557_477_376, 150_109_880_320
+
+    def is_available():
+        if stage == "is_available raises":
+            raise error
+        if stage == "no GPU":
+            import warnings
+            warnings.warn(warning)
+        return stage != "no GPU"
+
+    def get_device_properties(index):
+        if stage == "get_device_properties":
+            raise error
+        return types.SimpleNamespace(name="NVIDIA H200", major=9, minor=0)
+
+    cuda = types.SimpleNamespace(is_available=is_available, mem_get_info=mem_get_info,
+                                 get_device_properties=get_device_properties)
+    return types.SimpleNamespace(__version__="2.11.0+cu130", cuda=cuda)
+
+
+STAGES = ["import torch", "is_available raises", "no GPU", "mem_get_info", "get_device_properties",
+          "import deep_gemm", "the pass"]
+ERRORS = [OSError, ImportError, RuntimeError, AttributeError, ValueError, SyntaxError]
+
+
+@FEW
+@given(st.sampled_from(STAGES), st.sampled_from(ERRORS), st.text(max_size=40), st.text(max_size=30))
+def test_verify_without_a_usable_torch_or_gpu_is_exit_3_with_one_line_naming_the_cause(stage, kind, message, said):
+    # A torch that failed to load, or a GPU busy or in exclusive mode, ended in a traceback.
+    if stage == "the pass":
+        kind = RuntimeError  # what torch raises for a CUDA failure
+    error = kind(message)
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("torch", "deep_gemm"):
+            patch.delitem(sys.modules, name, raising=False)
+        if stage in ("import torch", "import deep_gemm"):
+            patch.setattr(sys, "meta_path", [Failing(stage.split()[1], error), *sys.meta_path])
+        if stage != "import torch":
+            patch.setitem(sys.modules, "torch", fake_torch(stage, error, said))
+        if stage != "import deep_gemm":
+            patch.setitem(sys.modules, "deep_gemm", types.SimpleNamespace(__version__="2.8.2",
+                                                                          fp8_fp4_paged_mqa_logits=None))
+        result = cli("verify", "--gpu")
+    assert result.exit_code == 3, result.output
+    line = one_line(result.stderr)
+    first = (said if stage == "no GPU" else message).strip().splitlines()
+    named = first[0] if first else ("UserWarning" if stage == "no GPU" else kind.__name__)
+    assert all(part in line for part in re.split(r"[^ -~]+", named) if part), (named, line)
