@@ -376,3 +376,185 @@ def test_verify_without_a_usable_torch_or_gpu_is_exit_3_with_one_line_naming_the
     first = (said if stage == "no GPU" else message).strip().splitlines()
     named = first[0] if first else ("UserWarning" if stage == "no GPU" else kind.__name__)
     assert all(part in line for part in re.split(r"[^ -~]+", named) if part), (named, line)
+
+
+# Outputs: attributes, names near the limit, several at once, signals, a removed working folder, odd names ------------
+
+def access_acl(uids: list[int]) -> bytes:
+    """A POSIX access ACL as Linux stores it (system.posix_acl_access): the owner rw, each uid r, group r, mask r,
+    others nothing."""
+    entry = struct.Struct("<HHI").pack
+    users = b"".join(entry(0x02, 4, uid) for uid in sorted(uids))
+    return struct.pack("<I", 2) + entry(0x01, 6, 2 ** 32 - 1) + users + entry(0x04, 4, 2 ** 32 - 1) + \
+        entry(0x10, 4, 2 ** 32 - 1) + entry(0x20, 0, 2 ** 32 - 1)
+
+
+def xattrs(path: Path) -> dict[str, bytes]:
+    return {name: os.getxattr(path, name) for name in os.listxattr(path)}
+
+
+@FEW
+@given(st.dictionaries(st.text("abcdefghij", min_size=1, max_size=8).map(lambda n: f"user.{n}"),
+                       st.binary(min_size=1, max_size=64), max_size=4),
+       st.lists(st.integers(1000, 60000), unique=True, max_size=3), st.sampled_from([0o600, 0o640, 0o664, 0o751]),
+       st.booleans())
+def test_a_replaced_file_keeps_its_acls_and_attributes_or_is_written_in_place(tmp_path_factory, named, uids, mode,
+                                                                            refused):
+    # --output dropped a file's ACL: the temporary renamed over it was a new file without one.
+    folder = tmp_path_factory.mktemp("attributes")
+    out = folder / "plan.json"
+    out.write_text("old")
+    out.chmod(mode)
+    try:
+        for name, value in named.items():
+            os.setxattr(out, name, value)
+        if uids:
+            os.setxattr(out, "system.posix_acl_access", access_acl(uids))
+    except OSError as error:
+        pytest.skip(f"no extended attributes here: {error.strerror}")
+    before = os.stat(out), xattrs(out)
+    with pytest.MonkeyPatch.context() as patch:
+        if refused:  # an attribute the temporary may not be given (security.*, trusted.* without the privilege)
+            patch.setattr(os, "setxattr", lambda *args: (_ for _ in ()).throw(PermissionError(errno.EPERM, "no")))
+        result = cli("plan", SEED, "-f", "json", "-o", out)
+    assert result.exit_code == 0, result.output
+    after = os.stat(out)
+    assert json.loads(out.read_text())["recipe"]["gpu"] == "B200"
+    assert xattrs(out) == before[1] and stat.S_IMODE(after.st_mode) == stat.S_IMODE(before[0].st_mode)
+    assert (after.st_ino == before[0].st_ino) == (refused and bool(before[1]))  # in place only where it must be
+    assert hidden(folder) == []
+
+
+@FEW
+@given(st.text(st.sampled_from("ab-é字"), min_size=1, max_size=140))
+def test_an_output_name_up_to_the_limit_is_written_and_a_longer_one_refused_before_any_work(tmp_path_factory, name):
+    # A name near the file-name limit failed after the work: the hidden temporary's name was longer.
+    folder = tmp_path_factory.mktemp("names")
+    result = cli("plan", SEED, "-f", "csv", "-o", folder / name)
+    if len(name.encode()) <= os.pathconf(folder, "PC_NAME_MAX"):
+        assert result.exit_code == 0, result.output
+        assert (folder / name).read_text().startswith("backend,") and hidden(folder) == []
+    else:
+        assert one_line(result.stderr).endswith("File name too long") and list(folder.iterdir()) == []
+
+
+def stub_plot(patch, after_rows=lambda: None):
+    """--plot without matplotlib: a PNG of five bytes, drawn after the rows (when after_rows runs too)."""
+    from dsa_kvcalc import plot
+
+    patch.setattr(plot, "load_pyplot", lambda: None)
+    patch.setattr(plot, "png_bytes", lambda series: after_rows() or b"\x89PNG!")
+
+
+@FEW
+@given(st.sampled_from(["new", "existing", "/dev/full"]),
+       st.sampled_from(["new", "existing", "/dev/full", "a FIFO nobody reads", "its folder removed meanwhile"]))
+def test_several_outputs_land_together_or_not_at_all(tmp_path_factory, rows_target, plot_target):
+    # `sweep -o rows.csv --plot p.png` replaced rows.csv, then failed on the plot.
+    folder = tmp_path_factory.mktemp("together")
+    (folder / "plots").mkdir()
+    rows = Path("/dev/full") if rows_target == "/dev/full" else folder / "rows.csv"
+    plot = {"/dev/full": Path("/dev/full"), "a FIFO nobody reads": folder / "plots" / "fifo"}.get(
+        plot_target, folder / "plots" / "p.png")
+    if rows_target == "existing":
+        rows.write_text("old rows\n")
+    if plot_target == "existing":
+        plot.write_bytes(b"old plot")
+    if plot_target == "a FIFO nobody reads":
+        os.mkfifo(plot)
+    removed = plot_target == "its folder removed meanwhile"
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    with pytest.MonkeyPatch.context() as patch:
+        from dsa_kvcalc import output
+        patch.setattr(output, "FIFO_WAIT_SECONDS", 0.05)
+        stub_plot(patch, lambda: removed and (folder / "plots").rename(folder / "elsewhere"))
+        result = cli("sweep", SEED, "--vary", "max-num-seqs=64,128", "-f", "csv", "-o", rows, "--plot", plot)
+    fine = rows_target != "/dev/full" and plot_target in ("new", "existing")
+    assert result.exit_code == (0 if fine else 2), result.output
+    now = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    if fine:
+        assert now[rows].startswith(b"max-num-seqs,") and now[plot] == b"\x89PNG!"
+    else:
+        one_line(result.stderr, "error: --output: " if rows_target == "/dev/full" != plot_target else "error: --")
+        assert {p.name: v for p, v in now.items()} == {p.name: v for p, v in before.items()}
+    assert not [p for p in folder.rglob(".*")]
+
+
+SIGNALLED = """import pathlib, sys, time
+from dsa_kvcalc.output import outputs
+def rows():
+    print("writing", flush=True)
+    for i in range(3000):
+        yield "row %d\\n" % i
+        if i % 100 == 0:
+            time.sleep(0.005)
+with outputs() as files:
+    files.write(rows(), pathlib.Path(sys.argv[1]))
+    files.write(["plot\\n"], pathlib.Path(sys.argv[2]), "--plot")
+"""
+CATCHABLE = sorted(s for s in TERMINATING if signal.getsignal(s) is not signal.SIG_IGN)  # Python ignores SIGPIPE
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(CATCHABLE), st.floats(0, 0.25), st.booleans())
+def test_any_terminating_signal_leaves_every_output_as_it_was_or_written_whole(tmp_path_factory, signum, delay,
+                                                                               ignored):
+    # SIGQUIT left the hidden temporary behind; only SIGTERM, SIGINT and SIGHUP were caught.
+    folder = tmp_path_factory.mktemp("signals")
+    rows, plot = folder / "rows.csv", folder / "p.png"
+    rows.write_text("old\n")
+    plot.write_text("old\n")
+    child = subprocess.Popen([sys.executable, "-c", SIGNALLED, rows, plot], env=CHILD_ENV, stdout=subprocess.PIPE,
+                             text=True, preexec_fn=lambda: ignored and signal.signal(signum, signal.SIG_IGN))
+    assert child.stdout.readline() == "writing\n"
+    time.sleep(delay)
+    child.send_signal(signum)
+    code = child.wait(20)
+    written = (rows.read_text(), plot.read_text())
+    whole = ("".join(f"row {i}\n" for i in range(3000)), "plot\n")
+    assert written in (("old\n", "old\n"), whole) and hidden(folder) == []
+    # Killed by the signal itself (-signum) only once the block is over: its handlers are gone, the files written.
+    assert code == 0 and written == whole if ignored else code in (0, 128 + signum, -signum)
+    assert written == whole or code == 128 + signum
+
+
+RELATIVE = {"plan": ["plan", SEED], "schema": ["schema"], "calibrate": ["calibrate", RTX, "--set", "gpu=B200"],
+            "sweep": ["sweep", SEED, "--vary", "max-num-seqs=64"], "sweep --plot": ["sweep", SEED, "--vary",
+                                                                                   "max-num-seqs=64", "--plot"]}
+
+
+@FEW
+@given(st.sampled_from(sorted(RELATIVE)), st.text("abc-_.", min_size=1, max_size=12).filter(lambda n: n not in (
+    ".", "..")))
+def test_a_relative_output_in_a_removed_working_folder_is_one_line(tmp_path_factory, command, name):
+    folder = tmp_path_factory.mktemp("gone")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        folder.rmdir()
+        stub_plot(patch)
+        option = "--plot" if command.endswith("--plot") else "-o"
+        result = cli(*RELATIVE[command], *([] if option == "--plot" else ["-o"]), name)
+    assert one_line(result.stderr).endswith("the working folder no longer exists"), result.stderr
+    assert result.exit_code == 2
+
+
+names = st.one_of(st.text(st.characters(blacklist_characters="\x00/"), min_size=1, max_size=20),
+                  st.binary(min_size=1, max_size=20).filter(lambda b: b"\x00" not in b and b"/" not in b).map(
+                      os.fsdecode))
+
+
+@SOME
+@given(names, st.sampled_from(["recipe", "log", "--after", "output folder", "plot folder"]))
+def test_an_error_names_any_path_on_one_line(tmp_path_factory, name, role):
+    # A path holding a newline gave a multi-line error.
+    folder = tmp_path_factory.mktemp("odd")
+    missing = folder / name / "x"
+    args = {"recipe": ["plan", missing], "log": ["calibrate", missing], "--after": ["calibrate", RTX, "--after", missing],
+            "output folder": ["plan", SEED, "-o", missing], "plot folder": ["sweep", SEED, "--vary",
+                                                                            "max-num-seqs=64", "--plot", missing]}
+    with pytest.MonkeyPatch.context() as patch:
+        stub_plot(patch)
+        result = cli(*args[role])
+    assert result.exit_code == 2
+    one_line(result.stderr)
+    assert list(folder.iterdir()) == []
