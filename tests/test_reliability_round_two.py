@@ -558,3 +558,172 @@ def test_an_error_names_any_path_on_one_line(tmp_path_factory, name, role):
     assert result.exit_code == 2
     one_line(result.stderr)
     assert list(folder.iterdir()) == []
+
+
+# Meaning: calibrate --after, --vary ---------------------------------------------------------------------------------
+
+GIB = 1 << 30
+RTX_KV_GIB, RTX_TOKENS = 10.29, 1_993_100
+
+
+def after_log(version: str | None, kv_gib: float) -> str:
+    """The RTX log as a vLLM of this version (None: a log that prints none) would print it with this much KV."""
+    text = RTX.read_text()
+    version_line = next(line for line in text.splitlines() if line.endswith("version 0.25.0"))
+    text = text.replace(version_line, version_line.replace("0.25.0", version) if version else "")
+    tokens = int(RTX_TOKENS * kv_gib / RTX_KV_GIB)
+    return text.replace(f"Available KV cache memory: {RTX_KV_GIB} GiB", f"Available KV cache memory: {kv_gib:.2f} GiB") \
+        .replace(f"{RTX_TOKENS:,} tokens", f"{tokens:,} tokens")
+
+
+@FEW
+@given(st.sampled_from([None, engines.OLDEST_VLLM, "0.25.0", "0.30.0", "0.33.0", engines.NEWEST_VLLM]),
+       st.one_of(st.just(RTX_KV_GIB), st.floats(RTX_KV_GIB - 2, RTX_KV_GIB + 0.5).map(lambda g: round(g, 2))))
+def test_calibrate_after_needs_another_log_of_a_vllm_with_the_fix(tmp_path_factory, version, kv_gib):
+    # `calibrate L --after L` (the same log, from a vLLM before the fix) reported a headroom.
+    log = tmp_path_factory.mktemp("after") / "after.log"
+    log.write_text(after_log(version, kv_gib))
+    result = cli("calibrate", RTX, "--set", "gpu=B200", "--after", log, "-f", "json")
+    if kv_gib == RTX_KV_GIB:
+        assert "its KV figures are the first log's" in one_line(result.stderr)
+    elif version is None:
+        assert "prints no vLLM version" in one_line(result.stderr)
+    elif not engines.vllm(version).reserves_decode_logits:
+        assert f"vLLM {version}, which does not reserve the decode logits" in one_line(result.stderr)
+    elif result.exit_code == 2:  # a KV change the reservation cannot explain
+        assert "not the same deployment" in one_line(result.stderr)
+        assert not 0 <= RTX_KV_GIB - kv_gib <= 0.5
+    else:
+        headroom = json.loads(result.stdout)["headroom"]
+        assert headroom["headroom_bytes"] == headroom["reserved_bytes"] - (round(RTX_KV_GIB * GIB) - round(kv_gib * GIB))
+    assert result.exit_code in (0, 2)
+
+
+def test_calibrate_the_same_log_twice_is_refused():
+    assert "the same log twice?" in one_line(cli("calibrate", RTX, "--set", "gpu=B200", "--after", RTX).stderr)
+
+
+VARIED_KEYS = ["max-num-seqs", "max_num_seqs", "memory.weights_gib", "memory.weights_bytes", "memory.non_torch_gib",
+               "memory.cudagraph_gib", "memory.cudagraph_gib.auto", "memory.cudagraph_bytes.deep_select",
+               "memory.cudagraph_gib.deep_select", "memory.gpu", "memory.rest", "speculative-config",
+               "speculative-config.num_speculative_tokens", "speculative_config.num_speculative_tokens",
+               "compilation-config.max_cudagraph_capture_size"]
+VALUES = {"memory.gpu": "B200", "memory.rest": "weights", "speculative-config": "{}", "max-num-seqs": "64"}
+
+
+def as_yaml(keys: list[str]) -> str:
+    """A recipe file that sets every key, nested as a file nests them: a key met twice at one level is written
+    twice there, which is what a file that gives both would hold."""
+    tree: list = []
+    for key in keys:
+        level, (*parents, leaf) = tree, key.split(".")
+        for part in parents:
+            node = next((child for name, child in level if name == part and isinstance(child, list)), None)
+            if node is None:
+                node = []
+                level.append((part, node))
+            level = node
+        level.append((leaf, VALUES.get(key, "1")))
+
+    def lines(level, indent):
+        for name, child in level:
+            yield f"{indent}{name}:" + ("" if isinstance(child, list) else f" {child}")
+            if isinstance(child, list):
+                yield from lines(child, indent + "  ")
+
+    return "\n".join(lines(tree, "")) + "\n"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(VARIED_KEYS), min_size=1, max_size=3))
+def test_vary_refuses_exactly_the_pairs_a_recipe_file_refuses(keys):
+    # `--vary memory.weights_gib=... --vary memory.weights_bytes=...` let one silently win, where a file refuses both.
+    import yaml
+
+    try:
+        read_values(yaml.load(as_yaml(keys), Loader=yaml_loader()))
+        twice = False
+    except RecipeError as error:
+        twice = "twice" in str(error)
+    if twice:
+        with pytest.raises(RecipeError, match="varied twice"):
+            parse_varies([f"{key}=1" for key in keys])
+    else:
+        parse_varies([f"{key}=1" for key in keys])
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.sampled_from([("gpu", "H200"), ("gpu", "B200"), ("memory.weights_gib", "80"),
+                                 ("memory.cudagraph_gib.auto", "0.5"), ("memory.gpu", "H200"),
+                                 ("max-num-seqs", "64"), ("memory.rest", "weights")]), min_size=1, max_size=3,
+                unique_by=lambda pair: pair[0]))
+def test_each_sweep_row_is_what_plan_with_the_same_sets_says(pairs):
+    # A point of a sweep follows every rule `plan --set` follows: same answer, or the same one-line refusal.
+    recipe = ROOT / "recipes" / "deepseek-v3.2-8xh200-tp8.yaml"  # no memory block: a varied term records its GPU
+    swept = cli("sweep", recipe, *(a for key, value in pairs for a in ("--vary", f"{key}={value}")), "-f", "jsonl",
+                "--backend", "auto")
+    [row] = [json.loads(line) for line in swept.stdout.splitlines()]
+    planned = cli("plan", recipe, *(a for key, value in pairs for a in ("--set", f"{key}={value}")), "-f", "json")
+    if planned.exit_code == 2:
+        assert row["error"] == one_line(planned.stderr).removeprefix("error: ")
+    else:
+        auto = next(b for b in json.loads(planned.stdout)["backends"] if b["backend"] == "auto")
+        assert row["kv_cache_tokens"] == auto["kv_cache_tokens"]
+
+
+# Memory: flat in every format, whatever fails ---------------------------------------------------------------------
+
+def reference_csv(rows: list[dict]) -> str:
+    """The CSV as the header rule reads: the fields of the rows up to the first available one, then error."""
+    import csv
+
+    first = next((i for i, row in enumerate(rows) if row.get("available")), len(rows) - 1)
+    fields = list(dict.fromkeys(key for row in rows[:first + 1] for key in row))
+    fields = [f for f in fields if not any(other.startswith(f + ".") for other in fields)]
+    fields += [] if "error" in fields else ["error"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(fields)
+    writer.writerows([row.get(field, "") for field in fields] for row in rows)
+    return out.getvalue()
+
+
+failed_row = st.builds(lambda seqs, error: {"max-num-seqs": seqs, "error": error}, st.integers(), st.text(max_size=30))
+planned_row = st.builds(lambda seqs, tokens: {"max-num-seqs": seqs, "backend": "auto", "available": True,
+                                              "decode_logits.rows": 1, "kv_cache_tokens": tokens},
+                        st.integers(), st.integers(0, 10 ** 9))
+unavailable_row = st.builds(lambda seqs: {"max-num-seqs": seqs, "backend": "deep_select", "available": False,
+                                          "reason": "not on SM90", "decode_logits": None}, st.integers())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(failed_row, planned_row, unavailable_row), min_size=1, max_size=40), st.integers(1, 400))
+def test_csv_rows_are_the_header_rule_whatever_spills(rows, wait_bytes):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep_render, "WAIT_BYTES", wait_bytes)  # spill to disk early, or not at all
+        assert "".join(sweep_render.csv_lines(iter(rows))) == reference_csv(rows)
+
+
+def peak_bytes(format: str, count: int) -> int:
+    """What streaming count failed points in this format holds at most in memory."""
+    rows = ({"max-num-seqs": -i, "error": f"max-num-seqs: must be at least 1 and at most 1,048,576, got -{i % 7}"}
+            for i in range(count))
+    chunks = {"csv": sweep_render.csv_lines, "jsonl": sweep_render.jsonl_lines,
+              "table": lambda rows: console_chunks(lambda c: sweep_render.table_parts(["max-num-seqs"], rows, c))}
+    tracemalloc.start()
+    for _ in chunks[format](rows):
+        pass
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("format, rows", [("csv", 1000), ("jsonl", 1000), ("table", 40)])
+def test_memory_stays_flat_in_every_format_when_every_point_fails(format, rows):
+    # A sweep whose points all failed grew in CSV (every row waited for the header), not in JSONL.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep_render, "TABLE_ROWS", 20)  # a table's memory is a part's: twenty rows show it
+        patch.setattr(sweep_render, "WAIT_BYTES", 64 << 10)
+        peak_bytes(format, rows)  # imports and first-use caches out of the way
+        few, many = peak_bytes(format, rows), peak_bytes(format, 10 * rows)
+    assert many < few * 1.5 + (512 << 10), (few, many)  # rich's caches grow up to their bound
