@@ -3,7 +3,6 @@ calibrate, sweep and verify, and prints what the renderers make of their results
 
 import io
 import json
-import os
 import signal
 import sys
 from enum import Enum

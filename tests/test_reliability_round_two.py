@@ -22,7 +22,7 @@ import types
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import LOGS, ROOT, SEED, runner
