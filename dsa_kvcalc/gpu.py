@@ -3,6 +3,7 @@ statistics. The only module that imports torch and deep_gemm, and only inside it
 
 import contextlib
 import datetime
+import io
 import os
 import sys
 import time
@@ -24,7 +25,17 @@ TOPK_KERNEL = "torch.topk (reference: vLLM's indexer top-k kernels are not insta
 def probe() -> LocalGpu:
     """The local GPU, torch and DeepGEMM, or Unavailable with one line that names the cause: torch or DeepGEMM that
     does not import (not installed, or a build that does not load), no CUDA GPU, or one that cannot be reached (busy,
-    in exclusive-process mode, a driver that does not answer)."""
+    in exclusive-process mode, a driver that does not answer). What they print and warn while loading is dropped:
+    stdout carries the report, and stderr that one line."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+            warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        return loaded(warned)
+
+
+def loaded(warned: list) -> LocalGpu:
+    """probe()'s work; warned: the warnings so far (the last of torch's "CUDA initialization: ..." says why it sees no
+    GPU)."""
     try:
         import torch
     except Exception as error:
@@ -32,9 +43,8 @@ def probe() -> LocalGpu:
         problem = "is not installed" if missing else f"does not import ({cause(error)})"
         raise Unavailable(f"verify --gpu needs torch and DeepGEMM; torch {problem}: {INSTALL}") from None
     try:
-        with warnings.catch_warnings(record=True) as warned:  # "CUDA initialization: ...", said in the line instead
-            warnings.simplefilter("always")
-            available = torch.cuda.is_available()
+        seen = len(warned)
+        available = torch.cuda.is_available()
         if available:
             free_bytes, total_bytes = torch.cuda.mem_get_info()
             props = torch.cuda.get_device_properties(0)
@@ -43,11 +53,10 @@ def probe() -> LocalGpu:
         raise Unavailable(f"verify --gpu cannot reach the GPU ({cause(error)}): is it busy, or in exclusive-process "
                           f"mode?") from None
     if not available:
-        said = f" ({cause(warned[0].message)})" if warned else ""
+        said = f" ({cause(warned[-1].message)})" if len(warned) > seen else ""
         raise Unavailable(f"verify --gpu needs a CUDA GPU; torch {version} sees none{said}")
     try:
-        with contextlib.redirect_stdout(sys.stderr):  # DeepGEMM prints on import; stdout carries the report
-            import deep_gemm
+        import deep_gemm
     except Exception as error:  # a missing package or a build that does not load: both mean reinstall
         raise Unavailable(f"DeepGEMM does not import ({cause(error)}): {INSTALL}") from None
     return LocalGpu(gpu_name=str(props.name), compute_capability=(props.major, props.minor),

@@ -307,6 +307,15 @@ def test_a_version_of_any_length_is_planned_or_one_line(tmp_path_factory, versio
 
 # verify: a torch or DeepGEMM that does not import, a GPU that cannot be reached -----------------------------------
 
+def noise() -> None:
+    """What a torch or DeepGEMM build says while it loads: lines on stdout and stderr, a warning."""
+    import warnings
+
+    print("loading\nstill loading")
+    print("a C++ banner", file=sys.stderr)
+    warnings.warn("Failed to initialize NumPy: _ARRAY_API not found")
+
+
 class Failing:
     """A finder whose import of one module fails with the given exception, as a broken build's would."""
 
@@ -315,6 +324,7 @@ class Failing:
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname == self.name:
+            noise()
             raise self.error
         return None
 
@@ -331,6 +341,7 @@ def fake_torch(stage: str, error: Exception, warning: str):
         return 149_557_477_376, 150_109_880_320
 
     def is_available():
+        noise()
         if stage == "is_available raises":
             raise error
         if stage == "no GPU":
