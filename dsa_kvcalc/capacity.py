@@ -389,14 +389,14 @@ def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], l
     if recipe.cudagraph_mode == "NONE":
         return Term(0, "derived", "no CUDA graphs (enforce-eager or cudagraph_mode NONE)")
     measured = {recipe.topk_backend if b == "*" else b: v for b, v in recipe.cudagraph_bytes.items()}
-    measured_on = backend if backend in measured else next((b for b in measured if b in graph_logits), None)
-    if measured_on is None:
+    pool_backend = backend if backend in measured else next((b for b in measured if b in graph_logits), None)
+    if pool_backend is None:
         besides_logits = estimates.CUDAGRAPH_BESIDES_LOGITS
         return estimated(besides_logits.value + graph_logits[backend], besides_logits)
-    pool = measured[measured_on] - logits_then[measured_on] + graph_logits[backend]  # >= logits: check_graph_pools
-    if measured_on != backend:
-        return Term(pool, "derived", f"the pool measured for {measured_on}, with {backend}'s graph logits in place of "
-                                     f"{measured_on}'s")
+    pool = measured[pool_backend] - logits_then[pool_backend] + graph_logits[backend]  # >= logits: check_graph_pools
+    if pool_backend != backend:
+        return Term(pool, "derived", f"the pool measured for {pool_backend}, with {backend}'s graph logits in place of "
+                                     f"{pool_backend}'s")
     if logits_then[backend] != graph_logits[backend]:
         return Term(pool, "derived", f"measured at {recipe.measured_on.shape_change(recipe)}; its graph logits "
                                      f"re-derived at this shape, the rest of the pool kept")

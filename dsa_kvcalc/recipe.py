@@ -16,13 +16,16 @@ from pathlib import Path
 import yaml
 
 from dsa_kvcalc import engine as engines
-from dsa_kvcalc import hf_config
+from dsa_kvcalc import hf_config, inputs
 from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS, MODELS, UNSUPPORTED_GPUS, Gpu, Layout, Model, \
     layout_for
 from dsa_kvcalc.engine import Engine
 from dsa_kvcalc.units import GIB, MIB
 
 RECIPE_MAX_BYTES = 1 << 20  # a recipe is a few hundred bytes; anything this large is not one
+# A vLLM release as written (0.34.0, v0.20.1.dev1+g1234): numbers of at most 6 digits and a tag of at most 64
+# characters, so that no part is too long to convert (Python reads no int of over 4,300 digits)
+VERSION = r"v?\d{1,6}\.\d{1,6}(\.\d{1,6})?([.+\-]?\w[\w.+\-]{0,63})?"
 
 
 class RecipeError(Exception):
@@ -359,7 +362,7 @@ def check_value(name: str, k: Key, value):
         text = str(value).strip() if isinstance(value, (str, float)) else ""
         if text.lower() == engines.MAIN:
             return engines.MAIN
-        if not re.fullmatch(r"v?\d{1,4}\.\d{1,4}(\.\d{1,4})?([.+\-]?\w[\w.+\-]{0,80})?", text):
+        if not re.fullmatch(VERSION, text):
             raise RecipeError(name, f"expected a vLLM release such as {engines.NEWEST_VLLM}, or main, got {value!r}")
         try:
             version = engines.build_of(text.lstrip("v"))
@@ -778,14 +781,9 @@ def yaml_loader():
 
 def read_yaml(path: Path) -> dict:
     try:
-        with path.open("rb") as file:
-            data = file.read(RECIPE_MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise RecipeError("recipe", f"no such file: {path}") from None
-    except OSError as error:
-        raise RecipeError("recipe", f"cannot read {path}: {error.strerror or error}") from None
-    if len(data) > RECIPE_MAX_BYTES:
-        raise RecipeError("recipe", f"{path} is over {RECIPE_MAX_BYTES // MIB} MiB: not a recipe")
+        data = inputs.read_bytes(path, RECIPE_MAX_BYTES, "recipe")
+    except inputs.Unreadable as error:
+        raise RecipeError("recipe", str(error)) from None
     try:
         raw = yaml.load(data.decode(), Loader=yaml_loader())
     except UnicodeDecodeError:
@@ -811,9 +809,15 @@ def read_recipe(path: Path, overrides: list[str] = ()) -> dict:
     file_gpu = raw.get("gpu")
     for assignment in overrides:
         set_override(raw, assignment)
+    return with_memory_gpu(raw, file_gpu)
+
+
+def with_memory_gpu(raw: dict, file_gpu) -> dict:
+    """raw whose memory block, if it has one, names the GPU it was measured on: its own memory.gpu, else the recipe
+    file's gpu (file_gpu: whatever the file gives; --set and --vary do not change it)."""
     memory = raw.get("memory")
     if isinstance(memory, dict) and memory and "gpu" not in memory and isinstance(file_gpu, str):
-        raw["memory"] = {**memory, "gpu": file_gpu}
+        return {**raw, "memory": {**memory, "gpu": file_gpu}}
     return raw
 
 
