@@ -203,17 +203,24 @@ def non_torch_estimate(recipe: Recipe) -> Term:
 
 def sparse_mla_backend(recipe: Recipe) -> str:
     """vLLM's sparse-MLA backend (vllm==0.33.0 vllm/platforms/cuda.py:84-160): the recipe's attention-backend, else
-    on SM12x the release's SM12x backend, on SM10x FLASHINFER_MLA_SPARSE for a quantized cache FlashInfer takes (not
-    the DS-MLA formats), FLASHMLA_SPARSE elsewhere; ROCM_AITER_MLA_SPARSE on ROCm (vllm/platforms/rocm.py:537-539)."""
-    arch = recipe.gpu.arch
+    on SM12x the release's SM12x backend; on SM10x FLASHINFER_MLA_SPARSE for a quantized cache it takes (not the
+    DS-MLA formats), for BF16 the release's few-heads backend at <= 16 heads a rank, else FLASHMLA_SPARSE; on SM90
+    the release's BF16 backend without DCP, else FLASHMLA_SPARSE; ROCM_AITER_MLA_SPARSE on ROCm
+    (vllm/platforms/rocm.py:537-539)."""
+    arch, engine = recipe.gpu.arch, recipe.engine
     if recipe.attention_backend:
         return recipe.attention_backend
     if arch in ("sm120", "sm121"):
-        return recipe.engine.sm12x_sparse_mla_backend
+        return engine.sm12x_sparse_mla_backend
     if arch.startswith("gfx"):
         return "ROCM_AITER_MLA_SPARSE"
-    if arch in ("sm100", "sm103") and recipe.quantized_cache and not recipe.cache_dtype.endswith("_ds_mla"):
-        return "FLASHINFER_MLA_SPARSE"
+    heads_per_rank = recipe.model.num_attention_heads // recipe.tensor_parallel_size
+    if arch in ("sm100", "sm103"):
+        if recipe.quantized_cache:
+            return "FLASHMLA_SPARSE" if recipe.cache_dtype.endswith("_ds_mla") else "FLASHINFER_MLA_SPARSE"
+        return engine.sm10x_few_heads_unquantized_sparse_mla_backend if heads_per_rank <= 16 else "FLASHMLA_SPARSE"
+    if not recipe.quantized_cache and recipe.decode_context_parallel_size == 1:
+        return engine.sm90_unquantized_sparse_mla_backend
     return "FLASHMLA_SPARSE"
 
 

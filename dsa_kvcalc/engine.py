@@ -122,6 +122,9 @@ class Engine:
     logged_peak_includes_cudagraphs: bool  # "Actual usage ... peak activation" includes the graph estimate
     default_deepgemm: str  # the DeepGEMM whose logits layout this release's wrapper documents
     sm12x_sparse_mla_backend: str
+    sm90_unquantized_sparse_mla_backend: str
+    sm10x_few_heads_unquantized_sparse_mla_backend: str
+    mla_block_stride_rows: dict  # sparse-MLA backend -> rows of one token's record a block is a multiple of
     sparse_mla_prefill_workspace_factor: tuple[int, int]  # up to 262,144 tokens of max_model_len, and above
     rocm_accepts_fp8: bool
     speculative_methods: frozenset
@@ -314,6 +317,29 @@ VLLM_RULES = {
     "sm12x_sparse_mla_backend": Rule(
         "FLASHMLA_SPARSE", "vllm==0.23.0 vllm/platforms/cuda.py:123-130: no SM12x branch, FLASHMLA_SPARSE",
         (Change("0.24.0", "FLASHINFER_MLA_SPARSE_SM120", "vllm==0.24.0 vllm/platforms/cuda.py:130-134"),)),
+    "sm90_unquantized_sparse_mla_backend": Rule(
+        "FLASHMLA_SPARSE", "vllm==0.24.0 vllm/platforms/cuda.py:135-142: the sparse tail is FLASHMLA_SPARSE",
+        (Change("0.25.0", "FLASH_ATTN_MLA_SPARSE", "vllm==0.25.0 vllm/platforms/cuda.py:134-142 and "
+                                                   "vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:69-88: "
+                                                   "FlashAttention's sparse MLA first, BF16 caches and no DCP only"),)),
+    "sm10x_few_heads_unquantized_sparse_mla_backend": Rule(
+        "FLASHINFER_MLA_SPARSE", "vllm==0.19.0 vllm/platforms/cuda.py:59-81: a BF16 cache with <= 16 heads a rank "
+                                 "takes FlashInfer's sparse MLA",
+        (Change("0.33.0", "FLASH_ATTN_MLA_SPARSE_FA4", "vllm==0.33.0 vllm/platforms/cuda.py:107-115: FA4's sparse "
+                                                       "MLA first"),)),
+    "mla_block_stride_rows": Rule(
+        {}, "vllm==0.30.0: no block_stride_alignment on MLA specs",
+        (Change("0.31.0", {"FLASHINFER_MLA_SPARSE": 1, "FLASHMLA_SPARSE": 1, "FLASHMLA_SPARSE ds_mla on SM10x": 1},
+                "vllm==0.31.0 vllm/model_executor/layers/attention/mla_attention.py:751-756, 1375-1382: flat caches "
+                "(FlashInfer's, FlashMLA's unquantized) and FlashMLA's DS-MLA rows on SM10x align a block to one "
+                "token's record"),
+         Change("0.32.0", {"FLASHINFER_MLA_SPARSE": 32, "FLASH_ATTN_MLA_SPARSE_FA4": 32,
+                           "FLASHINFER_MLA_SPARSE_SM120": 64, "FLASHMLA_SPARSE": 1, "FLASHMLA_SPARSE ds_mla on SM10x": 1,
+                           "FLASH_ATTN_MLA_SPARSE": 1, "FLASHINFER_MLA_SPARSE_SM90": 1, "ROCM_AITER_MLA_SPARSE": 1},
+                "vllm==0.32.0 vllm/v1/worker/utils.py:476-486 customize_attention_spec: each backend's customize_spec "
+                "(vllm/v1/attention/backends/mla/sparse_utils.py:45-47 align_blocks_to_rows; flashinfer_mla_sparse.py:"
+                "74-79, 95-96, 184-185: its kernel block of 32 or 64 rows; flashmla_sparse.py:167-175: one row, but "
+                "64-token pages for a quantized cache off SM100, which a 64-token block already is)"))),
     "sparse_mla_prefill_workspace_factor": Rule(
         (5, 5), "vllm==0.31.0 vllm/v1/attention/backends/mla/indexer.py:791-801 and flashmla_sparse.py:305-312: "
                 "40 x max_model_len indexer keys and 5 x max_model_len BF16 rows",

@@ -13,7 +13,8 @@ NEEDED = {"num_hidden_layers": 1024, "hidden_size": 1 << 17, "index_n_heads": 10
           "index_topk": 1 << 20}
 OPTIONAL = {"num_nextn_predict_layers": 16, "n_routed_experts": 1 << 14, "moe_intermediate_size": 1 << 18,
             "first_k_dense_replace": 1024, "vocab_size": 1 << 22, "max_position_embeddings": 1 << 31,
-            "index_topk_freq": 1024, "index_skip_topk_offset": 1024, "sliding_window": 1 << 20}
+            "index_topk_freq": 1024, "index_skip_topk_offset": 1024, "sliding_window": 1 << 20,
+            "num_attention_heads": 1 << 14}
 
 
 class ConfigError(ValueError):
@@ -76,7 +77,8 @@ def read_model(path: Path) -> Model:
     architecture = (config.get("architectures") or ["?"])[0]
     return Model(name=name, config_source=f"local {path}", config_path=path, architecture=str(architecture),
                  num_layers=layers,
-                 mtp_layers=n["num_nextn_predict_layers"], hidden_size=hidden, index_n_heads=n["index_n_heads"],
+                 mtp_layers=n["num_nextn_predict_layers"], num_attention_heads=n["num_attention_heads"],
+                 hidden_size=hidden, index_n_heads=n["index_n_heads"],
                  index_head_dim=n["index_head_dim"], index_topk=n["index_topk"],
                  max_position_embeddings=n["max_position_embeddings"] or 163840, checkpoint=checkpoint,
                  routed_expert_bytes=expert_bytes, **shared, **v4)

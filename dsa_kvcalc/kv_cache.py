@@ -148,13 +148,20 @@ def owns_indexer(recipe: Recipe, layer: int) -> bool:
     return max(layer - model.index_skip_topk_offset + 1, 0) % model.index_topk_freq == 0
 
 
+def mla_stride_alignment(recipe: Recipe, backend: str, token_bytes: int) -> int:
+    """The bytes a block of MLA pages is a multiple of from vLLM 0.31.0: the rows of one token's record each
+    sparse-MLA backend reads a page as (engine.py mla_block_stride_rows); FlashMLA's quantized pages off SM10x
+    are 64-token pages, which a 64-token block already is."""
+    variant = backend
+    if backend == "FLASHMLA_SPARSE" and token_bytes in (MLA_FP8_DS_BYTES, MLA_NVFP4_DS_BYTES):
+        variant = "FLASHMLA_SPARSE ds_mla on SM10x" if recipe.gpu.arch in SM10X else "FLASHMLA_SPARSE quantized"
+    return recipe.engine.mla_block_stride_rows.get(variant, 0) * token_bytes or 1
+
+
 def mla_caches(recipe: Recipe, backend: str, draft_layers: int) -> list[Cache]:
-    """V3.2 and GLM-5.x: an MLA page and, where the layer owns an indexer, an indexer page, 64 tokens each. From vLLM
-    0.31.0 FlashMLA-sparse's DS-MLA pages align the block stride to one token's record on SM10x (vllm==0.31.0
-    vllm/model_executor/layers/attention/mla_attention.py:1375-1382)."""
+    """V3.2 and GLM-5.x: an MLA page and, where the layer owns an indexer, an indexer page, 64 tokens each."""
     token_bytes = mla_token_bytes(recipe.cache_dtype, backend)
-    ds_mla = backend == "FLASHMLA_SPARSE" and token_bytes in (MLA_FP8_DS_BYTES, MLA_NVFP4_DS_BYTES)
-    alignment = token_bytes if ds_mla and recipe.gpu.arch in SM10X else 1
+    alignment = mla_stride_alignment(recipe, backend, token_bytes)
     caches = []
     for layer in range(recipe.model.num_layers + draft_layers):
         caches.append(Cache(layer, "full", MLA_BLOCK_TOKENS, MLA_BLOCK_TOKENS * token_bytes, stride_alignment=alignment))

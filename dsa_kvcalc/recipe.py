@@ -74,7 +74,7 @@ ALL2ALL_BACKENDS = ("naive", "pplx", "deepep_high_throughput", "deepep_low_laten
                     "mori_low_latency", "moonep", "nixl_ep", "allgather_reducescatter", "flashinfer_all2allv",
                     "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "passthrough")
 BATCHED_DP_ALL2ALL = ("deepep_low_latency", "nixl_ep")  # vllm==0.33.0 vllm/config/parallel.py:796-805
-SPARSE_MLA_BACKENDS = ("FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE",
+SPARSE_MLA_BACKENDS = ("FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE_FA4",
                        "FLASHINFER_MLA_SPARSE_SM120", "FLASHINFER_MLA_SPARSE_SM90", "ROCM_AITER_MLA_SPARSE",
                        # DeepSeek-V4 and V4.1's own (vllm==0.33.0 vllm/models/deepseek_v41/nvidia/model.py:201-258)
                        "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHMLA_SPARSE_DSV41",

@@ -205,7 +205,8 @@ def test_pipeline_stages_split_the_layers_as_vllm_does_and_the_fullest_stage_dec
     from dsa_kvcalc.kv_cache import stage_layers
     assert [len(s) for s in stage_layers(61, 4)] == [15, 15, 16, 15]
     assert [len(s) for s in stage_layers(78, 2)] == [39, 39]
-    v32 = {"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "pipeline-parallel-size": 4}
+    v32 = {"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "pipeline-parallel-size": 4,
+           "vllm-version": "0.30.0"}  # before the block stride alignments of 0.31.0
     assert capacity.plan(load(v32)).memory.kv.block_bytes == 16 * (1152 + 132) * 64
     mtp = v32 | {"speculative-config": {"method": "mtp", "num_speculative_tokens": 1}, "pipeline-parallel-size": 2}
     # PP2: [31, 30], the one left over on the second-last (the first); the last holds 30 + the MTP layer: 31 either way
@@ -222,3 +223,22 @@ def test_glm51_pp2_record_is_one_stage_of_39_layers():
     plan = capacity.plan(recipe)
     assert plan.memory.kv.block_bytes == 39 * 788 * 64
     assert plan.backend("auto").kv_cache_tokens == 858_048
+
+
+@pytest.mark.parametrize("settings, backend, block", [
+    # V3.2, BF16 cache, H200: FlashAttention's sparse MLA from 0.25.0 (vllm==0.25.0 vllm/platforms/cuda.py:134-142);
+    # 61 x (1152 + 132) x 64 = 5,012,736 B, a multiple of 1152 (one row of its record) from 0.32.0:
+    # 4,352 x 1152 = 5,013,504
+    ({"gpu": "H200", "vllm-version": "0.31.0"}, "FLASH_ATTN_MLA_SPARSE", 5_012_736),
+    ({"gpu": "H200", "vllm-version": "0.32.0"}, "FLASH_ATTN_MLA_SPARSE", 5_013_504),
+    # ... and FlashMLA's in 0.24.0, which 0.31.0 already aligns as a flat cache (mla_attention.py:751-756)
+    ({"gpu": "H200", "vllm-version": "0.24.0"}, "FLASHMLA_SPARSE", 5_012_736),
+    # V3.2, fp8 on B200: FlashInfer's standard fp8, 61 x (576 + 132) x 64 = 2,764,032 B; one 576-B row in 0.31.0:
+    # 4,799 x 576 = 2,764,224; 32 rows (18,432 B, its kernel's MultipleOf(32) pages) from 0.32.0: 150 x 18,432
+    ({"gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.30.0"}, "FLASHINFER_MLA_SPARSE", 2_764_032),
+    ({"gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.31.0"}, "FLASHINFER_MLA_SPARSE", 2_764_224),
+    ({"gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.32.0"}, "FLASHINFER_MLA_SPARSE", 2_764_800),
+])
+def test_mla_blocks_align_to_the_rows_each_backend_reads(settings, backend, block):
+    plan = capacity.plan(load({"model": "DeepSeek-V3.2", "tensor-parallel-size": 8} | settings))
+    assert (plan.memory.sparse_mla_backend, plan.memory.kv.block_bytes) == (backend, block)
