@@ -1,6 +1,7 @@
 """A Plan as plain data: the JSON contract of `plan --format json`, its warnings and assumptions. Every renderer and
 sweep read a plan through this module; it formats nothing for people."""
 
+from dsa_kvcalc import __version__
 from dsa_kvcalc.capacity import BackendPlan, Plan, Sizing, Term
 from dsa_kvcalc.engine import NEWEST_VLLM
 from dsa_kvcalc.units import GIB, MIB
@@ -9,11 +10,13 @@ OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilizatio
                   "the rest, and eager, piecewise and mixed steps allocate the decode logits from it (the seed's rank "
                   "had 3.04 GiB free plus 1.54 GiB of live BF16 logits when it died at 131 decodes)")
 FITTED_LENGTH = 1_048_576  # the seed's max-model-len (estimates.V41_FLASH_LOGGED_TOKEN_BYTES)
-UNCOMPUTED = ("decode_logits", "prefill_budget_bytes", "reserved_bytes", "cudagraph_logits_rows",
-              "cudagraph_logits_bytes", "cudagraph_bytes", "cudagraph_provenance", "indexer_headroom_bytes",
-              "peak_activation_bytes", "kv_cache_bytes", "kv_cache_tokens", "max_concurrency", "kv_cache_tokens_vs_auto",
-              "other_side_of_fix", "oom", "workaround")
 FIX = "vLLM #62860"
+TOOL = {"name": "dsa-kvcalc", "version": __version__}  # in every JSON the tool writes
+
+
+def nulled(value):
+    """The same keys, every value null: a figure that does not apply keeps its key."""
+    return {key: nulled(inner) for key, inner in value.items()} if isinstance(value, dict) else None
 
 
 def provenance(t: Term) -> dict:
@@ -40,12 +43,15 @@ def sizing_json(side: Sizing) -> dict:
 def backend_json(plan: Plan, b: BackendPlan) -> dict:
     head = {"backend": b.backend, "engine_label": plan.recipe.engine.label, "available": b.available,
             "reason": b.reason, "selected": b.selected}
-    if not b.available:
-        return head | dict.fromkeys(UNCOMPUTED)
+    figures = backend_figures(plan, b)
+    return head | (figures if b.available else nulled(figures))
+
+
+def backend_figures(plan: Plan, b: BackendPlan) -> dict:
     dl = b.decode_logits
     auto = next((p for p in plan.backends if p.backend == "auto"), b)
     fix = b.workaround
-    return head | {
+    return {
         "decode_logits": {
             "rows": dl.rows, "columns": dl.columns, "padded_columns": dl.padded_columns,
             "logits_dtype": dl.logits_dtype, "logits_bytes_per_element": dl.logits_bytes_per_element,
@@ -66,10 +72,10 @@ def backend_json(plan: Plan, b: BackendPlan) -> dict:
         "other_side_of_fix": sizing_json(b.other),
         "oom": {"free_bytes": b.oom.free_bytes, "bytes_per_decode": b.oom.bytes_per_decode,
                 "max_decodes": b.oom.max_decodes, "at_risk": b.oom.at_risk},
-        "workaround": None if fix is None else {
-            "env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": fix.prefill_budget_mb},
-            "kv_cache_tokens": fix.sizing.kv_cache_tokens,
-            "kv_cache_tokens_cost": b.kv_cache_tokens - fix.sizing.kv_cache_tokens},
+        "workaround": {
+            "env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": fix and fix.prefill_budget_mb},
+            "kv_cache_tokens": fix and fix.sizing.kv_cache_tokens,
+            "kv_cache_tokens_cost": fix and b.kv_cache_tokens - fix.sizing.kv_cache_tokens},
     }
 
 
@@ -153,7 +159,8 @@ def plan_json(plan: Plan) -> dict:
     layout = recipe.layout
     rules = {name: {"value": getattr(engine, name), "source": source} for name, source in engine.sources.items()}
     return {
-        "recipe": recipe.resolved(),
+        "tool": TOOL,
+        "recipe": recipe.resolved() | {"memory": recipe.memory_block()},
         "ignored_keys": list(recipe.ignored_keys),
         "engine": {"name": engine.name, "version": engine.version, "rules": rules},
         "gpu": {"name": recipe.gpu.name, "arch": recipe.gpu.arch, "total_memory_bytes": recipe.gpu.total_memory_bytes},

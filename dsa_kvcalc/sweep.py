@@ -164,7 +164,7 @@ class Base:
     """The base recipe, validated once: raw for keys that merge into the memory block, values for the rest."""
     raw: dict
     values: dict
-    ignored: list[str]
+    ignored: dict
     recipe_dir: Path
     recipe: Recipe  # the base itself: it must be a valid recipe
 
