@@ -4,6 +4,7 @@ calibrate, sweep and verify, and prints what the renderers make of their results
 import io
 import json
 import os
+import shlex
 import signal
 import sys
 from enum import Enum
@@ -12,11 +13,30 @@ from pathlib import Path
 import typer
 from typer.exceptions import TyperException
 
+from dsa_kvcalc import __version__
 from dsa_kvcalc.output import OutputError, check_targets, write
 from dsa_kvcalc.recipe import RecipeError
 
+REFUSED = 4  # the exit code of a deployment vLLM would refuse to start
+EXIT_CODES = ("Exit codes: 0 done; 1 recommend found nothing that meets the targets, or verify found plan and the GPU "
+              "differ; 2 bad input (one line, error: KEY: problem), weights that do not fit included; 3 verify has no "
+              "usable GPU; 4 vLLM would refuse to start the recipe as written (plan: no KV cache for one request, "
+              "max-num-seqs above max-num-batched-tokens); 130 interrupted.")
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None, help="Capacity calculator for DeepSeek-Sparse-Attention models on vLLM.")
+                  rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
+                  help="Capacity calculator for DeepSeek-Sparse-Attention models on vLLM.", epilog=EXIT_CODES)
+
+
+def show_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"dsa-kvcalc {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
+                                         help="Print the version and exit")):
+    """Capacity calculator for DeepSeek-Sparse-Attention models on vLLM."""
 
 
 class Format(str, Enum):
@@ -24,11 +44,25 @@ class Format(str, Enum):
     json = "json"
     markdown = "markdown"
     csv = "csv"
+    serve = "serve"
+    vllm_config = "vllm-config"
+
+
+# -o FILE without --format: the format its suffix names (else a table)
+SUFFIX_FORMATS = {".json": Format.json, ".md": Format.markdown, ".csv": Format.csv, ".sh": Format.serve,
+                  ".yaml": Format.vllm_config, ".yml": Format.vllm_config}
 
 
 class ReportFormat(str, Enum):
     table = "table"
     json = "json"
+
+
+class PickFormat(str, Enum):
+    table = "table"
+    json = "json"
+    serve = "serve"
+    vllm_config = "vllm-config"
 
 
 class SweepFormat(str, Enum):
@@ -97,28 +131,64 @@ def console():
     return Console(highlight=False)
 
 
-SET_HELP = "Override a recipe key, e.g. --set max-num-seqs=384 --set speculative-config.num_speculative_tokens=3"
+SET_HELP = ("Override a recipe key, e.g. --set max-num-seqs=384 --set speculative-config.num_speculative_tokens=3; "
+            "a launch script or --command takes gpu this way (--set gpu=B200)")
+RECIPE_HELP = ("Recipe YAML (a vllm serve --config file plus model and gpu), or a launch script whose vllm serve line "
+               "is read as vLLM reads it")
+COMMAND_HELP = "A pasted vllm serve command instead of RECIPE, e.g. --command 'vllm serve MODEL -tp 8' --set gpu=H200"
+
+
+def recipe_argument():
+    return typer.Argument(None, help=RECIPE_HELP, show_default=False)
+
+
+def command_option():
+    return typer.Option(None, "--command", help=COMMAND_HELP)
+
+
+def one_source(name: str, recipe: Path | None, command: str | None) -> None:
+    """A recipe file or a pasted command: exactly one of them (a usage error otherwise, as typer words them)."""
+    if recipe is None and command is None:
+        fail(f"recipe: missing: a recipe file or launch script, or --command 'vllm serve ...' (see dsa-kvcalc "
+             f"{name} --help)")
+    if recipe is not None and command is not None:
+        fail(f"--command: give a recipe file or --command, not both (see dsa-kvcalc {name} --help)")
+
+
+def chosen(format: Enum | None, output: Path | None, formats: dict, default: Enum) -> Enum:
+    """The format asked for, or the one --output's suffix names, else the default."""
+    return format or (formats.get(output.suffix.lower()) if output else None) or default
 
 
 @app.command()
 def plan(
-    recipe: Path = typer.Argument(..., help="Recipe YAML (a vllm serve --config file plus model and gpu)"),
+    recipe: Path | None = recipe_argument(),
+    command: str | None = command_option(),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
-    format: Format = typer.Option(Format.table, "--format", "-f"),
+    format: Format | None = typer.Option(None, "--format", "-f", help="Default: the one --output's suffix names "
+                                         "(.json, .md, .csv, .sh serve, .yaml vllm-config), else table"),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE (atomically) instead of stdout"),
     explain: bool = typer.Option(False, "--explain", help="Print every quantity with its formula and numbers"),
 ):
-    """Decode-logits memory per top-k backend, the #62860 reservation, KV-cache tokens per rank, OOM risk."""
+    """The answer first, then decode-logits memory per top-k backend, the #62860 reservation, KV-cache tokens per
+    rank and the OOM risk. --format serve prints the vllm serve command that deploys it. Exits 4 when vLLM would
+    refuse to start it."""
     from dsa_kvcalc import capacity
     from dsa_kvcalc.recipe import load_recipe
     from dsa_kvcalc.render import plan as render
+    from dsa_kvcalc.report import selected_refusal
 
-    if explain and format is not Format.table:
+    one_source("plan", recipe, command)
+    if explain and format not in (None, Format.table):
         fail(f"--explain: prints its formulas as text; drop --format {format.value}")
     check_outputs({"--output": output}, [recipe])
-    result = guarded(lambda: capacity.plan(load_recipe(recipe, set_)))
+    result = guarded(lambda: capacity.plan(load_recipe(recipe, set_, command)))
     check_outputs({"--output": output}, [result.recipe.model.config_path])
-    if explain:
+    format = Format.table if explain else chosen(format, output, SUFFIX_FORMATS, Format.table)
+    if format in (Format.serve, Format.vllm_config):
+        text = guarded(lambda: deployment_text(result.recipe, format, f"planned by dsa-kvcalc {__version__} from "
+                                                                        f"{recipe or 'the command'}"))
+    elif explain:
         text = render.explain(result)
     elif format is Format.json:
         text = render.render_json(result)
@@ -127,27 +197,51 @@ def plan(
     elif format is Format.csv:
         text = render.render_csv(result)
     elif output is None:
+        text = None
         render.render_table(result, console())
-        return
     else:
         text = console_text(lambda c: render.render_table(result, c))
-    emit([text], output)
+    if text is not None:
+        emit([text], output)
+    refused = selected_refusal(result)
+    if refused:
+        typer.echo(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}", err=True)
+        raise typer.Exit(REFUSED)
+
+
+def deployment_text(recipe, format: Enum, source: str) -> str:
+    """The recipe as the vllm serve line (or config file) that deploys it."""
+    from dsa_kvcalc.render import serve as render
+    from dsa_kvcalc.vllm_args import deployment
+
+    measured = {key: value for key, value in recipe.memory_block().items() if value is not None}
+    comment = (f"{recipe.engine.label} on {recipe.gpu.name}, {source}; plan it again: dsa-kvcalc plan FILE --set "
+               f"gpu={shlex.quote(recipe.gpu.name)} --set vllm-version={recipe.vllm_version}"
+               + (f" --set memory={shlex.quote(json.dumps(measured))}" if recipe.measured else ""))
+    draw = render.serve_line if format.value == "serve" else render.vllm_config
+    return draw(deployment(recipe), comment)
 
 
 @app.command()
-def models():
+def models(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f")):
     """List the model catalog, with sources."""
-    from dsa_kvcalc.render.catalog import render_models
+    from dsa_kvcalc.render import catalog as render
 
-    render_models(console())
+    if format is ReportFormat.json:
+        sys.stdout.write(render.models_json())
+    else:
+        render.render_models(console())
 
 
 @app.command()
-def gpus():
+def gpus(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f")):
     """List the GPU catalog, with sources."""
-    from dsa_kvcalc.render.catalog import render_gpus
+    from dsa_kvcalc.render import catalog as render
 
-    render_gpus(console())
+    if format is ReportFormat.json:
+        sys.stdout.write(render.gpus_json())
+    else:
+        render.render_gpus(console())
 
 
 @app.command()
@@ -230,7 +324,9 @@ def emit_rows(rows, keys: list[str], format: SweepFormat | None, output: Path | 
 
 @app.command()
 def sweep(
-    recipe: Path = typer.Argument(..., help="Recipe YAML"),
+    recipe: Path | None = recipe_argument(),
+    command: str | None = command_option(),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     vary: list[str] = typer.Option([], "--vary", help="KEY=SPEC: any recipe key (dotted for nested keys), SPEC a "
                                                       "range start:stop:step (stop included) or a comma list; repeat "
                                                       "for the cartesian product"),
@@ -246,12 +342,12 @@ def sweep(
     from rich.progress import Progress
 
     from dsa_kvcalc import sweep as sweeping
-    from dsa_kvcalc.recipe import read_recipe
 
+    one_source("sweep", recipe, command)
     check_backends(backend)
     check_outputs({"--output": output, "--plot": plot}, [recipe])
     varies = guarded(lambda: sweeping.parse_varies(vary))
-    base = guarded(lambda: sweeping.base_of(read_recipe(recipe), recipe.parent))
+    base = guarded(lambda: sweeping.load_base(recipe, set_, command))
     check_outputs({"--output": output, "--plot": plot}, sweeping.model_configs(base, varies))
     if plot is not None:
         from dsa_kvcalc import plot as plotting
@@ -282,7 +378,9 @@ def sweep(
 
 @app.command()
 def recommend(
-    recipe: Path = typer.Argument(..., help="Recipe YAML"),
+    recipe: Path | None = recipe_argument(),
+    command: str | None = command_option(),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     target_concurrency: int = typer.Option(..., "--target-concurrency", help="Requests each rank (one vLLM engine) "
                                                                               "must run at once: max-num-seqs >= N"),
     min_kv_tokens: int = typer.Option(..., "--min-kv-tokens", help="KV-cache tokens each rank must hold"),
@@ -290,12 +388,15 @@ def recommend(
                                                             "available"),
     max_spec_tokens: int | None = typer.Option(None, "--max-spec-tokens", help="Also try 0..K speculative tokens; "
                                                                                "default: the recipe's count only"),
+    format: PickFormat = typer.Option(PickFormat.table, "--format", "-f", help="serve or vllm-config: the pick as the "
+                                                                                "vllm serve line that deploys it"),
 ):
     """The largest max-num-seqs (then spec tokens, then backend) that meets the targets, and what stops one more."""
     from dsa_kvcalc import capacity, sweep as sweeping
-    from dsa_kvcalc.recipe import KEYS, check_value, read_recipe
+    from dsa_kvcalc.recipe import KEYS, check_value
     from dsa_kvcalc.render import sweep as render
 
+    one_source("recommend", recipe, command)
     check_backends(backend)
 
     def work():
@@ -304,16 +405,77 @@ def recommend(
             raise RecipeError("--min-kv-tokens", f"must not be negative, got {min_kv_tokens}")
         if max_spec_tokens is not None:
             check_value("--max-spec-tokens", KEYS["num_speculative_tokens"], max_spec_tokens)
-        base = sweeping.base_of(read_recipe(recipe), recipe.parent)
+        base = sweeping.load_base(recipe, set_, command)
         first = capacity.plan(sweeping.recipe_at(base, {}))
         spec_tokens = (list(range(max_spec_tokens, -1, -1)) if max_spec_tokens is not None
                        else [first.recipe.num_speculative_tokens])
-        return first.recipe, sweeping.recommend(base, target_concurrency, min_kv_tokens, backend, spec_tokens)
+        return base, sweeping.recommend(base, target_concurrency, min_kv_tokens, backend, spec_tokens)
 
-    first, candidates = guarded(work)
-    render.render_recommendation(candidates, target_concurrency, min_kv_tokens, first.data_parallel_size, console())
-    if not candidates or candidates[0].max_num_seqs is None:
+    base, candidates = guarded(work)
+    best = candidates[0] if candidates and candidates[0].max_num_seqs is not None else None
+    if format is PickFormat.json:
+        sys.stdout.write(render.recommendation_json(candidates, target_concurrency, min_kv_tokens))
+    elif format is PickFormat.table:
+        render.render_recommendation(candidates, target_concurrency, min_kv_tokens,
+                                     base.recipe.data_parallel_size, console())
+    elif best is not None:
+        pick = guarded(lambda: sweeping.recipe_at(base, sweeping.pick_point(best)))
+        sys.stdout.write(guarded(lambda: deployment_text(pick, format, f"recommended by dsa-kvcalc {__version__} for "
+                                                                       f"{target_concurrency} requests per rank")))
+    if best is None:
+        if format in (PickFormat.serve, PickFormat.vllm_config):
+            typer.echo("error: no setting meets the targets (see recommend's table for why)", err=True)
         raise typer.Exit(1)
+
+
+@app.command()
+def fit(
+    recipe: Path | None = recipe_argument(),
+    command: str | None = command_option(),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    concurrency: int | None = typer.Option(None, "--concurrency", help="Requests at once for the longest "
+                                                                       "max-model-len; default: the recipe's "
+                                                                       "max-num-seqs"),
+    max_model_len: str | None = typer.Option(None, "--max-model-len", help="Context for the most requests at once "
+                                                                           "(8192, 128k, 1M); default: the recipe's"),
+    backend: list[str] = typer.Option([], "--backend", help="Top-k backend (repeat); default: the available ones"),
+    format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f"),
+):
+    """What fits per rank: the longest max-model-len at a concurrency, the most requests at a max-model-len, the
+    largest max-num-seqs vLLM starts with. Exits 4 when nothing fits."""
+    from dsa_kvcalc import fit as fitting, sweep as sweeping
+    from dsa_kvcalc.recipe import KEYS, check_value
+    from dsa_kvcalc.render import fit as render
+
+    one_source("fit", recipe, command)
+    check_backends(backend)
+
+    def work():
+        base = sweeping.load_base(recipe, set_, command)
+        r = base.recipe
+        held = check_value("--concurrency", KEYS["max_num_seqs"], concurrency or r.max_num_seqs)
+        length = check_value("--max-model-len", KEYS["max_model_len"], max_model_len or r.max_model_len)
+        planned = capacity_plan(base)
+        names = backend or [b.backend for b in planned.backends if b.available]
+        return r, fitting.fits(base, names, held, length or r.model.max_position_embeddings)
+
+    r, answers = guarded(work)
+    heading = {"model": r.model.name, "gpu": r.gpu.name, "engine": r.engine.label, "max_num_seqs": r.max_num_seqs,
+               "max_model_len": r.max_model_len}
+    if format is ReportFormat.json:
+        sys.stdout.write(render.render_json(heading, answers))
+    else:
+        render.render_table(f"What fits per rank: {r.model.name} on {r.gpu.name}, {r.engine.label}, as planned "
+                            f"(max-num-seqs {r.max_num_seqs:,}, max-model-len {r.max_model_len:,})", answers,
+                            console())
+    if all(a.largest is None for a in answers):
+        raise typer.Exit(REFUSED)
+
+
+def capacity_plan(base):
+    from dsa_kvcalc import capacity, sweep as sweeping
+
+    return capacity.plan(sweeping.recipe_at(base, {}))
 
 
 @app.command()

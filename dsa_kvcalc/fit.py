@@ -3,9 +3,8 @@ sequences at a max-model-len, and the largest max-num-seqs vLLM would start with
 all. Pure: plans in, answers out.
 
 "Fits" is what vLLM logs and checks, per rank:
-- it starts when max-num-seqs <= max-num-batched-tokens (vllm==0.33.0 vllm/config/scheduler.py:331-336) and its KV
-  cache holds one request of max-model-len (check_enough_kv_cache_memory, vllm/v1/core/kv_cache_planning.py:50-84,
-  151-180; no memory at all is its own error, :57);
+- it starts when max-num-seqs <= max-num-batched-tokens and its KV cache holds one request of max-model-len
+  (report.refusal);
 - N requests of max-model-len L fit when its "Maximum concurrency for L tokens per request" is at least N, that is
   when the KV tokens it logs are at least N x L. Window and state pages (DeepSeek-V4) are in those tokens as vLLM
   counts them, so a longer context does not cost in proportion.
@@ -19,52 +18,33 @@ from dataclasses import dataclass
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import BackendPlan, Plan
 from dsa_kvcalc.recipe import KEYS, Recipe
+from dsa_kvcalc.report import refusal
 from dsa_kvcalc.sweep import Base, recipe_at
-from dsa_kvcalc.units import GIB
-
-
-def refusal(plan: Plan, b: BackendPlan) -> str | None:
-    """Why vLLM would refuse to start this deployment with backend b, or None."""
-    r, needed = plan.recipe, plan.memory.kv.request_bytes
-    if r.max_num_seqs > r.max_num_batched_tokens:
-        return (f"max-num-seqs {r.max_num_seqs:,} is above max-num-batched-tokens {r.max_num_batched_tokens:,}: "
-                f"{r.engine.label} refuses it")
-    if b.kv_cache_bytes <= 0:
-        return f"no memory is left for the KV cache: {r.engine.label} refuses to start"
-    if b.kv_cache_bytes < needed:
-        return (f"one request of max-model-len {r.max_model_len:,} needs {needed / GIB:.2f} GiB of KV cache and "
-                f"{b.kv_cache_bytes / GIB:.2f} GiB is left: {r.engine.label} refuses to start")
-    return None
-
-
-def selected_refusal(plan: Plan) -> str | None:
-    """Why vLLM would refuse the recipe as written (its own top-k backend), or None."""
-    selected = next((b for b in plan.backends if b.selected and b.available), None)
-    return None if selected is None else refusal(plan, selected)
 
 
 def shortfall(plan: Plan, b: BackendPlan, concurrency: int) -> str | None:
     """Why `concurrency` requests of max-model-len do not fit at once, or None when they do."""
     r = plan.recipe
-    if refusal(plan, b):
-        return refusal(plan, b)
+    refused = refusal(plan, b)
+    if refused:
+        return refused
     if b.kv_cache_tokens < concurrency * r.max_model_len:
         return (f"{concurrency:,} x {r.max_model_len:,} = {concurrency * r.max_model_len:,} tokens > the KV cache's "
                 f"{b.kv_cache_tokens:,}")
     return None
 
 
-def largest(fails, low: int, high: int) -> int | None:
-    """The largest n in [low, high] for which fails(n) is None, where that holds up to an edge and not above it;
-    None when it fails at low already."""
-    if fails(low):
+def largest(problem, low: int, high: int) -> int | None:
+    """The largest n in [low, high] where problem(n) is None (no problem), which holds up to an edge and not above
+    it; None when there is a problem at low already."""
+    if problem(low):
         return None
-    good, bad = low, high + 1
-    if not fails(high):
+    if not problem(high):
         return high
+    good, bad = low, high
     while bad - good > 1:
         middle = (good + bad) // 2
-        if fails(middle):
+        if problem(middle):
             bad = middle
         else:
             good = middle

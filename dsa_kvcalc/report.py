@@ -40,6 +40,28 @@ def sizing_json(side: Sizing) -> dict:
             "max_concurrency": side.max_concurrency}
 
 
+def refusal(plan: Plan, b: BackendPlan) -> str | None:
+    """Why vLLM would refuse to start this deployment with backend b, or None. It starts when max-num-seqs <=
+    max-num-batched-tokens (vllm==0.33.0 vllm/config/scheduler.py:331-336) and its KV cache holds one request of
+    max-model-len (check_enough_kv_cache_memory, vllm/v1/core/kv_cache_planning.py:50-84 and 151-180; no memory at
+    all is its own error, :57)."""
+    r, needed = plan.recipe, plan.memory.kv.request_bytes
+    if r.max_num_seqs > r.max_num_batched_tokens:
+        return f"max-num-seqs {r.max_num_seqs:,} is above max-num-batched-tokens {r.max_num_batched_tokens:,}"
+    if b.kv_cache_bytes <= 0:
+        return "no memory is left for the KV cache"
+    if b.kv_cache_bytes < needed:
+        return (f"one request of max-model-len {r.max_model_len:,} needs {needed / GIB:.2f} GiB of KV cache; "
+                f"{b.kv_cache_bytes / GIB:.2f} GiB is left")
+    return None
+
+
+def selected_refusal(plan: Plan) -> str | None:
+    """Why vLLM would refuse the recipe as written (with its own top-k backend), or None."""
+    selected = next((b for b in plan.backends if b.selected and b.available), None)
+    return None if selected is None else refusal(plan, selected)
+
+
 def backend_json(plan: Plan, b: BackendPlan) -> dict:
     head = {"backend": b.backend, "engine_label": plan.recipe.engine.label, "available": b.available,
             "reason": b.reason, "selected": b.selected}
@@ -52,6 +74,7 @@ def backend_figures(plan: Plan, b: BackendPlan) -> dict:
     auto = next((p for p in plan.backends if p.backend == "auto"), b)
     fix = b.workaround
     return {
+        "refused": refusal(plan, b),
         "decode_logits": {
             "rows": dl.rows, "columns": dl.columns, "padded_columns": dl.padded_columns,
             "logits_dtype": dl.logits_dtype, "logits_bytes_per_element": dl.logits_bytes_per_element,
@@ -120,8 +143,12 @@ def warnings(plan: Plan) -> list[str]:
         found.append(f"{recipe.engine.label} is newer than the newest release modelled ({NEWEST_VLLM}): plan applies "
                      f"{NEWEST_VLLM}'s rules, which may have moved since")
     found += oom_warnings(plan)
-    if any(b.available and b.kv_cache_bytes == 0 for b in plan.backends):
-        found.append("no memory is left for the KV cache with some backends: vLLM would refuse to start")
+    refused: dict[str, list[str]] = {}
+    for b in plan.backends:
+        if b.available and refusal(plan, b):
+            refused.setdefault(refusal(plan, b), []).append(b.backend)
+    found += [f"{recipe.engine.label} would refuse to start with {', '.join(names)}: {reason}"
+              for reason, names in refused.items()]
     estimated = estimated_terms(plan)
     if estimated and recipe.kv_cache_memory_bytes is None:
         found.append(f"{', '.join(estimated)} memory {'is' if len(estimated) == 1 else 'are'} estimated: put measured "

@@ -17,7 +17,7 @@ from dsa_kvcalc.catalog import BACKENDS
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import (
     BY_NAME, IGNORED_KEYS, KEYS, NESTED, PER_BACKEND_TERMS, Recipe, RecipeError, as_written, canonical, load,
-    model_config_path, parse_size, read_values, resolve_as_written, set_value)
+    load_recipe, model_config_path, parse_size, read_command, read_recipe, read_values, resolve_as_written, set_value)
 from dsa_kvcalc.report import backend_json, flatten
 
 BACKEND_NAMES = tuple(b.name for b in BACKENDS)
@@ -167,11 +167,21 @@ class Base:
     ignored: dict
     recipe_dir: Path
     recipe: Recipe  # the base itself: it must be a valid recipe
+    measured_on: Recipe  # the recipe its memory block was measured on: the base, or the file under its --set
 
 
-def base_of(raw: dict, recipe_dir: Path) -> Base:
+def base_of(raw: dict, recipe_dir: Path, measured_on: Recipe | None = None) -> Base:
     values, ignored = read_values(raw)
-    return Base(raw, values, ignored, recipe_dir, resolve_as_written(raw, values, recipe_dir, ignored))
+    recipe = resolve_as_written(raw, values, recipe_dir, ignored)
+    return Base(raw, values, ignored, recipe_dir, recipe, measured_on or recipe)
+
+
+def load_base(path: Path | None, overrides: list[str] = (), command: str | None = None) -> Base:
+    """The base of a recipe file (or of a pasted command) with --set overrides, its memory block measured where
+    load_recipe says."""
+    raw = read_command(command, overrides) if path is None else read_recipe(path, overrides)
+    folder = Path(".") if path is None else path.parent
+    return base_of(raw, folder, load_recipe(path, overrides, command).measured_on)
 
 
 def model_configs(base: Base, varies: list[Vary]) -> list[Path]:
@@ -201,7 +211,8 @@ def recipe_at(base: Base, point: dict) -> Recipe:
         recipe = resolve_as_written(base.raw, base.values | values, base.recipe_dir, base.ignored)
     if not recipe.measured or any(canonical(key.split(".")[0]) == "memory" for key in point):
         return recipe
-    return recipe if recipe.resolved() == base.recipe.resolved() else replace(recipe, measured_on=base.recipe)
+    then = base.measured_on
+    return recipe if recipe.resolved() == then.resolved() else replace(recipe, measured_on=then)
 
 
 @dataclass
@@ -243,6 +254,12 @@ class Candidate:
     kv_cache_tokens: int | None  # at max_num_seqs
     max_concurrency: float | None  # at max_num_seqs: KV tokens / max-model-len
     stops: list[str]  # why max_num_seqs + 1 (or the target concurrency, when None) fails
+
+
+def pick_point(c: Candidate) -> dict:
+    """A candidate as the keys that set it."""
+    return {"max-num-seqs": c.max_num_seqs, "speculative-config.num_speculative_tokens": c.spec_tokens,
+            "sparse-indexer-topk-backend": c.backend}
 
 
 def shortfalls(recipe: Recipe, b: capacity.BackendPlan, min_kv_tokens: int) -> list[str]:

@@ -45,9 +45,12 @@ FLAGS = {
 NO_NEGATIVE = {"disable-log-requests", "disable-log-stats"}
 # Arguments that take one or more values (nargs "+"), among those dsa-kvcalc reads or ignores
 MANY_VALUES = {"served-model-name", "api-key", "collect-detailed-traces", "cudagraph-capture-sizes"}
-# vLLM's value types where they differ from reading the text as the recipe key's kind
-# (vllm==0.33.0 vllm/engine/arg_utils.py:1850; the JSON of a config dataclass may hold 1k-style numbers, :303-321)
+# vLLM's value types where they differ from reading the text as the recipe key's kind: the top-k backend is lowered
+# with dashes as underscores (vllm==0.33.0 vllm/engine/arg_utils.py:1850), a CUDA-graph mode upper-cased
+# (vllm/config/compilation.py:873-879), and the JSON of a config class may hold 1k-style numbers
+# (vllm/engine/arg_utils.py:303-321, for --compilation-config; --speculative-config is plain JSON, :1863).
 LOWERED = {"sparse-indexer-topk-backend"}
+CONFIG_CLASSES = {"compilation-config"}
 ENTRY_POINTS = ("vllm serve", "python -m vllm.entrypoints.openai.api_server",
                 "python3 -m vllm.entrypoints.openai.api_server")
 SERVE_LINE = re.compile(r"\s*(?:[A-Za-z_]\w*=(?:\"[^\"]*\"|'[^']*'|\S)*\s+)*(?:(?:exec|env|nohup)\s+)*"
@@ -219,8 +222,9 @@ def parsed_options(args: list[str]) -> tuple[str | None, list[tuple[str, str, ob
 def typed(name: str, written: str, value):
     """A value as vLLM's argument type reads it, in the form the recipe key takes."""
     if name in NESTED:
+        text = expanded_numbers(value) if name in CONFIG_CLASSES and isinstance(value, str) else value
         try:
-            mapping = json.loads(value) if isinstance(value, str) else value
+            mapping = json.loads(text) if isinstance(text, str) else text
         except json.JSONDecodeError as error:
             raise RecipeError(written, f"not valid JSON: {error.msg}") from None
         if not isinstance(mapping, dict):
@@ -236,6 +240,22 @@ def typed(name: str, written: str, value):
     except ValueError:
         raise RecipeError(written, f"expected a {'whole number' if k.kind == 'int' else 'number'}, got {value!r}") \
             from None
+
+
+def expanded_numbers(text: str) -> str:
+    """1k-style numbers outside the JSON's strings as whole numbers (vllm==0.33.0 vllm/engine/arg_utils.py:303)."""
+    parts = re.split(r'("(?:[^"\\]|\\.)*")', text)
+    parts[::2] = [re.sub(r"\b\d+(?:\.\d+)?[kKmMgGtT]\b", lambda m: str(human_readable(m.group())), part)
+                  for part in parts[::2]]
+    return "".join(parts)
+
+
+def as_vllm_validates(raw: dict) -> dict:
+    """A CUDA-graph mode in the compilation config as vLLM's validator reads it: any case."""
+    mode = raw.get("compilation-config", {}).get("cudagraph_mode")
+    if isinstance(mode, str):
+        raw["compilation-config"]["cudagraph_mode"] = mode.upper()
+    return raw
 
 
 def recipe_from_command(text: str) -> dict:
@@ -266,7 +286,7 @@ def recipe_from_command(text: str) -> dict:
     if env:
         raw["env"] = {name: int(value) if f"env.{name}" in BY_NAME and value.isdigit() else value
                       for name, value in env.items()}
-    return raw
+    return as_vllm_validates(raw)
 
 
 def typed_inner(target: str, value):
