@@ -366,7 +366,7 @@ def sweep(
             points = progress.track(points, total=total, description=f"{total:,} points")
         rows = sweeping.rows(base, varies, backend, points, failures)
         if plot is not None:
-            series = plotting.Series(keys)
+            series = plotting.Series(keys, sweeping.title(base, varies))
             rows = series.tap(rows)
         emit_rows(rows, keys, format, output)
     if plot is not None:

@@ -184,6 +184,16 @@ def load_base(path: Path | None, overrides: list[str] = (), command: str | None 
     return base_of(raw, folder, load_recipe(path, overrides, command).measured_on)
 
 
+def title(base: Base, varies: list[Vary]) -> str:
+    """The model, the GPU and the engine a sweep plans, or which of them it varies."""
+    varied = {canonical(vary.key.split(".")[0]) for vary in varies}
+    r = base.recipe
+    shown = [("model", r.model.name), ("gpu", r.gpu.name), ("vllm-version", r.engine.label)]
+    model, gpu, engine = (f"{key} varied" if key in varied or (key == "vllm-version" and "engine" in varied) else name
+                          for key, name in shown)
+    return f"{model} on {gpu}, {engine}"
+
+
 def model_configs(base: Base, varies: list[Vary]) -> list[Path]:
     """The local config.json files a sweep reads, the base model's and each varied model's: never an output."""
     paths = [base.recipe.model.config_path]
