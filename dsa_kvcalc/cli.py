@@ -5,6 +5,7 @@ import io
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 from enum import Enum
@@ -131,6 +132,14 @@ def console():
     return Console(highlight=False)
 
 
+def for_terminal(text: str) -> str:
+    """Text for stdout: on a terminal, broken at spaces to its width (it would break numbers at its edge); in a pipe
+    or a file, one line a quantity, as written."""
+    from dsa_kvcalc.render import wrapped
+
+    return wrapped(text, shutil.get_terminal_size().columns) if sys.stdout.isatty() else text
+
+
 SET_HELP = ("Override a recipe key, e.g. --set max-num-seqs=384 --set speculative-config.num_speculative_tokens=3; "
             "a launch script or --command takes gpu this way (--set gpu=B200)")
 RECIPE_HELP = ("Recipe YAML (a vllm serve --config file plus model and gpu), or a launch script whose vllm serve line "
@@ -202,7 +211,7 @@ def plan(
     else:
         text = console_text(lambda c: render.render_table(result, c))
     if text is not None:
-        emit([text], output)
+        emit([for_terminal(text) if explain and output is None else text], output)
     refused = selected_refusal(result)
     if refused:
         typer.echo(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}", err=True)
@@ -214,12 +223,13 @@ def deployment_text(recipe, format: Enum, source: str) -> str:
     from dsa_kvcalc.render import serve as render
     from dsa_kvcalc.vllm_args import deployment
 
-    measured = {key: value for key, value in recipe.memory_block().items() if value is not None}
-    comment = (f"{recipe.engine.label} on {recipe.gpu.name}, {source}; plan it again: dsa-kvcalc plan FILE --set "
-               f"gpu={shlex.quote(recipe.gpu.name)} --set vllm-version={recipe.vllm_version}"
-               + (f" --set memory={shlex.quote(json.dumps(measured))}" if recipe.measured else ""))
+    sets = [f"gpu={recipe.gpu.name}", f"vllm-version={recipe.vllm_version}"] + [
+        f"memory.{key}={json.dumps(value) if isinstance(value, dict) else value}"
+        for key, value in recipe.memory_block().items() if value is not None]
+    comments = [f"{recipe.engine.label} on {recipe.gpu.name}, {source}",
+                *render.laid_out(["plan it again: dsa-kvcalc plan FILE", *(f"--set {shlex.quote(s)}" for s in sets)])]
     draw = render.serve_line if format.value == "serve" else render.vllm_config
-    return draw(deployment(recipe), comment)
+    return draw(deployment(recipe), comments)
 
 
 @app.command()
@@ -297,7 +307,7 @@ def calibrate(
 
     result = guarded(work)
     check_outputs({"--output": output}, [result.recipe.model.config_path])
-    text = render.render_json(result) if format is ReportFormat.json else render.render_text(result)
+    text = render.render_json(result) if format is ReportFormat.json else for_terminal(render.render_text(result))
     sys.stdout.write(text)
     if output is not None:
         emit([render.recipe_yaml(result, log.name)], output)

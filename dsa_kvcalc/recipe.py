@@ -7,6 +7,7 @@ Recipe it gets.
 """
 
 import difflib
+import functools
 import json
 import math
 import re
@@ -171,9 +172,14 @@ class Recipe:
     def kv_cache_format(self) -> str:
         return "bf16" if self.kv_cache_dtype in ("auto", "bfloat16") else "fp8"
 
+    @functools.cached_property
+    def shape(self) -> dict:
+        """resolved(), flat (dotted keys), worked out once: a sweep compares every point with one measured recipe."""
+        return flatten_keys(self.resolved())
+
     def shape_change(self, other: "Recipe") -> str:
         """What differs from this recipe in other, as keys with their two values."""
-        mine, theirs = flatten_keys(self.resolved()), flatten_keys(other.resolved())
+        mine, theirs = self.shape, other.shape
         return ", ".join(f"{key} {mine.get(key)} (here {theirs.get(key)})" for key in mine if mine[key] != theirs.get(key))
 
     def memory_block(self) -> dict:
@@ -191,13 +197,13 @@ class Recipe:
     def resolved(self) -> dict:
         """The recipe as vLLM would run it: every key resolved, in vLLM's spelling, nested as vLLM nests them."""
         out: dict = {}
-        for f, k in KEYS.items():
-            value = getattr(self, f)
-            if k.kind == "memory":
-                continue
-            value = {"model": lambda v: v.name, "gpu": lambda v: v.name}.get(k.kind, lambda v: v)(value)
-            parent, _, leaf = k.name.rpartition(".")
-            (out.setdefault(parent, {}) if parent else out)[leaf] = list(value) if isinstance(value, tuple) else value
+        for field_name, parent, leaf, named in RESOLVED_PATHS:
+            value = getattr(self, field_name)
+            if named:
+                value = value.name
+            elif isinstance(value, tuple):
+                value = list(value)
+            (out.setdefault(parent, {}) if parent else out)[leaf] = value
         return out
 
 
@@ -213,6 +219,11 @@ def flatten_keys(values: dict, prefix: str = "") -> dict:
 
 KEYS = {f.name: f.metadata["key"] for f in fields(Recipe) if "key" in f.metadata}
 BY_NAME = {k.name: name for name, k in KEYS.items()}
+DEFAULTS = {name: k.default for name, k in KEYS.items()}
+# Recipe.resolved's keys, split once: (field, parent, leaf, a catalog entry shown by its name); a sweep resolves
+# every point.
+RESOLVED_PATHS = tuple((name, *k.name.rpartition(".")[::2], k.kind in ("model", "gpu"))
+                       for name, k in KEYS.items() if k.kind != "memory")
 # Versions are read as the text written: YAML would read vllm-version 0.30 as the number 0.3, deepgemm 2.10 as 2.1.
 TEXT_KEYS = {k.name for k in KEYS.values() if k.kind in ("version", "release")}
 NESTED = {"speculative-config", "compilation-config", "env", "memory"}
@@ -497,7 +508,7 @@ def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = N
     gpu = find_gpu(values["gpu"])
     model = find_model(values["model"], recipe_dir)
     model_arg = model.name if values["model"].lower() in MODEL_NAMES else values["model"]
-    values = {f: k.default for f, k in KEYS.items()} | values | {"gpu": gpu, "model": model}
+    values = DEFAULTS | values | {"gpu": gpu, "model": model}
     engine = engines.DEEPINFER if values["engine_name"] == "deepinfer" else engines.vllm(values["vllm_version"])
     gpu_gib = gpu.total_memory_bytes // GIB
     seqs, tokens = next((s, t) for floor, s, t in engine.batch_defaults if gpu_gib >= floor)

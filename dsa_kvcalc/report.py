@@ -102,6 +102,59 @@ def backend_figures(plan: Plan, b: BackendPlan) -> dict:
     }
 
 
+# The answer first (plan's first lines, and "summary" in its JSON) ------------------------------------------------
+
+def answered_backend(plan: Plan) -> BackendPlan:
+    """The backend the answer is for: the recipe's where it runs here, else auto (or the first that runs), else the
+    recipe's all the same."""
+    selected = next((b for b in plan.backends if b.selected), plan.backends[0])
+    runs = [b for b in plan.backends if b.available]
+    if selected.available or not runs:
+        return selected
+    return next((b for b in runs if b.backend == "auto"), runs[0])
+
+
+def compared_backend(plan: Plan, b: BackendPlan) -> BackendPlan | None:
+    """Is deep_select worth it: deep_select against auto, auto against deep_select, or else the available backend
+    that holds the most KV tokens, where it holds more than the recipe's."""
+    available = {p.backend: p for p in plan.backends if p.available and p.backend != b.backend}
+    if b.backend != "deep_select" and "deep_select" in available:
+        return available["deep_select"]
+    if b.backend == "deep_select" and "auto" in available:
+        return available["auto"]
+    best = max(available.values(), key=lambda p: p.kv_cache_tokens, default=None)
+    return best if best is not None and best.kv_cache_tokens > b.kv_cache_tokens else None
+
+
+def risk_json(plan: Plan, b: BackendPlan) -> dict:
+    fix = b.workaround
+    return {"at_risk": b.oom.at_risk, "max_decodes": b.oom.max_decodes, "max_num_seqs": plan.recipe.max_num_seqs,
+            "workaround_env": None if fix is None else {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": fix.prefill_budget_mb},
+            "workaround_cost_tokens": None if fix is None else b.kv_cache_tokens - fix.sizing.kv_cache_tokens}
+
+
+def summary(plan: Plan) -> dict:
+    """The four answers for the recipe's backend: does this vLLM release start it, how many KV tokens a rank holds
+    (and requests of max-model-len), the OOM risk on this release with its workaround, and the other top-k backend
+    worth comparing (deep_select against auto)."""
+    b = answered_backend(plan)
+    other = compared_backend(plan, b)
+    deep_select = next((p for p in plan.backends if p.backend == "deep_select"), None)
+    return {
+        "engine_label": plan.recipe.engine.label, "reserves_decode_logits": plan.recipe.reserves_decode_logits,
+        "backend": b.backend,
+        "instead_of": None if b.selected else plan.recipe.topk_backend,
+        "refused": refusal(plan, b) if b.available else f"{b.backend} cannot run here: {b.reason}",
+        "kv_cache_tokens": b.kv_cache_tokens, "max_concurrency": b.max_concurrency,
+        "max_model_len": plan.recipe.max_model_len, "oom": risk_json(plan, b),
+        "compared": None if other is None else {
+            "backend": other.backend, "refused": refusal(plan, other), "kv_cache_tokens": other.kv_cache_tokens,
+            "kv_cache_tokens_vs_answered": tokens_vs(other, b), "oom": risk_json(plan, other)},
+        "deep_select_unavailable": deep_select.reason if deep_select is not None and not deep_select.available
+        else None,
+    }
+
+
 def estimated_terms(plan: Plan) -> list[str]:
     terms = (("weights", plan.memory.weights), ("peak activation", plan.memory.peak_activation),
              ("non-torch", plan.memory.non_torch))
@@ -187,6 +240,7 @@ def plan_json(plan: Plan) -> dict:
     rules = {name: {"value": getattr(engine, name), "source": source} for name, source in engine.sources.items()}
     return {
         "tool": TOOL,
+        "summary": summary(plan),
         "recipe": recipe.resolved() | {"memory": recipe.memory_block()},
         "ignored_keys": list(recipe.ignored_keys),
         "engine": {"name": engine.name, "version": engine.version, "rules": rules},

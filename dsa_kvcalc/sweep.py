@@ -168,12 +168,14 @@ class Base:
     recipe_dir: Path
     recipe: Recipe  # the base itself: it must be a valid recipe
     measured_on: Recipe  # the recipe its memory block was measured on: the base, or the file under its --set
+    measured_shape: dict  # measured_on.resolved(), which every point is compared with
 
 
 def base_of(raw: dict, recipe_dir: Path, measured_on: Recipe | None = None) -> Base:
     values, ignored = read_values(raw)
     recipe = resolve_as_written(raw, values, recipe_dir, ignored)
-    return Base(raw, values, ignored, recipe_dir, recipe, measured_on or recipe)
+    measured_on = measured_on or recipe
+    return Base(raw, values, ignored, recipe_dir, recipe, measured_on, measured_on.resolved())
 
 
 def load_base(path: Path | None, overrides: list[str] = (), command: str | None = None) -> Base:
@@ -221,8 +223,7 @@ def recipe_at(base: Base, point: dict) -> Recipe:
         recipe = resolve_as_written(base.raw, base.values | values, base.recipe_dir, base.ignored)
     if not recipe.measured or any(canonical(key.split(".")[0]) == "memory" for key in point):
         return recipe
-    then = base.measured_on
-    return recipe if recipe.resolved() == then.resolved() else replace(recipe, measured_on=then)
+    return recipe if recipe.resolved() == base.measured_shape else replace(recipe, measured_on=base.measured_on)
 
 
 @dataclass

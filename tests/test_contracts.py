@@ -63,8 +63,8 @@ def test_a_deployment_that_starts_exits_0():
                                          if b["available"])
 
 
-@pytest.mark.parametrize("name, starts", [("plan.json", "{"), ("plan.md", "**"), ("plan.csv", "backend,"),
-                                          ("plan.sh", "# "), ("plan.yaml", "# "), ("plan.txt", "deepseek-ai/")])
+@pytest.mark.parametrize("name, starts", [("plan.json", "{"), ("plan.md", "- vLLM 0.33.0 starts."), ("plan.csv", "backend,"),
+                                          ("plan.sh", "# "), ("plan.yaml", "# "), ("plan.txt", "vLLM 0.33.0 starts.")])
 def test_the_output_suffix_names_the_format(tmp_path, name, starts):
     out = tmp_path / name
     assert run("plan", SEED, "-o", out).exit_code == 0

@@ -78,8 +78,8 @@ def test_a_launch_script_plans_like_its_recipe(tmp_path, recipe):
 def test_the_serve_line_plans_back_to_the_same_figures(tmp_path, recipe):
     out = tmp_path / "serve.sh"
     assert run("plan", recipe, "-o", out).exit_code == 0  # .sh: the serve format
-    first = out.read_text().splitlines()[0]
-    again = shlex.split(first.split("plan it again: dsa-kvcalc plan FILE ", 1)[1])
+    header = " ".join(line[2:] for line in out.read_text().splitlines() if line.startswith("# "))
+    again = shlex.split(header.split("plan it again: dsa-kvcalc plan FILE ", 1)[1])
     assert figures(planned(out, *again)) == figures(planned(recipe))
     config = tmp_path / "serve.yaml"
     assert run("plan", recipe, "-o", config).exit_code == 0  # .yaml: vllm-config

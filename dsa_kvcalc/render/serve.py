@@ -21,18 +21,33 @@ def argument(name: str, value) -> str:
     return f"--{name} {shlex.quote(str(value))}"
 
 
-def serve_line(d: Deployment, comment: str) -> str:
+COMMENT_WIDTH = 78  # a comment line of the header, after "# "
+
+
+def laid_out(words: list[str]) -> list[str]:
+    """Words on lines of at most COMMENT_WIDTH characters (a longer word alone on its line), the continuations
+    indented: a header a terminal does not break."""
+    lines = [words[0]]
+    for word in words[1:]:
+        if len(lines[-1]) + 1 + len(word) > COMMENT_WIDTH:
+            lines.append(f"  {word}")
+        else:
+            lines[-1] += f" {word}"
+    return lines
+
+
+def serve_line(d: Deployment, comments: list[str]) -> str:
     """The environment as a prefix, then `vllm serve MODEL` and one argument a line, continued with backslashes."""
     command = [*(f"{name}={shlex.quote(str(value))}" for name, value in d.env.items()), "vllm", "serve",
                shlex.quote(d.model)]
-    return f"# {comment}\n" + " \\\n    ".join([" ".join(command), *(argument(n, v) for n, v in d.arguments.items())]) + "\n"
+    lines = " \\\n    ".join([" ".join(command), *(argument(n, v) for n, v in d.arguments.items())])
+    return "".join(f"# {c}\n" for c in comments) + lines + "\n"
 
 
-def vllm_config(d: Deployment, comment: str) -> str:
+def vllm_config(d: Deployment, comments: list[str]) -> str:
     """A config file for `vllm serve --config FILE`: the model and the arguments; the environment, which a config
     file cannot hold, in the header."""
-    header = [f"# {comment}"]
     if d.env:
-        header.append("# run with: " + " ".join(f"{n}={shlex.quote(str(v))}" for n, v in d.env.items())
-                      + " vllm serve --config FILE")
-    return "\n".join(header) + "\n" + yaml.safe_dump({"model": d.model} | d.arguments, sort_keys=False)
+        comments = [*comments, *laid_out(["run with:", *(f"{n}={shlex.quote(str(v))}" for n, v in d.env.items()),
+                                          "vllm serve --config FILE"])]
+    return "".join(f"# {c}\n" for c in comments) + yaml.safe_dump({"model": d.model} | d.arguments, sort_keys=False)
