@@ -9,7 +9,8 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from conftest import LOGS, RECIPES, SEED, run
+from conftest import LOGS, RECIPES, ROOT, SEED, run
+from dsa_kvcalc import verify
 from dsa_kvcalc.recipe import RecipeError, load
 from dsa_kvcalc.report import flatten
 
@@ -153,3 +154,8 @@ def test_recommend_json_holds_the_tables_pick():
     data = stdout_json("recommend", SEED, "--target-concurrency", 256, "--min-kv-tokens", 8_000_000, "-f", "json")
     assert data["recommended"]["backend"] == "deep_select" and data["recommended"]["max_num_seqs"] == 456
     assert data["targets"] == {"concurrency": 256, "kv_cache_tokens": 8_000_000}
+
+
+def test_the_readme_gives_verifys_install_line():
+    line = verify.INSTALL.split("in the checkout: ")[1].replace("pip install", ".venv/bin/pip install")
+    assert line in (ROOT / "README.md").read_text()

@@ -72,8 +72,8 @@ def summary_lines(s: dict) -> list:
         env = oom["workaround_env"]
         lines += [Text.assemble(("OOM", "bold red"), f" above {oom['max_decodes']:,} concurrent decodes outside CUDA "
                                 f"graphs (max-num-seqs {oom['max_num_seqs']:,}). Fix:"),
-                  Text(f"  max-num-seqs {oom['max_decodes']:,}, or {' '.join(f'{k}={v}' for k, v in env.items())} "
-                       f"(costs {oom['workaround_cost_tokens']:,} KV tokens)")]
+                  Text(f"max-num-seqs {oom['max_decodes']:,}, or {' '.join(f'{k}={v}' for k, v in env.items())} "
+                       f"(-{oom['workaround_cost_tokens']:,} tokens)")]
     elif s["reserves_decode_logits"]:
         lines.append(Text.assemble(("no OOM risk", "green"), ": this release reserves the decode logits (vLLM #62860)"))
     else:
