@@ -1,9 +1,9 @@
 """Calibration: a vLLM startup log's measured terms set against plan() for the same recipe, and the recipe `memory`
 block that makes plan() reproduce the log. Pure: takes a LogReading and a raw recipe, returns data.
 
-The log is read as vLLM before PR #62860 (all public logs so far): its peak activation is the base peak, so plan's
-"tokens before fix" is the column that must reproduce the log's KV tokens. A second log of the same deployment after
-#62860 gives the indexer headroom: headroom = reserved - (KV bytes before - KV bytes after).
+The log is read as its vLLM version logs: plan's own tokens for that version (no release up to 0.33.0 has PR #62860, so
+its peak activation is the base peak) are the ones that must reproduce the log's KV tokens. A second log of the same
+deployment on vLLM main after #62860 gives the indexer headroom: headroom = reserved - (KV bytes before - KV after).
 """
 
 import math
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import GPUS
+from dsa_kvcalc.engine import build_of
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import Recipe, RecipeError, canonical, load
 from dsa_kvcalc.vllm_log import LogReading, RankReading
@@ -167,14 +168,34 @@ def recipe_from_log(reading: LogReading) -> tuple[dict, list[str]]:
     return raw, notes
 
 
-def with_log_facts(raw: dict, measured: Measured, eager: bool) -> tuple[dict, list[str]]:
-    """The log's vLLM version, where it prints one and the recipe names none; enforce-eager, where the log says
-    "Enforce eager set" and the recipe does not say it."""
+def log_version(measured: Measured, reading: LogReading) -> tuple[str | None, str]:
+    """The vLLM version a log comes from: the one it prints where that names a release (or main), else the release
+    its [file.py:LINE] stamps name."""
+    printed, releases = measured.version, reading.releases
+    if printed is not None:
+        try:
+            return build_of(printed), f"vllm-version {build_of(printed)}: as the log prints it ({printed})"
+        except ValueError as error:
+            if not releases:
+                raise RecipeError("log", f"{error} (its [file.py:LINE] stamps match no release either)") from None
+    if not releases:
+        return None, ""
+    alike = f" ({' or '.join(releases)}: the same rules)" if len(releases) > 1 else ""
+    stamps = ", ".join(sorted(reading.stamps)[:4])
+    unnamed = f"the log prints {printed}, no release" if printed else "the log prints no version"
+    return releases[-1], f"vllm-version {releases[-1]}: {unnamed}; its stamps {stamps} are this release's{alike}"
+
+
+def with_log_facts(raw: dict, measured: Measured, reading: LogReading) -> tuple[dict, list[str]]:
+    """The log's vLLM version, where the recipe names none; enforce-eager, where the log says "Enforce eager set" and
+    the recipe does not say it."""
     named = {canonical(k): v for k, v in raw.items() if isinstance(k, str)}
     raw, notes = dict(raw), []
-    if measured.version is not None and "vllm-version" not in named:
-        raw["vllm-version"] = measured.version
-        notes.append(f"vllm-version {measured.version}: as the log prints it")
+    version, how = log_version(measured, reading)
+    if version is not None and "vllm-version" not in named:
+        raw["vllm-version"] = version
+        notes.append(how)
+    eager = reading.eager
     if eager and named.get("enforce-eager") is not True:
         raw = {k: v for k, v in raw.items() if not (isinstance(k, str) and canonical(k) == "enforce-eager")}
         raw["enforce-eager"] = True
@@ -286,7 +307,8 @@ def split_residual(recipe: Recipe, residual: int, activation: int | None, non_to
                   f"sizing identity); split with plan's non-torch estimate"])
 
 
-def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, graphs: int, target: int) -> Split:
+def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, weights: int, graphs: int,
+                   target: int) -> Split:
     """The log's peak activation and non-torch memory, as the recipe's memory block keeps them: without the CUDA
     graphs and without #62860's reservation of the decode logits."""
     notes = []
@@ -296,10 +318,9 @@ def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
         notes.append(f"{recipe.engine.label} logs peak activation with the CUDA-graph estimate in it (vLLM PR #49208): "
                      f"taken out")
     # vLLM's sizing identity, solved for what the log gives only as a sum: activation + non-torch
-    residual = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, measured.weights_bytes, 0, 0,
-                                       graphs) - target
+    residual = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, 0, 0, graphs) - target
     if residual < 0:
-        logged_bytes = measured.weights_bytes + graphs + target
+        logged_bytes = weights + graphs + target
         raise RecipeError("gpu", f"the log's weights, CUDA graphs and KV ({logged_bytes / GIB:.2f} GiB) exceed "
                                  f"what {recipe.gpu.name} at gpu-memory-utilization {recipe.gpu_memory_utilization} "
                                  f"allows ({estimate.memory.requested_bytes / GIB:.2f} GiB): is the gpu right?")
@@ -307,7 +328,7 @@ def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
                            4 * PRINT_ROUNDING_BYTES + estimate.memory.kv.block_bytes)
     notes += split.notes
     activation = split.activation
-    if recipe.engine.reserves_decode_logits:
+    if recipe.reserves_decode_logits:
         rise = estimate.backend(recipe.topk_backend).peak_activation_bytes - estimate.memory.peak_activation.bytes
         activation = max(activation - rise, 0)  # the base peak, before the #62860 reservation
         notes.append(f"{recipe.engine.label} reserves the decode logits (#62860): the profile's peak holds "
@@ -315,55 +336,88 @@ def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
     return replace(split, activation=activation, notes=notes)
 
 
+def logged_graphs(recipe: Recipe, estimate: capacity.Plan, measured: Measured) -> tuple[int, str, list[str]]:
+    """The CUDA-graph memory this release subtracted: the log's estimate, none where it subtracts none, or plan's
+    estimate where it does but the log does not print it (an excerpt, a fork)."""
+    if measured.cudagraph_bytes is not None:
+        return measured.cudagraph_bytes, "log", []
+    if not capacity.cudagraphs_subtracted(recipe):
+        return 0, "log (none)", [f"no CUDA graph estimate in the log, and {recipe.engine.label} subtracts none for this "
+                                 f"recipe"]
+    graphs = estimate.backend(recipe.topk_backend).cudagraph.bytes
+    return graphs, "plan's estimate", [
+        f"no CUDA graph estimate in the log, but {recipe.engine.label} subtracts one for this recipe: plan's "
+        f"{graphs / GIB:.2f} GiB stands in, and what the log's KV leaves absorbs its error"]
+
+
 def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) -> Calibration:
     measured = measure(reading)
-    if measured.weights_bytes is None:
-        raise RecipeError("log", f"no weights term (Model loading took / Actual usage): found a rank "
-                                 f"({measured.rank or 'unprefixed'}) with Available KV only; nothing to calibrate")
-    raw, notes = with_log_facts(require(raw, measured), measured, reading.eager)
+    raw, notes = with_log_facts(require(raw, measured), measured, reading)
     recipe = load(raw, recipe_dir)
     if recipe.engine.profile_holds_decode_logits:
         raise RecipeError("engine", f"calibrate reads vLLM startup logs; this recipe runs {recipe.engine.label}")
     estimate = capacity.plan(recipe)
     kv_per_token = logged_token_bytes(recipe)  # DeepSeek V4: each request's window and state pages folded in
     notes += device_notes(recipe, measured)
-    graphs = measured.cudagraph_bytes or 0
-    if measured.cudagraph_bytes is None:
-        notes.append(f"no CUDA graph estimate in the log: {recipe.engine.label} sized the KV cache without "
-                     f"subtracting graphs (before v0.20, Model Runner V2, or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0)")
+    graphs, graphs_source, graph_notes = logged_graphs(recipe, estimate, measured)
+    notes += graph_notes
     target, agrees = kv_target_bytes(estimate.memory, measured)
     if target is None:
         raise RecipeError("log", "no Available KV cache memory or GPU KV cache size (cut short before the KV cache was "
                                  "sized?): calibrating needs the KV the other terms left")
     implied = None
     if measured.available_kv_bytes is not None and measured.kv_tokens:
-        implied = round(measured.available_kv_bytes * recipe.decode_context_parallel_size / measured.kv_tokens)
+        implied = round(measured.available_kv_bytes / measured.kv_tokens)  # per logged token, as plan's figure is
     if agrees is False and implied is not None:  # no per-token figure without KV tokens
         notes += mismatch_notes(recipe, measured, kv_per_token, implied)
-    split = profiled_terms(recipe, estimate, measured, graphs, target)
+    weights, rest, weight_notes = logged_weights(recipe, estimate, measured, graphs, target)
+    notes += weight_notes
+    split = profiled_terms(recipe, estimate, measured, weights, graphs, target)
     notes += split.notes
-    memory = {"weights": measured.weights_bytes, "peak_activation": split.activation, "non_torch": split.non_torch,
+    memory = {"weights": weights, "peak_activation": split.activation, "non_torch": split.non_torch,
               "cudagraph": {recipe.topk_backend: graphs}}
-    sources = split.sources | {"weights": "log", "cudagraph": "log" if measured.cudagraph_bytes is not None
-                                                               else "log (none)"}
+    sources = split.sources | {"weights": "log" if measured.weights_bytes is not None else rest or "plan's estimate",
+                               "cudagraph": graphs_source}
     # The memory block holds what the log gives (and what its sums leave): plan's own estimate written there would
     # read back as measured. No CUDA graphs is a measurement only where the recipe captures none.
     non_torch_estimated = sources["non_torch"] == ESTIMATED_NON_TORCH  # then the peak is the logged sum less it
-    kept = {"weights", "peak_activation"} | (set() if non_torch_estimated else {"non_torch"})
-    if measured.cudagraph_bytes is not None or recipe.cudagraph_mode == "NONE":
+    if rest == "weights":  # the others are plan's estimates
+        kept = {"weights"}
+    else:
+        kept = {"peak_activation"} | ({"weights"} if measured.weights_bytes is not None else set())
+        kept |= set() if non_torch_estimated else {"non_torch"}
+        rest = "peak_activation" if non_torch_estimated or measured.weights_bytes is None else None
+    if graphs_source == "log" or recipe.cudagraph_mode == "NONE":
         kept.add("cudagraph")
-    elif capacity.cudagraphs_subtracted(recipe):
-        notes.append(f"the log subtracts no CUDA-graph estimate, but {recipe.engine.label} with this recipe's graphs "
-                     f"would: the calibrated plan subtracts plan's estimate, which this deployment did not (was it "
-                     f"eager, or VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0?)")
-    calibrated_raw = with_memory(raw, {t: v for t, v in memory.items() if t in kept}, recipe.gpu.name,
-                                 "peak_activation" if non_torch_estimated else None)
+    calibrated_raw = with_memory(raw, {t: v for t, v in memory.items() if t in kept}, recipe.gpu.name, rest)
     calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
     return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
                        measured=measured, rows=term_rows(recipe, estimate, measured, sources, implied, kv_per_token),
                        memory=memory, kv_tokens_calibrated=calibrated.backend(recipe.topk_backend).kv_cache_tokens,
                        block_tokens=math.ceil(recipe.max_model_len / estimate.memory.kv.pages_per_request),
                        kv_bytes_per_token_implied=implied, notes=notes, warnings=measured.disagreements)
+
+
+def logged_weights(recipe: Recipe, estimate: capacity.Plan, measured: Measured, graphs: int,
+                   target: int) -> tuple[int, str | None, list[str]]:
+    """The weights per rank: the log's, else plan's estimate; where that estimate leaves less than plan's peak and
+    non-torch estimates beside the log's KV, the weights are the rest of the sum instead (memory.rest)."""
+    if measured.weights_bytes is not None:
+        return measured.weights_bytes, None, []
+    weights = estimate.memory.weights.bytes
+    others = estimate.memory.peak_activation.bytes + estimate.memory.non_torch.bytes
+    spare = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, others, 0, graphs) - target
+    if spare > 0 or recipe.kv_cache_memory_bytes is not None:
+        return weights, None, [f"the log prints no weights: plan's estimate ({weights / GIB:.2f} GiB) stands in, and "
+                               f"the peak activation is what the log's KV leaves"]
+    rest = estimate.memory.requested_bytes - graphs - target - others
+    if rest < 0:
+        raise RecipeError("log", f"its KV ({target / GIB:.2f} GiB) and CUDA graphs leave less than plan's peak and "
+                                 f"non-torch estimates on {recipe.gpu.name} at gpu-memory-utilization "
+                                 f"{recipe.gpu_memory_utilization}: is the gpu right?")
+    return rest, "weights", [f"the log prints no weights, and plan's estimate ({weights / GIB:.2f} GiB) does not fit "
+                             f"beside its KV: the weights are what the KV leaves after plan's peak and non-torch "
+                             f"estimates ({rest / GIB:.2f} GiB)"]
 
 
 def term_rows(recipe: Recipe, estimate: capacity.Plan, measured: Measured, sources: dict, implied: int | None,

@@ -7,10 +7,11 @@ token (section 4) are kv_cache.py's. Bytes and tokens are integers.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dsa_kvcalc import estimates, kv_cache
-from dsa_kvcalc.catalog import BACKENDS, STRIDE_ALIGNMENT_BYTES, Backend, Layout
+from dsa_kvcalc.engine import ALL, MTP_METHODS, release_tuple
+from dsa_kvcalc.catalog import SPARSE_MLA_CACHE_DTYPES, BACKENDS, STRIDE_ALIGNMENT_BYTES, Backend, Layout
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.kv_cache import KvSpec
 from dsa_kvcalc.recipe import Recipe, RecipeError
@@ -77,8 +78,8 @@ def decode_rows(recipe: Recipe) -> int:
 
 def reads_bf16(recipe: Recipe, backend: Backend) -> bool:
     """The one predicate shared by the runtime upcast and the reservation: does the top-k read BF16 directly?
-    DeepSelect does, except under decode context parallelism (DCP merges need FP32)."""
-    return recipe.engine.topk_reads_bf16 or (backend.reads_bf16 and recipe.decode_context_parallel_size == 1)
+    DeepSelect (and DeepInfer's own top-k) do, except under decode context parallelism (DCP merges need FP32)."""
+    return backend.reads_bf16 and recipe.decode_context_parallel_size == 1
 
 
 def decode_logits(recipe: Recipe, topk_reads_bf16: bool, rows: int) -> DecodeLogits:
@@ -164,11 +165,27 @@ def weights_estimate(recipe: Recipe) -> Term:
                                                       f"expert-parallel ranks; checkpoint: {checkpoint.basis}")
 
 
+def prefill_workspace_bytes(recipe: Recipe) -> int:
+    """The sparse-MLA prefill workspace, one buffer that its largest user sizes (vllm/v1/worker/workspace.py): the
+    indexer's K gather, 8 x factor x max_model_len / compress ratio entries of 132 B, or, with an fp8_ds_mla cache,
+    FlashMLA-sparse's BF16 gather of factor x max_model_len rows of 576 x 2 B; factor 5, and 2 above 262,144 tokens
+    from vLLM 0.32.0 (engine.py sparse_mla_prefill_workspace_factor)."""
+    length = recipe.max_model_len
+    short, long = recipe.engine.sparse_mla_prefill_workspace_factor
+    factor = short if length <= 262_144 else long
+    gather_bytes = 8 * factor * length // recipe.model.indexer_logits_ratio * kv_cache.INDEXER_ENTRY_BYTES
+    ds_mla = recipe.model.family == "mla" and kv_cache.mla_token_bytes(recipe.cache_dtype, sparse_mla_backend(recipe)) \
+        == kv_cache.MLA_FP8_DS_BYTES
+    return max(gather_bytes, factor * length * kv_cache.MLA_BF16_BYTES if ds_mla else 0)
+
+
 def peak_activation_estimate(recipe: Recipe) -> Term:
-    """The prefill logits budget + max_num_batched_tokens x hidden x 2 B x ACTIVATION_HIDDEN_COPIES."""
+    """The prefill logits budget + the sparse-MLA prefill workspace + max_num_batched_tokens x hidden x 2 B x
+    ACTIVATION_HIDDEN_COPIES."""
     hidden_copies = estimates.ACTIVATION_HIDDEN_COPIES
     hidden_bytes = recipe.max_num_batched_tokens * recipe.model.hidden_size * 2 * hidden_copies.value
-    return estimated(recipe.prefill_budget_bytes + hidden_bytes, hidden_copies)
+    return Term(profile_budget_bytes(recipe) + prefill_workspace_bytes(recipe) + hidden_bytes, hidden_copies.provenance,
+                f"the prefill logits budget, the sparse-MLA prefill workspace (derived), and {hidden_copies.basis}")
 
 
 def non_torch_estimate(recipe: Recipe) -> Term:
@@ -180,24 +197,24 @@ def non_torch_estimate(recipe: Recipe) -> Term:
 
 
 def sparse_mla_backend(recipe: Recipe) -> str:
-    """vLLM's sparse-MLA backend (vllm/platforms/cuda.py:94-143 at d29f7f5): the recipe's attention-backend, else
-    FLASHINFER_MLA_SPARSE_SM120 on SM12x, FLASHINFER_MLA_SPARSE on SM100 with an fp8 cache (vLLM PR #37252),
-    FLASHMLA_SPARSE elsewhere (ROCM_AITER_MLA_SPARSE on ROCm)."""
+    """vLLM's sparse-MLA backend (vllm==0.33.0 vllm/platforms/cuda.py:84-160): the recipe's attention-backend, else
+    on SM12x the release's SM12x backend, on SM10x FLASHINFER_MLA_SPARSE for a quantized cache FlashInfer takes (not
+    the DS-MLA formats), FLASHMLA_SPARSE elsewhere; ROCM_AITER_MLA_SPARSE on ROCm (vllm/platforms/rocm.py:537-539)."""
     arch = recipe.gpu.arch
     if recipe.attention_backend:
         return recipe.attention_backend
     if arch in ("sm120", "sm121"):
-        return "FLASHINFER_MLA_SPARSE_SM120"
+        return recipe.engine.sm12x_sparse_mla_backend
     if arch.startswith("gfx"):
         return "ROCM_AITER_MLA_SPARSE"
-    if arch in ("sm100", "sm103") and recipe.kv_cache_format == "fp8" and recipe.kv_cache_dtype != "fp8_ds_mla":
+    if arch in ("sm100", "sm103") and recipe.quantized_cache and not recipe.cache_dtype.endswith("_ds_mla"):
         return "FLASHINFER_MLA_SPARSE"
     return "FLASHMLA_SPARSE"
 
 
 def mtp_layers(recipe: Recipe) -> int:
     """MTP speculation adds the checkpoint's MTP layers to the KV cache (vllm/models/deepseek_v32/nvidia/mtp.py)."""
-    mtp = recipe.num_speculative_tokens and recipe.speculative_method in (None, "mtp", "deepseek_mtp")
+    mtp = recipe.num_speculative_tokens and (recipe.speculative_method is None or recipe.speculative_method in MTP_METHODS)
     return recipe.model.mtp_layers if mtp else 0
 
 
@@ -205,11 +222,15 @@ def kv_spec(recipe: Recipe, backend: str) -> KvSpec:
     """The recipe's KV-cache groups (kv_cache.py): an fp8 cache on SM12x and on FLASHMLA_SPARSE is fp8_ds_mla, and
     so is auto on SM12x (vllm/model_executor/layers/attention/mla_attention.py:349-362)."""
     engine, k = recipe.engine, recipe.num_speculative_tokens
-    cache_format = "fp8" if backend == "FLASHINFER_MLA_SPARSE_SM120" else recipe.kv_cache_format
     in_flight = recipe.max_num_batched_tokens * (engine.in_flight_batches if recipe.async_scheduling else 1)
     extra = k - 1 if engine.retains_draft_tokens and min(recipe.model.mtp_layers, k) > 1 else 0
-    return kv_cache.spec(recipe.model, engine, kv_cache.mla_token_bytes(cache_format, backend), mtp_layers(recipe),
-                         recipe.max_model_len, in_flight, extra, recipe.decode_context_parallel_size)
+    token_bytes = kv_cache.mla_token_bytes(recipe.cache_dtype, backend)
+    # FlashMLA-sparse's DS-MLA pages align the block stride to one token's record on SM10x
+    # (vllm==0.31.0 vllm/model_executor/layers/attention/mla_attention.py:1375-1382)
+    ds_mla = backend == "FLASHMLA_SPARSE" and token_bytes in (kv_cache.MLA_FP8_DS_BYTES, kv_cache.MLA_NVFP4_DS_BYTES)
+    alignment = token_bytes if ds_mla and recipe.gpu.arch in ("sm100", "sm103") and recipe.model.family == "mla" else 1
+    return kv_cache.spec(recipe.model, engine, token_bytes, mtp_layers(recipe), recipe.max_model_len, in_flight, extra,
+                         recipe.decode_context_parallel_size, alignment)
 
 
 def kv_provenance(recipe: Recipe, kv: KvSpec) -> Term:
@@ -234,25 +255,39 @@ def rank_memory(recipe: Recipe) -> RankMemory:
 # 4. KV-cache sizing, step by step ----------------------------------------------------------------------------------
 
 def rocm_indexer_workspace_bytes(recipe: Recipe) -> int:
-    """ROCm's AITER indexer locks one (max_num_batched_tokens, max_model_len) FP32 buffer for the decode logits
-    while profiling (vLLM 0.23+, engine.py): 32 GiB at 8192 x 1M (vLLM issue #55132)."""
-    if not (recipe.gpu.arch.startswith("gfx") and recipe.engine.rocm_locks_indexer_workspace):
+    """ROCm's AITER indexer locks an FP32 buffer for the decode logits while profiling (engine.py
+    rocm_indexer_workspace): max_num_batched_tokens rows from vLLM 0.23.0, min(max_num_batched_tokens,
+    max_num_seqs x (1 + k)) from 0.30.0, at max_model_len columns: 32 GiB at 8192 x 1M (vLLM issue #55132)."""
+    rows_rule = recipe.engine.rocm_indexer_workspace
+    if not recipe.gpu.arch.startswith("gfx") or rows_rule == "none":
         return 0
-    return recipe.max_num_batched_tokens * recipe.max_model_len * FP32_BYTES
+    rows = recipe.max_num_batched_tokens
+    if rows_rule == "decode rows":
+        rows = min(rows, recipe.max_num_seqs * (1 + recipe.num_speculative_tokens))
+    return rows * recipe.max_model_len * FP32_BYTES
+
+
+def profile_budget_bytes(recipe: Recipe) -> int:
+    """The prefill logits budget the profile run allocates: none on ROCm before vLLM 0.23.0, whose profiling branch
+    returns at once."""
+    if recipe.gpu.arch.startswith("gfx") and recipe.engine.rocm_indexer_workspace == "none":
+        return 0
+    return recipe.prefill_budget_bytes
 
 
 def reservation(recipe: Recipe, logits: DecodeLogits, reserves_decode_logits: bool) -> int:
     """reserved = max(prefill_budget, rows x padded_width x bytes_per_element)   (with #62860; without: the budget)
     DeepInfer's profile run holds the decode logits themselves; ROCm's locked workspace holds them on top of the
     budget. Both are the same on either side of #62860."""
+    budget = profile_budget_bytes(recipe)
     if recipe.engine.profile_holds_decode_logits:
         return logits.bytes
     workspace = rocm_indexer_workspace_bytes(recipe)
     if workspace:
-        return recipe.prefill_budget_bytes + workspace
+        return budget + workspace
     if reserves_decode_logits:
-        return max(recipe.prefill_budget_bytes, logits.bytes)
-    return recipe.prefill_budget_bytes
+        return max(budget, logits.bytes)
+    return budget
 
 
 def indexer_headroom(recipe: Recipe, logits: dict[str, DecodeLogits], backend: str) -> int:
@@ -274,50 +309,55 @@ def peak_activation(memory: RankMemory, reserved: int, headroom: int) -> int:
     return memory.peak_activation.bytes + max(0, reserved - headroom)
 
 
-def on_grid(size: int, limit: int) -> bool:
-    """vLLM's capture grid up to limit: 1, 2, 4, multiples of 8 below 256, multiples of 16 from 256
-    (vllm/config/vllm.py:2013-2040)."""
-    return 0 < size <= limit and (size in (1, 2, 4) or size % (8 if size < 256 else 16) == 0)
+def on_grid(size: int, limit: int, interactive: bool) -> bool:
+    """vLLM's capture grid up to limit: 1, 2, 4 (every size up to 32 with performance-mode interactivity), multiples
+    of 8 below 256, multiples of 16 from 256 (vllm==0.33.0 vllm/config/vllm.py _set_cudagraph_sizes)."""
+    small = size <= 32 if interactive else size in (1, 2, 4)
+    return 0 < size <= limit and (small or size % (8 if size < 256 else 16) == 0)
 
 
-def largest_on_grid(at_most: int, limit: int, step: int) -> int:
+def largest_on_grid(at_most: int, limit: int, step: int, interactive: bool) -> int:
     """The largest grid size up to at_most that is a multiple of step (0 if none): a few steps down, never the whole
     grid, however large the limit."""
     size = min(at_most, limit) // step * step
-    while size > 0 and not on_grid(size, limit):
+    while size > 0 and not on_grid(size, limit, interactive):
         size -= step
     return size
 
 
-# vLLM's default largest capture size off SM10x in every release modelled: capture_ceiling_sm100's value before
-# 0.28.0 raised it on SM10x alone (engine.py; vllm/config/vllm.py:1984-1993 at d29f7f5)
+# vLLM's default largest capture size off SM10x in every release modelled: capture_ceiling_sm10x's value before
+# 0.28.0 raised it on SM10x alone (vllm==0.28.0 vllm/config/vllm.py:1936-1943)
 DEFAULT_CAPTURE_CEILING = 512
 
 
 def cudagraph_logits_rows(recipe: Recipe) -> int:
     """Decode rows whose logits the graph pool holds: the largest FULL graph of a uniform decode batch, a multiple of
     1 + k tokens, at most the decode worst case. vLLM captures the given sizes, or its grid up to
-    min(max_num_seqs x (1 + k) x 2, ceiling) and whole requests n x (1 + k) with n on the grid, all at most
-    max_num_batched_tokens (vllm/config/vllm.py:1984-2040; the ceiling is 1024 on SM10x from vLLM 0.28.0)."""
+    min(max_num_seqs x (1 + k) x 2, ceiling), all at most max_num_batched_tokens, with the sizes each release adds
+    (engine.py): max_num_batched_tokens itself, whole requests n x (1 + k) with n on the grid, and max_num_seqs."""
     if recipe.cudagraph_mode not in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
         return 0
+    engine, seqs = recipe.engine, recipe.max_num_seqs
     per_seq = 1 + recipe.num_speculative_tokens
     worst, tokens = decode_rows(recipe), recipe.max_num_batched_tokens
     given_limit = recipe.max_cudagraph_capture_size  # None: vLLM's default rule
+    interactive = recipe.performance_mode == "interactivity"
     if recipe.cudagraph_capture_sizes:
         largest = min(worst, tokens, tokens if given_limit is None else given_limit)
         return max((size for size in recipe.cudagraph_capture_sizes if size <= largest and size % per_seq == 0),
                    default=0)
-    ceiling = recipe.engine.capture_ceiling_sm100 if recipe.gpu.arch in ("sm100", "sm103") else DEFAULT_CAPTURE_CEILING
-    default_limit = min(recipe.max_num_seqs * per_seq * 2, ceiling)
-    limit = min(default_limit if given_limit is None else given_limit, tokens)
-    candidates = [largest_on_grid(worst, limit, per_seq)]
-    if tokens <= limit and tokens <= worst and tokens % per_seq == 0:  # max_num_batched_tokens is captured too
+    ceiling = engine.capture_ceiling_sm10x if recipe.gpu.arch in ("sm100", "sm103") else DEFAULT_CAPTURE_CEILING
+    limit = min(min(seqs * per_seq * 2, ceiling) if given_limit is None else given_limit, tokens)
+    candidates = [largest_on_grid(worst, limit, per_seq, interactive)]
+    if engine.captures_max_num_batched_tokens and tokens <= min(limit, worst) and tokens % per_seq == 0:
         candidates.append(tokens)
-    if given_limit is None and per_seq > 1:  # and whole requests n x (1 + k), n on the grid
-        requests = min(recipe.max_num_seqs, ceiling)
+    if given_limit is None and per_seq > 1 and engine.captures_whole_requests:  # n x (1 + k), n on the grid
+        requests = min(seqs, ceiling)
         fits = min(limit, worst) // per_seq
-        candidates += [largest_on_grid(fits, requests, 1) * per_seq, requests * per_seq if requests <= fits else 0]
+        candidates += [largest_on_grid(fits, requests, 1, interactive) * per_seq,
+                       requests * per_seq if requests <= fits else 0]
+    if given_limit is None and per_seq == 1 and engine.captures_max_num_seqs and seqs <= limit:
+        candidates.append(seqs)
     return max(candidates)
 
 
@@ -348,15 +388,24 @@ def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], l
     return Term(pool, "measured", "the recipe's memory block")
 
 
+def on_model_runner_v2(recipe: Recipe) -> bool:
+    """Model Runner V2 runs the model by default where the release lists its architecture (engine.py), on ROCm unless
+    the release keeps it on V1, and whenever DSpark drafts (which V1 lacks)."""
+    engine, architectures = recipe.engine, {ALL, recipe.model.architecture}
+    if recipe.speculative_method == "dspark" and engine.dspark_on_model_runner_v2:
+        return True
+    if recipe.gpu.arch.startswith("gfx") and architectures & engine.rocm_model_runner_v1_architectures:
+        return False
+    return bool(architectures & engine.model_runner_v2_architectures)
+
+
 def cudagraphs_subtracted(recipe: Recipe) -> bool:
-    """Does this vLLM subtract its CUDA-graph estimate before sizing the KV cache? On Model Runner V1 from v0.20.0
-    (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS), on ROCm from v0.26.0. Model Runner V2, which DSA models run on from
-    v0.28.0 and DSpark drafts force from v0.25.0, estimates nothing until the seed's build (engine.py)."""
+    """Does this vLLM subtract its CUDA-graph estimate before sizing the KV cache? From v0.20.0
+    (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS), on ROCm from v0.26.0; Model Runner V2 estimates nothing before 0.29.0."""
     engine = recipe.engine
-    if recipe.gpu.arch.startswith("gfx"):  # ROCm keeps DSA models on Model Runner V1
-        return engine.estimates_cudagraphs and engine.rocm_estimates_cudagraphs
-    v2 = engine.dsa_on_model_runner_v2 or (recipe.speculative_method == "dspark" and engine.dspark_on_model_runner_v2)
-    return engine.estimates_cudagraphs and (not v2 or engine.model_runner_v2_estimates_cudagraphs)
+    if not engine.estimates_cudagraphs or (recipe.gpu.arch.startswith("gfx") and not engine.rocm_estimates_cudagraphs):
+        return False
+    return not on_model_runner_v2(recipe) or engine.model_runner_v2_estimates_cudagraphs
 
 
 def kv_cache_bytes(recipe: Recipe, requested: int, weights: int, peak: int, non_torch: int, graphs: int) -> int:
@@ -475,8 +524,30 @@ class Plan:
         return next(b for b in self.backends if b.backend == name)
 
 
+NVFP4_DS_MLA_FIRST = "0.30.0"  # vllm==0.30.0 vllm/config/cache.py:48 (vllm==0.29.0 has no nvfp4_ds_mla); SM100 only
+
+
+def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
+    """vLLM starts only where the sparse-MLA backend takes the KV-cache dtype (DeepSeek-V4's own attention resolves
+    its fp8 layout itself)."""
+    if recipe.model.family != "mla":
+        return
+    backend = memory.sparse_mla_backend
+    dtypes, source = SPARSE_MLA_CACHE_DTYPES[backend]
+    rocm_fp8 = backend == "ROCM_AITER_MLA_SPARSE" and recipe.quantized_cache and not recipe.engine.rocm_accepts_fp8
+    nvfp4 = recipe.cache_dtype == "nvfp4_ds_mla" and (recipe.gpu.arch not in ("sm100", "sm103") or release_tuple(
+        recipe.engine.version) < release_tuple(NVFP4_DS_MLA_FIRST))
+    if recipe.cache_dtype not in dtypes or rocm_fp8 or nvfp4:
+        raise RecipeError("kv-cache-dtype", f"{recipe.cache_dtype}: {recipe.engine.label}'s sparse-MLA backend on "
+                                            f"{recipe.gpu.name} ({backend}) takes {', '.join(dtypes)} ({source}); vLLM "
+                                            f"would refuse to start")
+
+
 def check_weights_fit(recipe: Recipe, memory: RankMemory) -> None:
-    if memory.weights.bytes + memory.non_torch.bytes >= memory.requested_bytes:
+    """Weights that leave no room refuse the plan, unless they are an estimate and the KV memory is pinned
+    (kv-cache-memory-bytes): then vLLM's own figure for them does not enter the KV cache."""
+    pinned = recipe.kv_cache_memory_bytes is not None and memory.weights.provenance != "measured"
+    if not pinned and memory.weights.bytes + memory.non_torch.bytes >= memory.requested_bytes:
         key = "memory.weights_gib" if memory.weights.provenance == "measured" else "model"
         raise RecipeError(key, f"{recipe.model.name} needs {memory.weights.bytes / GIB:.1f} GiB of weights per rank; "
                                f"{recipe.gpu.name} at gpu-memory-utilization {recipe.gpu_memory_utilization} allows "
@@ -515,6 +586,44 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
         oom=risk, workaround=workaround(recipe, memory, dl, headroom, graphs.bytes) if risk.at_risk else None)
 
 
+# Defaults that can decide the answer, and the values a deployment plausibly has instead.
+PLAUSIBLE_DEFAULTS = {
+    "max_num_batched_tokens": (2048, 8192, 16384),
+    "async_scheduling": (True, False),
+    "kv_cache_dtype": ("auto", "fp8"),
+}
+MOVES_THE_ANSWER = 0.01
+
+
+@dataclass(frozen=True)
+class DefaultImpact:
+    field: str  # a recipe field the recipe left to its default
+    value: object  # the default taken
+    other: object  # a plausible other value
+    tokens_change: float  # the selected backend's KV tokens there against here, as a fraction
+
+
+def default_impacts(recipe: Recipe) -> list[DefaultImpact]:
+    """Each default the recipe leaves out that moves the KV tokens by more than 1 % between its plausible values."""
+    tokens = plan(recipe, {recipe.topk_backend}).backend(recipe.topk_backend).kv_cache_tokens
+    found = []
+    for field_name, values in PLAUSIBLE_DEFAULTS.items():
+        value = getattr(recipe, field_name)
+        if field_name in recipe.given or value not in values:
+            continue
+        for other in (v for v in values if v != value):
+            changed = {field_name: other} | ({"cache_dtype": other} if field_name == "kv_cache_dtype" else {})
+            try:
+                other_tokens = plan(replace(recipe, **changed), {recipe.topk_backend}).backend(
+                    recipe.topk_backend).kv_cache_tokens
+            except RecipeError:  # a value this deployment cannot take
+                continue
+            change = other_tokens / tokens - 1 if tokens else 0.0
+            if abs(change) > MOVES_THE_ANSWER:
+                found.append(DefaultImpact(field_name, value, other, round(change, 4)))
+    return found
+
+
 def backend_logits(recipe: Recipe, backends: list[Backend]) -> dict[str, DecodeLogits]:
     """Each backend's decode logits: one computation per way the top-k reads them."""
     rows = decode_rows(recipe)
@@ -526,6 +635,7 @@ def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
     """Every backend of the recipe's engine through the doc's steps, or those in `only` (and auto, which the report
     compares them with): a sweep plans just the backends it shows."""
     memory = rank_memory(recipe)
+    check_cache_dtype(recipe, memory)
     check_weights_fit(recipe, memory)
     backends = engine_backends(recipe)
     logits = backend_logits(recipe, backends)

@@ -3,7 +3,7 @@
 Data only, each entry with its source. The arithmetic that uses it is in capacity.py.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsa_kvcalc import estimates
@@ -21,16 +21,26 @@ class Gpu:
 
 
 GPUS = [
-    Gpu("H100", "sm90", 81089 * MIB, ("NVIDIA H100 80GB HBM3", "H100-80GB", "H100-SXM"),
+    Gpu("H100", "sm90", 81089 * MIB, ("NVIDIA H100 80GB HBM3", "NVIDIA H100", "H100-80GB", "H100-SXM", "H100 SXM",
+                                      "H100 Mega 80GB", "NVIDIA H100 Mega 80GB"),
         "81,089 MiB (79.19 GiB): torch device properties and 'Free memory on device (78.66/79.19 GiB)' in vLLM logs "
-        "quoted in vllm-project/vllm issues"),
-    Gpu("H200", "sm90", 150_109_880_320, ("NVIDIA H200", "H200-141GB", "H200-SXM"),
+        "quoted in vllm-project/vllm issues; vLLM logs 'NVIDIA H100' on several machines, and GKE's A3 Mega "
+        "('H100 Mega 80GB') nodes carry the SXM part"),
+    Gpu("H100 PCIe", "sm90", 81008 * MIB, ("NVIDIA H100 PCIe",),
+        "torch device properties: name 'NVIDIA H100 PCIe', 9.0, total_memory 81008MB, 114 SMs (a public issue's "
+        "_CudaDeviceProperties print)"),
+    Gpu("H100 NVL", "sm90", bytes_of_gib(93.00), ("NVIDIA H100 NVL",),
+        "'GPU 0 has a total capacity of 93.00 GiB' in a torch OOM on H100 NVL (ali-vilab/VACE#56); nvidia-smi 95,830 "
+        "MiB (NVIDIA/gpu-admin-tools#4)"),
+    Gpu("H200", "sm90", 150_109_880_320, ("NVIDIA H200", "H200-141GB", "H200-SXM", "H200 SXM", "NVIDIA H200 SXM",
+                                          "NVIDIA H200 141GB", "NVIDIA H200 SXM 141GB"),
         "measured on the lent H200 (shared/design/capacity-model.md); 143,156 MiB in torch device properties"),
     Gpu("H200 NVL", "sm90", 150_109_880_320, ("NVIDIA H200 NVL",),
-        "139.80 GiB in user reports of vLLM on H200 NVL (the H200's measured bytes; no raw torch print found)"),
+        "nvidia-smi prints 143,771 MiB for H200 NVL as for the SXM part (so the SXM part's measured bytes); "
+        "139.80 GiB in user reports of vLLM on H200 NVL"),
     Gpu("H20", "sm90", 97285 * MIB, ("NVIDIA H20",),
         "torch device properties: name 'NVIDIA H20', 9.0, total_memory 97285MB, 78 SMs (vllm-project/vllm issues)"),
-    Gpu("GH200", "sm90", bytes_of_gib(94.88), ("NVIDIA GH200 480GB", "GH200 480GB"),
+    Gpu("GH200", "sm90", bytes_of_gib(94.88), ("NVIDIA GH200 480GB", "GH200 480GB", "NVIDIA GH200"),
         "94.88 GiB total capacity in a torch OOM on GH200 480GB (Lightning-AI/litgpt#1892); the Grace memory mode "
         "can change what is visible"),
     Gpu("B200", "sm100", 182631 * MIB, ("NVIDIA B200",),
@@ -40,22 +50,36 @@ GPUS = [
     Gpu("B300", "sm103", bytes_of_gib(267.69), ("NVIDIA B300 SXM6 AC", "NVIDIA B300", "B300-SXM6"),
         "'(267.08/267.69 GiB)' in a vLLM startup log and 267.69 GiB in OOM messages; compute capability 10.3"),
     Gpu("GB300", "sm103", bytes_of_gib(276.50), ("NVIDIA GB300",),
-        "276.50 GiB total capacity in torch OOM messages on GB300 nodes; compute capability 10.3"),
+        "276.50 GiB total capacity in torch OOM messages on GB300 nodes; compute capability 10.3 (two workstation "
+        "hosts show 256,703 MiB: the Grace memory mode moves what is visible)"),
     Gpu("RTX PRO 6000", "sm120", 97250 * MIB,
         ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+         "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell",
          "RTX PRO 6000 Blackwell", "RTX-PRO-6000"),
         "torch device properties: 12.0, total_memory 97250MB, 188 SMs; 'Free memory on device (94.41/94.97 GiB)' "
-        "in vLLM logs (Server Edition; the Workstation Edition shows the same nvidia-smi total)"),
-    Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark"),
+        "in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)"),
+    Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark", "NVIDIA DGX Spark"),
         "'Free memory on device cuda:0 (x/121.69 GiB)' in many DGX Spark vLLM logs; unified memory, so the "
         "figure moves with the OS carve-out"),
-    Gpu("MI300X", "gfx942", 196592 * MIB, ("AMD Instinct MI300X",),
-        "196,592 MiB (191.98 GiB) in ROCm torch device properties"),
-    Gpu("MI325X", "gfx942", bytes_of_gib(255.98), ("AMD Instinct MI325X",),
+    Gpu("MI300X", "gfx942", 196592 * MIB, ("AMD Instinct MI300X", "AMD_Instinct_MI300X"),
+        "196,592 MiB (191.98 GiB) in ROCm torch device properties (ROCm/ROCm#4203); vLLM names it "
+        "AMD_Instinct_MI300X (vllm==0.33.0 vllm/platforms/rocm.py:77-93)"),
+    Gpu("MI325X", "gfx942", bytes_of_gib(255.98), ("AMD Instinct MI325X", "AMD_Instinct_MI325X"),
         "255.98 GiB total capacity in HIP OOM messages (vllm-project/vllm#41962)"),
-    Gpu("MI355X", "gfx950", bytes_of_gib(287.98), ("AMD Instinct MI355X",),
+    Gpu("MI355X", "gfx950", bytes_of_gib(287.98), ("AMD Instinct MI355X", "AMD_Instinct_MI355X"),
         "287.98 GiB total capacity in HIP OOM messages on MI355X nodes"),
 ]
+# GPUs vLLM cannot run the DSA models on: the sparse-MLA backends take SM90 and SM10x (SM12x from vLLM 0.24.0):
+# FLASHMLA_SPARSE capability.major in [9, 10], FLASHINFER_MLA_SPARSE major 10, FLASH_ATTN_MLA_SPARSE major 9
+# (vllm==0.30.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:170-171 and beside it).
+UNSUPPORTED_GPUS = {
+    "A100": ("sm80", ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB")),
+    "A10": ("sm86", ("NVIDIA A10", "NVIDIA A10G")),
+    "L40S": ("sm89", ("NVIDIA L40S", "NVIDIA L40", "NVIDIA L4")),
+    "RTX 4090": ("sm89", ("NVIDIA GeForce RTX 4090",)),
+    "V100": ("sm70", ("Tesla V100-SXM2-32GB", "Tesla V100-SXM2-16GB", "NVIDIA V100")),
+    "T4": ("sm75", ("Tesla T4",)),
+}
 
 
 @dataclass(frozen=True)
@@ -107,10 +131,9 @@ LAYOUTS = {
         "(vllm rocm_fp8_paged_mqa_logits)"),
 }
 
-# DeepGEMM release (major.minor) -> layout family in LAYOUTS (each family's source says which releases it read).
-# The default, 2.8, is the layout the seed's figures show: BF16 logits on SM100.
+# DeepGEMM release (major.minor) -> layout family in LAYOUTS (each family's source says which releases it read). The
+# default is the vLLM release's (engine.py default_deepgemm): 2.8 from vLLM 0.33.0, the layout the seed's figures show.
 DEEPGEMM_RELEASES = {"2.1": "2.2", "2.2": "2.2", "2.3": "2.6", "2.4": "2.6", "2.5": "2.6", "2.6": "2.6", "2.8": "2.8"}
-DEFAULT_DEEPGEMM = "2.8"
 
 
 def layout_for(release: str, gpu: "Gpu") -> Layout:
@@ -121,6 +144,25 @@ def layout_for(release: str, gpu: "Gpu") -> Layout:
     if gpu.arch in ("sm120", "sm121"):
         return LAYOUTS[("nv_dev", "sm120")]
     return LAYOUTS[(DEEPGEMM_RELEASES[release], "sm100" if gpu.arch in ("sm100", "sm103") else "sm90")]
+
+
+# The KV-cache dtypes each sparse-MLA backend takes (supported_kv_cache_dtypes): vLLM starts on no other.
+SPARSE_MLA_CACHE_DTYPES = {
+    "FLASHMLA_SPARSE": (("auto", "bfloat16", "fp8_ds_mla", "fp8", "nvfp4_ds_mla"),
+                        "vllm==0.33.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:149-155 (nvfp4_ds_mla from "
+                        "0.30.0, SM100 only)"),
+    "FLASHINFER_MLA_SPARSE": (("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"),
+                              "vllm==0.33.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py:84-90"),
+    "FLASHINFER_MLA_SPARSE_SM120": (("auto", "fp8", "fp8_e4m3", "fp8_ds_mla"),
+                                    "vllm==0.33.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py:168-173"),
+    "FLASHINFER_MLA_SPARSE_SM90": (("auto", "bfloat16", "fp8", "fp8_e4m3"),
+                                   "vllm==0.33.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm90.py:148-153"),
+    "FLASH_ATTN_MLA_SPARSE": (("auto", "float16", "bfloat16"),
+                              "vllm==0.25.0 vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:85-88"),
+    "ROCM_AITER_MLA_SPARSE": (("auto", "float16", "bfloat16", "fp8", "fp8_e4m3"),
+                              "vllm==0.21.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:266-272 (fp8 from "
+                              "0.21.0)"),
+}
 
 
 @dataclass(frozen=True)
@@ -167,6 +209,7 @@ class Model:
 
     name: str  # Hugging Face id
     config_source: str  # where the config was read: a public copy (repository and path), or a local file
+    architecture: str  # config.json's architectures[0]: vLLM's rules that differ by model key on it
     num_layers: int
     mtp_layers: int  # num_nextn_predict_layers: each adds a KV layer when MTP speculation is on
     hidden_size: int
@@ -193,6 +236,8 @@ class Model:
     kv_compress_ratio: int = 1
     # DeepSeek-V4.1: vLLM's grouping of its caches is unknown; a fitted cost per logged token stands in
     logged_token_bytes: Figure | None = None
+    # vLLM's own default for kv-cache-dtype auto on this model: (first release, archs, cache dtype, source)
+    auto_kv_cache_dtype: tuple[tuple[str, tuple[str, ...], str, str], ...] = ()
     note: str = ""
     config_path: Path | None = None  # a local config.json (an input: never written over)
 
@@ -217,43 +262,49 @@ V4_FLASH_EXPERT_BYTES = 43 * 256 * 3 * 4096 * 2048 * 17 // 32
 V4_PRO_EXPERT_BYTES = 61 * 384 * 3 * 7168 * 3072 * 17 // 32
 V41_FLASH_EXPERT_BYTES = 40 * 384 * 3 * 5120 * 2304 * 17 // 32
 V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
+V32_ARCH, GLM5_ARCH, V4_ARCH = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "DeepseekV4ForCausalLM"
+# GlmMoeDsaForCausalLM runs an fp8 cache for kv-cache-dtype auto on SM10x from vLLM 0.32.0
+GLM5_AUTO_FP8 = (("0.32.0", ("sm100", "sm103"), "fp8_e4m3",
+                  "vllm==0.32.0 vllm/model_executor/models/config.py:49-55 (vllm==0.31.0 :43-50 has no such rule)"),)
 V4_PRO_RATIOS = (128, 128) + (4, 128) * 29 + (4,)
 
 MLA_MODELS = [
-    Model("deepseek-ai/DeepSeek-V3.2", f"{AIC}/deepseek-ai--DeepSeek-V3.2_config.json", 61, 1, 7168, 64, 128, 2048,
+    Model("deepseek-ai/DeepSeek-V3.2", f"{AIC}/deepseek-ai--DeepSeek-V3.2_config.json", V32_ARCH, 61, 1, 7168, 64, 128, 2048,
           163840, estimates.V32_CHECKPOINT, V32_EXPERT_BYTES),
     Model("deepseek-ai/DeepSeek-V3.2-Exp", "awesome-mini-project/DeepSeek-V3.2-Exp inference/config_671B_v3.2.json "
-          "(DeepSeek's reference config)", 61, 1, 7168, 64, 128, 2048, 163840,
+          "(DeepSeek's reference config)", V32_ARCH, 61, 1, 7168, 64, 128, 2048, 163840,
           estimates.V32_CHECKPOINT, V32_EXPERT_BYTES),
-    Model("zai-org/GLM-5-FP8", f"{AIC}/zai-org--GLM-5-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 202752,
+    Model("zai-org/GLM-5-FP8", f"{AIC}/zai-org--GLM-5-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5", "zai-org/GLM-5")),
-    Model("zai-org/GLM-5.1-FP8", f"{AIC}/zai-org--GLM-5.1-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 202752,
+    Model("zai-org/GLM-5.1-FP8", f"{AIC}/zai-org--GLM-5.1-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5.1", "zai-org/GLM-5.1")),
-    Model("nvidia/GLM-5.1-NVFP4", f"{AIC}/nvidia--GLM-5.1-NVFP4_config.json", 78, 1, 6144, 32, 128, 2048, 202752,
+    Model("nvidia/GLM-5.1-NVFP4", f"{AIC}/nvidia--GLM-5.1-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
           estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, ("GLM-5.1-NVFP4", "lukealonso/GLM-5.1-NVFP4-MTP"),
           note="NVFP4 routed experts; attention and indexers keep GLM-5.1's KV layout"),
-    Model("zai-org/GLM-5.2-FP8", f"{AIC}/zai-org--GLM-5.2-FP8_config.json", 78, 1, 6144, 32, 128, 2048, 1048576,
+    Model("zai-org/GLM-5.2-FP8", f"{AIC}/zai-org--GLM-5.2-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, ("GLM-5.2", "zai-org/GLM-5.2"),
           index_topk_freq=4, index_skip_topk_offset=3,
           note="shared indexers: 21 of 78 layers (and the MTP layer) keep an indexer K cache"),
-    Model("nvidia/GLM-5.2-NVFP4", f"{AIC}/nvidia--GLM-5.2-NVFP4_config.json", 78, 1, 6144, 32, 128, 2048, 1048576,
+    Model("nvidia/GLM-5.2-NVFP4", f"{AIC}/nvidia--GLM-5.2-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, ("GLM-5.2-NVFP4",),
           index_topk_freq=4, index_skip_topk_offset=3,
           note="NVFP4 routed experts; shared indexers as GLM-5.2"),
 ]
+# vLLM's rules for GlmMoeDsaForCausalLM hold for every GLM-5.x checkpoint
+MLA_MODELS = [replace(m, auto_kv_cache_dtype=GLM5_AUTO_FP8) if m.architecture == GLM5_ARCH else m for m in MLA_MODELS]
 V4_MODELS = [
-    Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", 43, 1, 4096, 64,
+    Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", V4_ARCH, 43, 1, 4096, 64,
           128, 512, 1048576, estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES,
           compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4),
     Model("deepseek-ai/DeepSeek-V4-Flash-0731", f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the "
-          "same compress_ratios, sliding_window and layers as the preview)", 43, 1, 4096, 64, 128, 512, 1048576,
+          "same compress_ratios, sliding_window and layers as the preview)", V4_ARCH, 43, 1, 4096, 64, 128, 512, 1048576,
           estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
           indexer_logits_ratio=4, kv_compress_ratio=4),
-    Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", 61, 1, 7168, 64, 128,
+    Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", V4_ARCH, 61, 1, 7168, 64, 128,
           1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS, sliding_window=128, indexer_logits_ratio=4,
           kv_compress_ratio=4),
     Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json: a third-party copy; deepseek-ai has "
-          "published no config (give model: path/to/config.json for your own)", 40, 3, 5120, 32, 128, 512, 1048576,
+          "published no config (give model: path/to/config.json for your own)", "DeepseekV41ForCausalLM", 40, 3, 5120, 32, 128, 512, 1048576,
           estimates.V41_FLASH_CHECKPOINT, V41_FLASH_EXPERT_BYTES,
           compress_ratios=(0, 0) + (2,) * 18 + (1,) * 20, sliding_window=128, kv_source_layers=(2, 8, 14, 20),
           index_source_layers=(2, 8, 14, 20, 24, 28, 32, 36), kv_compress_ratio=4,

@@ -1,10 +1,10 @@
-"""The engine a recipe runs on, as data: vLLM at a version, or DeepInfer. The model's steps consult its profile;
-nothing else compares engine names or versions.
+"""The engine a recipe runs on, as data: vLLM at a release (or unreleased main), or DeepInfer. The model's steps
+consult its profile; nothing else compares engine names or versions.
 
-vLLM's rules move between releases. VLLM_RULES gives each rule's value in the oldest release modelled and every later
-change: the first release with the new value, and the source (file:line at a commit of vllm-project/vllm, read on
-the mirror gau-nernst/vllm, and the PR). Where the release is inferred rather than read off release notes, the source
-says so. An Engine is the value of every rule at one version.
+vLLM's rules move between releases. VLLM_RULES gives each rule's value in the oldest release modelled and every
+later change: the first release with the new value, and the source, read in the released wheels (cited as
+`vllm==X.Y.Z path:line`, the release before the change and the first after it). An Engine is the value of every rule
+at one version. A rule that also depends on the model is a value per architecture (the model's `architecture`).
 """
 
 import functools
@@ -83,34 +83,44 @@ class Engine:
     # The decode worst case: min(max_num_seqs, max_num_batched_tokens) x (1 + k) rows (vLLM), or max_num_seqs x
     # (1 + nextn) (DeepInfer's profile run).
     rows_capped_by_batched_tokens: bool
-    # DeepInfer scores compressed keys only: max_model_len // kv_compress_ratio columns, in BF16 for its own top-k.
+    # DeepInfer scores compressed keys only: max_model_len // kv_compress_ratio columns.
     logits_over_compressed_keys: bool
-    topk_reads_bf16: bool
     topk_backend: str | None  # DeepInfer runs its own top-k; None: the recipe's sparse-indexer-topk-backend
     # DeepInfer's profile run holds the decode logits: its KV sizing misses nothing, before or after any fix.
     profile_holds_decode_logits: bool
     sources: dict = field(compare=False)  # rule -> where its value comes from
     reserves_decode_logits: bool  # vLLM PR #62860
     default_gpu_memory_utilization: float
-    estimates_cudagraphs: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default (Model Runner V1)
-    dsa_on_model_runner_v2: bool  # DSA models run on Model Runner V2 by default (CUDA)
+    estimates_cudagraphs: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default
+    rocm_estimates_cudagraphs: bool  # the estimate runs on ROCm
+    model_runner_v2_architectures: frozenset  # on Model Runner V2 by default on CUDA (ALL: every one)
+    rocm_model_runner_v1_architectures: frozenset  # kept on Model Runner V1 on ROCm (ALL: every one)
     dspark_on_model_runner_v2: bool  # speculative method dspark forces Model Runner V2
     model_runner_v2_estimates_cudagraphs: bool
-    rocm_estimates_cudagraphs: bool
-    # (GPU memory from, in GiB; max_num_seqs; max_num_batched_tokens) for the OpenAI server, largest tier first
-    batch_defaults: tuple[tuple[int, int, int], ...]
-    capture_ceiling_sm100: int  # the default largest CUDA-graph capture size on SM10x (512 elsewhere)
+    # (GPU memory from, in GiB; max_num_seqs; max_num_batched_tokens; archs left out) for the OpenAI server
+    batch_defaults: tuple[tuple[int, int, int, tuple[str, ...]], ...]
+    batched_dp_moe_max_num_batched_tokens: int | None
+    capture_ceiling_sm10x: int  # the default largest CUDA-graph capture size on SM10x (512 elsewhere)
+    captures_max_num_batched_tokens: bool
+    captures_whole_requests: bool  # n x (1 + k) sizes beside the grid
+    captures_max_num_seqs: bool  # max_num_seqs itself, without speculative tokens
     topk_backend_flag: bool  # --sparse-indexer-topk-backend exists (else the built-in auto chain only)
-    cooperative_topk_max_rows: int
+    cooperative_topk_max_rows: int  # 0: no cooperative top-k
     in_flight_batches: int  # window caches hold max_concurrent_batches x max_num_batched_tokens new tokens
     retains_draft_tokens: bool  # window caches keep k - 1 more tokens for multi-layer MTP
     kv_block_rule: str  # DeepSeek-V4's packed layout: tuple, bucket or overlay (kv_cache.block_bytes)
+    aligns_block_stride: bool  # the block stride rounded up to the layers' alignment
     pad_window_pages: bool  # window pages padded up to the next full-attention page size
     concurrency_counts_pages: bool  # pages per request summed over groups (else a byte ratio)
     tokens_from_concurrency: bool  # "GPU KV cache size" = int(concurrency x max_model_len)
     shared_indexers_skip_cache: bool  # layers that skip the top-k (GLM-5.2) build no indexer, so no indexer cache
-    rocm_locks_indexer_workspace: bool  # AITER's (max_num_batched_tokens, max_model_len) FP32 decode workspace
+    rocm_indexer_workspace: str  # what AITER's profiling branch holds: none, batched tokens or decode rows
     logged_peak_includes_cudagraphs: bool  # "Actual usage ... peak activation" includes the graph estimate
+    default_deepgemm: str  # the DeepGEMM whose logits layout this release's wrapper documents
+    sm12x_sparse_mla_backend: str
+    sparse_mla_prefill_workspace_factor: tuple[int, int]  # up to 262,144 tokens of max_model_len, and above
+    rocm_accepts_fp8: bool
+    speculative_methods: frozenset
 
     @property
     def label(self) -> str:
@@ -124,109 +134,179 @@ class Engine:
         return self.name == "vllm" and self.version != MAIN and release_tuple(self.version) > release_tuple(NEWEST_VLLM)
 
 
-MIRROR = "vllm-project/vllm (read at d29f7f5 on the mirror gau-nernst/vllm)"
-WORKER = f"{MIRROR} vllm/v1/worker/gpu_worker.py:527-563"
-ARG_UTILS = f"{MIRROR} vllm/engine/arg_utils.py:2603-2632"
+ALL = "*"  # every architecture
 SEED = "the seed (vLLM PR #62860, merged 2026-10-28 as 317081f)"
-AFTER_SEED = ("inferred: v0.32.0 (out by 2026-10-20) predates the merge and v0.33.0 (out by 2026-11-05) is the "
-              "first release after it; no v0.33.0 release notes were found")
+V4 = "DeepseekV4ForCausalLM"
+V32 = "DeepseekV32ForCausalLM"
+GLM5 = "GlmMoeDsaForCausalLM"
+
+# MTP names vLLM rewrites to mtp (vllm==0.26.0 vllm/config/speculative.py:686-690) for the DSA models' drafters
+MTP_METHODS = frozenset({"mtp", "deepseek_mtp", "glm4_moe_mtp", "glm5_next_mtp"})
+SPECULATIVE_METHODS_019 = frozenset({"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3",
+                                     "extract_hidden_states", "ngram_gpu"}) | MTP_METHODS
 
 VLLM_RULES = {
     "reserves_decode_logits": Rule(
-        False, "vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:501-506: the profiling branch reserves "
-               "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB of logits, no decode term (so in every release from 0.19.0); "
-               "V4.1's vllm/model_executor/layers/sparse_mqa_indexer.py:124 likewise",
+        False, "vllm==0.19.0 vllm/model_executor/layers/sparse_attn_indexer.py:49-61 to vllm==0.33.0 "
+               "vllm/model_executor/layers/sparse_attn_indexer.py:483-512: the profiling branch reserves the K-gather "
+               "workspace and VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, no decode term; V4.1's "
+               "vllm/model_executor/layers/sparse_mqa_indexer.py:120-125 (0.31.0-0.33.0) likewise",
         (Change(MAIN, True, f"{SEED}: the profiling branch reserves max(prefill budget, decode worst case); in no "
                             f"release up to {NEWEST_VLLM}"),)),
     "default_gpu_memory_utilization": Rule(
-        0.90, f"{MIRROR} vllm/config/cache.py: gpu_memory_utilization default 0.9",
-        (Change("0.20.0", 0.92, "vLLM PR #38284 (96a85c575, 2026-04-21): default 0.92 (vllm/config/cache.py:80); "
-                                "a v0.20.0 startup log shows it"),)),
+        0.90, "vllm==0.19.1 vllm/config/cache.py:41: gpu_memory_utilization Field(default=0.9)",
+        (Change("0.20.0", 0.92, "vllm==0.20.0 vllm/config/cache.py:66: Field(default=0.92)"),)),
     "estimates_cudagraphs": Rule(
-        False, f"{WORKER}: graph memory measured but not subtracted (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0); "
-               f"graphs are captured after the KV cache, out of the (1 - utilisation) margin",
-        (Change("0.20.0", True, f"vLLM PR #38284 (96a85c575): VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 by default "
-                                f"({WORKER}; vllm/envs.py:2092-2097). The log line says 'default since v0.21.0'; "
-                                f"v0.20.0 already has it"),)),
-    "dsa_on_model_runner_v2": Rule(
-        False, f"{MIRROR} vllm/config/vllm.py:69-82: MoE models ran on Model Runner V1",
-        (Change("0.28.0", True, "vLLM PR #51768 (87668ab69, 2026-08-11: DeepseekV4ForCausalLM) and #52861 "
-                                "(b09bd69b5, 2026-08-19: DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM) make Model "
-                                "Runner V2 the default (vllm/config/vllm.py:69-82); #52861 in v0.28.0 is probable"),)),
-    "dspark_on_model_runner_v2": Rule(
-        False, "before vLLM PR #46995 DSpark drafts ran on the configured runner",
-        (Change("0.25.0", True, f"vLLM PR #46995 (f5a8d7337, 2026-07-01): method dspark forces Model Runner V2 "
-                                f"({MIRROR} vllm/config/vllm.py:658-666)"),)),
-    "model_runner_v2_estimates_cudagraphs": Rule(
-        False, f"vLLM PR #36520 (6e956d9ec, 2026-03-09): Model Runner V2's profile_cudagraph_memory() returns 0 "
-               f"({MIRROR} vllm/v1/worker/gpu/model_runner.py:851-853), so no graph memory is subtracted",
-        (Change("0.33.0", True, f"inferred from {SEED}: its KV cache per rank moved with the CUDA-graph pool "
-                                f"(18.40 vs 12.39 GiB: 41,050,274 vs 48,253,887 tokens), so that build subtracted "
-                                f"graphs for DeepSeek-V4.1; the change itself was not found in vLLM's source"),)),
+        False, "vllm==0.19.1 vllm/envs.py:1654-1655: VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 0, so "
+               "vllm/v1/worker/gpu_worker.py:395-399 subtracts no graph estimate",
+        (Change("0.20.0", True, "vllm==0.20.0 vllm/envs.py:1724-1725: the default is 1 (gpu_worker.py subtracts the "
+                                "estimate before sizing the KV cache)"),)),
     "rocm_estimates_cudagraphs": Rule(
-        False, f"vLLM PR #36720 (2026-03-17): the graph estimate is skipped on ROCm ({WORKER})",
-        (Change("0.26.0", True, "vLLM PR #48526 (05eed72ae, 2026-07-15): the estimate runs on ROCm too"),)),
+        False, "vllm==0.25.1 vllm/v1/worker/gpu_worker.py:477-483: the estimate runs only if current_platform.is_cuda()",
+        (Change("0.26.0", True, "vllm==0.26.0 vllm/v1/worker/gpu_worker.py:500-506: is_cuda_alike(), ROCm included"),)),
+    "model_runner_v2_architectures": Rule(
+        frozenset(), "vllm==0.27.1 vllm/config/vllm.py:69-79, 637-658: Model Runner V2 for the listed architectures "
+                     "(no DSA model) or non-MoE models: every DSA model runs on V1",
+        (Change("0.28.0", frozenset({V4}), "vllm==0.28.0 vllm/config/vllm.py:69-80: DeepseekV4ForCausalLM joins "
+                                          "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES; V3.2 and GLM-5 (MoE) stay on V1"),
+         Change("0.29.0", frozenset({ALL}), "vllm==0.29.0 vllm/config/vllm.py:645-677: no list, Model Runner V2 for "
+                                           "every architecture"))),
+    "rocm_model_runner_v1_architectures": Rule(
+        frozenset({ALL}), "vllm==0.28.0 vllm/config/vllm.py:84-93: on ROCm the V2 list loses DeepseekV4ForCausalLM; "
+                          "the other DSA models are MoE: all on V1",
+        (Change("0.29.0", frozenset({V32, V4}), "vllm==0.29.0 vllm/config/vllm.py:71-73: "
+                                                "ROCM_DEFAULT_MRV1_ARCHITECTURES (GLM-5 not in it: V2)"),
+         Change("0.30.0", frozenset({V32, V4, GLM5}), "vllm==0.30.0 vllm/config/vllm.py:73-75: GlmMoeDsaForCausalLM "
+                                                      "added"),
+         Change("0.32.0", frozenset(), "vllm==0.32.0 vllm/config/vllm.py:703-739: no ROCm list, V2 as on CUDA"))),
+    "dspark_on_model_runner_v2": Rule(
+        False, "vllm==0.24.0 vllm/config/speculative.py: no dspark method",
+        (Change("0.25.0", True, "vllm==0.25.0 vllm/config/vllm.py:524-532: method dspark forces Model Runner V2 (from "
+                                "vllm==0.29.0 vllm/config/vllm.py:2621-2624 V1 lists it as unsupported)"),)),
+    "model_runner_v2_estimates_cudagraphs": Rule(
+        False, "vllm==0.28.0 vllm/v1/worker/gpu/model_runner.py:843-845: profile_cudagraph_memory() returns 0",
+        (Change("0.29.0", True, "vllm==0.29.0 vllm/v1/worker/gpu/model_runner.py:896-898 and "
+                                "vllm/v1/worker/gpu/cudagraph_utils.py:718-816: a real estimate"),)),
     "batch_defaults": Rule(
-        ((70, 1024, 8192), (0, 256, 2048)), f"{ARG_UTILS}: OpenAI-server defaults by GPU memory (A100 excluded)",
-        (Change("0.28.0", ((160, 1024, 16384), (70, 1024, 8192), (0, 256, 2048)),
-                f"vLLM PR #51726 (4988df2eb, 2026-08-11): GPUs of 160 GiB and more default to 16384 tokens "
-                f"({ARG_UTILS})"),)),
-    "capture_ceiling_sm100": Rule(
-        512, f"{MIRROR} vllm/config/vllm.py:1984-1993: min(max_num_seqs x (1 + k) x 2, 512)",
-        (Change("0.28.0", 1024, "vLLM PR #49390 (021b7d985, 2026-08-07): 1024 on the SM10x family "
-                                "(vllm/config/vllm.py:1985); a v0.26.0 GB200 log prints largest=512"),)),
+        ((70, 1024, 8192, ()), (0, 256, 2048, ())),
+        "vllm==0.19.0 vllm/engine/arg_utils.py:2053-2072 (0.27.1 :2544): OpenAI server, >= 70 GiB and not A100: "
+        "1024 sequences, 8192 tokens; else 256, 2048",
+        (Change("0.28.0", ((160, 1024, 16384, ()), (70, 1024, 8192, ()), (0, 256, 2048, ())),
+                "vllm==0.28.0 vllm/engine/arg_utils.py:2582-2601: >= 160 GiB: 16384 tokens"),
+         Change("0.33.0", ((160, 1024, 16384, ()), (70, 1024, 8192, ("sm121",)), (0, 256, 2048, ())),
+                "vllm==0.33.0 vllm/engine/arg_utils.py:2961-2963, 2983-2996: GB10 (cc 12.1) stays on the small "
+                "tier"))),
+    "batched_dp_moe_max_num_batched_tokens": Rule(
+        None, "vllm==0.19.1 vllm/engine/arg_utils.py:2194-2198: the tier's default only",
+        (Change("0.20.0", 256, "vllm==0.20.0 vllm/engine/arg_utils.py:2354-2358, vllm/config/parallel.py:627-636: 256 "
+                               "when data-parallel-size > 1 with expert parallelism and all2all-backend "
+                               "deepep_low_latency or nixl_ep"),)),
+    "capture_ceiling_sm10x": Rule(
+        512, "vllm==0.27.1 vllm/config/vllm.py:1828-1837: min(max_num_seqs x (1 + k) x 2, 512)",
+        (Change("0.28.0", 1024, "vllm==0.28.0 vllm/config/vllm.py:1936-1943: 1024 on the SM10x family, 512 "
+                                "elsewhere"),)),
+    "captures_max_num_batched_tokens": Rule(
+        False, "vllm==0.20.0 vllm/config/vllm.py:1521-1524: the grid only",
+        (Change("0.20.1", True, "vllm==0.20.1 vllm/config/vllm.py:1527-1532: max_num_batched_tokens is captured if "
+                                "within the largest capture size"),)),
+    "captures_whole_requests": Rule(
+        False, "vllm==0.28.0 vllm/config/vllm.py:1929-1945: the grid only",
+        (Change("0.29.0", True, "vllm==0.29.0 vllm/config/vllm.py:2030-2037, 2084-2091, 2142-2144: n x (1 + k) for n "
+                                "on the grid up to min(max_num_seqs, ceiling)"),)),
+    "captures_max_num_seqs": Rule(
+        False, "vllm==0.30.0 vllm/config/vllm.py: no size for max_num_seqs without speculation",
+        (Change("0.31.0", True, "vllm==0.31.0 vllm/config/vllm.py:2539-2540: max_num_seqs itself, without "
+                                "speculative tokens, when within the largest capture size"),)),
     "topk_backend_flag": Rule(
-        False, f"{MIRROR} vllm/model_executor/layers/sparse_attn_indexer.py:617-666: cooperative, persistent or "
-               f"per-row top-k, chosen inside the op; no flag",
-        (Change("0.30.0", True, "vLLM PR #56464 (opened 2026-09-11): --sparse-indexer-topk-backend and "
-                                "vllm/model_executor/layers/indexer_topk.py; the release is a third-party tool's "
-                                "label ('vLLM 0.30.0+'), unverified"),)),
+        False, "vllm==0.29.0: no --sparse-indexer-topk-backend; the indexer picks its top-k inside the op",
+        (Change("0.30.0", True, "vllm==0.30.0 vllm/engine/arg_utils.py:1683-1684 and vllm/config/kernel.py:166-174, "
+                                "285: --sparse-indexer-topk-backend, default auto"),)),
     "cooperative_topk_max_rows": Rule(
-        32, f"{MIRROR} vllm/model_executor/layers/sparse_attn_indexer.py:620: num_rows <= 32",
-        (Change("0.30.0", 64, "vllm/model_executor/layers/indexer_topk.py:20 (stored copy 0fd8f21): "
-                              "AUTO_COOPERATIVE_MAX_ROWS = 64; the PR that raised it is unverified"),)),
+        0, "vllm==0.23.0 vllm/model_executor/layers/sparse_attn_indexer.py:337-349: persistent or per-row top-k, no "
+           "cooperative kernel",
+        (Change("0.24.0", 32, "vllm==0.24.0 vllm/model_executor/layers/sparse_attn_indexer.py:337-343: num_rows <= 32"),
+         Change("0.29.0", 64, "vllm==0.29.0 vllm/model_executor/layers/sparse_attn_indexer.py:617-624: num_rows <= 64 "
+                              "(vllm==0.31.0 vllm/model_executor/layers/indexer_topk.py:21)"))),
     "in_flight_batches": Rule(
-        1, "vllm/v1/kv_cache_interface.py:546-577 at 65dcde169 (v0.25.0): a window holds window - 1 + "
-           "max_num_batched_tokens new tokens",
-        (Change("0.26.0", 2, "vLLM PR #47728 (cd0de48d0, 2026-07-08): window - 1 + max_concurrent_batches x "
-                             "max_num_batched_tokens, 2 batches with async scheduling (vllm/config/vllm.py:583-605); "
-                             "v0.25.0 is main of 2026-07-07 by its log's line numbers"),)),
+        1, "vllm==0.25.1 vllm/v1/kv_cache_interface.py:560-566: a window holds window - 1 + max_num_batched_tokens",
+        (Change("0.26.0", 2, "vllm==0.26.0 vllm/v1/kv_cache_interface.py:584-597 and vllm/config/vllm.py:512-533: "
+                             "window - 1 + max_concurrent_batches x max_num_batched_tokens, 2 batches with async "
+                             "scheduling"),)),
     "retains_draft_tokens": Rule(
-        False, "before vLLM PR #50062 windows kept no draft tokens",
-        (Change("0.28.0", True, "vLLM PR #50062 (f80b66f54, 2026-08-13): extra_retained_tokens = k - 1 when "
-                                "min(num_nextn_predict_layers, k) > 1 (vllm/v1/core/kv_cache_utils.py:2191-2203)"),)),
+        False, "vllm==0.27.1: no extra_retained_tokens in vllm/v1",
+        (Change("0.28.0", True, "vllm==0.28.0 vllm/v1/core/kv_cache_utils.py:2137-2147 and vllm/config/"
+                                "speculative.py:1501-1507: k - 1 more tokens when min(MTP layers, k) > 1"),)),
     "kv_block_rule": Rule(
-        "tuple", "vllm/v1/core/kv_cache_utils.py:1179-1218 at 6aabe221a: DeepSeek-V4 blocks = available // (distinct "
-                 "page sizes x layer tuples)",
-        (Change("0.23.0", "bucket", "vLLM PR #44454 (4dcd10eb0, 2026-06-07): layers bucketed by page size "
-                                    "(kv_cache_utils.py:1230-1293 at 65dcde169); a v0.23.0 H200 NVL log fits only this"),
-         Change("0.27.0", "overlay", "vLLM PR #48993 (f3a920a07, 2026-07-22): groups overlay one slab, a block costs "
-                                     "the largest group's pages (kv_cache_utils.py:1299-1358)"))),
+        "tuple", "vllm==0.22.1 vllm/v1/core/kv_cache_utils.py:1198-1218: blocks = available // (distinct page sizes x "
+                 "layer tuples)",
+        (Change("0.23.0", "bucket", "vllm==0.23.0 vllm/v1/core/kv_cache_utils.py:1233-1236: layers bucketed by page "
+                                    "size"),
+         Change("0.27.0", "overlay", "vllm==0.27.0 vllm/v1/core/kv_cache_utils.py:1293-1303, 1342: a block costs the "
+                                     "largest group's pages"))),
+    "aligns_block_stride": Rule(
+        False, "vllm==0.30.0 vllm/v1/core/kv_cache_utils.py: the block stride is the largest group's bytes",
+        (Change("0.31.0", True, "vllm==0.31.0 vllm/v1/core/kv_cache_utils.py:1622-1632: rounded up to the lcm of the "
+                                "layers' block_stride_alignment (656 B for fp8_ds_mla on FlashMLA-sparse on SM10x, "
+                                "vllm/model_executor/layers/attention/mla_attention.py:1375-1382)"),)),
     "pad_window_pages": Rule(
-        True, "vllm/v1/core/kv_cache_utils.py:1626-1640 at 65dcde169: window pages padded to full-group page sizes",
-        (Change("0.27.0", False, "vLLM PR #48993 (f3a920a07, 2026-07-22): no padding"),)),
+        True, "vllm==0.26.0 vllm/v1/core/kv_cache_utils.py:1663-1672: window pages padded to the next full-attention "
+              "page size",
+        (Change("0.27.0", False, "vllm==0.27.0 vllm/v1/core/kv_cache_utils.py:1717-1725: no padding (groups "
+                                 "overlay)"),)),
     "concurrency_counts_pages": Rule(
-        False, "vllm/v1/core/kv_cache_utils.py:919-937 at 65dcde169: pages per request as a byte ratio",
-        (Change("0.27.0", True, "vLLM PR #48317 (2e2e626b4, 2026-07-21): pages per request summed over groups "
-                                "(kv_cache_utils.py:967-989); v0.26.0 is main of 2026-07-17..20 by its log's line "
-                                "numbers"),)),
+        False, "vllm==0.26.0 vllm/v1/core/kv_cache_utils.py:943-955: pages per request as a byte ratio",
+        (Change("0.27.0", True, "vllm==0.27.0 vllm/v1/core/kv_cache_utils.py:951-958: pages per request summed over "
+                                "groups"),)),
     "tokens_from_concurrency": Rule(
-        False, "before vLLM e68fa1b90: GPU KV cache size = blocks // groups x the smallest block",
-        (Change("0.21.0", True, "vLLM #41069 (e68fa1b90, 2026-04-28, after the v0.20.0 branch point): "
-                                "int(concurrency x max_model_len) (kv_cache_utils.py:1904-1914)"),)),
+        False, "vllm==0.20.0 vllm/v1/core/kv_cache_utils.py:1694-1711: GPU KV cache size = blocks // groups x the "
+               "smallest block, x PCP x DCP",
+        (Change("0.20.1", True, "vllm==0.20.1 vllm/v1/core/kv_cache_utils.py:1694-1708: int(max concurrency x "
+                                "max_model_len)"),)),
     "shared_indexers_skip_cache": Rule(
-        False, "vLLM PR #44420 (32f34d393, 2026-06-07): layers that skip the top-k still build their indexer",
-        (Change("0.24.0", True, f"vLLM PR #45895 (ab6660699, 2026-06-19): skipped layers build no indexer, MTP "
-                                f"layers always do ({MIRROR} vllm/models/deepseek_v32/attention.py:164-197)"),)),
-    "rocm_locks_indexer_workspace": Rule(
-        False, "before vLLM PR #41002 the AITER indexer allocated its decode logits per call",
-        (Change("0.23.0", True, f"vLLM PR #41002 (b4a6f26c9, 2026-06-05): {MIRROR} "
-                                f"vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:738-750 locks a (max_num_batched_tokens, "
-                                f"max_model_len) FP32 workspace during profiling (vLLM issue #55132, open)"),)),
+        False, "vllm==0.23.0 vllm/model_executor/models/deepseek_v2.py:1002-1034: every layer builds its indexer",
+        (Change("0.24.0", True, "vllm==0.24.0 vllm/model_executor/models/deepseek_v2.py:1024-1049: a layer that skips "
+                                "the top-k builds no indexer; MTP layers always do"),)),
+    "rocm_indexer_workspace": Rule(
+        "none", "vllm==0.22.1 vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:647-648: the profiling branch returns at "
+                "once, reserving nothing (not even the prefill budget)",
+        (Change("0.23.0", "batched tokens", "vllm==0.23.0 vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:662-683: a "
+                                            "locked (max_num_batched_tokens, max_model_len) FP32 decode workspace, "
+                                            "then the prefill budget"),
+         Change("0.30.0", "decode rows", "vllm==0.30.0 vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:949-972, "
+                                         "1043-1046: its rows are min(max_num_batched_tokens, max_num_seqs x (1 + k))"))),
     "logged_peak_includes_cudagraphs": Rule(
-        False, f"{WORKER}: 'Actual usage ... W GiB for weight, P GiB for peak activation' (torch peak only)",
-        (Change("0.27.0", True, "vLLM PR #49208 (58b2012aa, 2026-07-20): peak activation = transient peak + the "
-                                "applied graph estimate; 'consumed memory (weights + non-torch)'"),)),
+        False, "vllm==0.26.0 vllm/v1/worker/gpu_worker.py:508-509, 526: peak activation = the torch peak before the "
+               "graph estimate",
+        (Change("0.27.0", True, "vllm==0.27.0 vllm/v1/worker/gpu_worker.py:526-529: transient peak + the applied graph "
+                                "estimate; 'consumed memory (weights + non-torch)'"),)),
+    "default_deepgemm": Rule(
+        "2.6", "vllm==0.32.0 vllm/utils/deep_gemm.py:730-732: fp8_fp4_paged_mqa_logits returns float32 logits on every "
+               "arch (DeepGEMM before 2.8: 256-column splits)",
+        (Change("0.33.0", "2.8", "vllm==0.33.0 vllm/utils/deep_gemm.py fp8_fp4_paged_mqa_logits: 'bf16 on SM100, fp32 "
+                                 "elsewhere', and vllm/model_executor/layers/sparse_attn_indexer.py:880-893 "
+                                 "as_fp32_logits copies them unless deep_select without DCP"),)),
+    "sm12x_sparse_mla_backend": Rule(
+        "FLASHMLA_SPARSE", "vllm==0.23.0 vllm/platforms/cuda.py:123-130: no SM12x branch, FLASHMLA_SPARSE",
+        (Change("0.24.0", "FLASHINFER_MLA_SPARSE_SM120", "vllm==0.24.0 vllm/platforms/cuda.py:130-134"),)),
+    "sparse_mla_prefill_workspace_factor": Rule(
+        (5, 5), "vllm==0.31.0 vllm/v1/attention/backends/mla/indexer.py:791-801 and flashmla_sparse.py:305-312: "
+                "40 x max_model_len indexer keys and 5 x max_model_len BF16 rows",
+        (Change("0.32.0", (5, 2), "vllm==0.32.0 vllm/config/vllm.py:1790-1798: factor 5 up to 262,144 tokens, else "
+                                  "2 (8 x factor indexer keys)"),)),
+    "speculative_methods": Rule(
+        frozenset(SPECULATIVE_METHODS_019), "vllm==0.19.0 vllm/config/speculative.py:52: SpeculativeMethod",
+        (Change("0.20.0", frozenset(SPECULATIVE_METHODS_019 | {"dflash"}), "vllm==0.20.0 vllm/config/speculative.py:53"),
+         Change("0.22.0", frozenset(SPECULATIVE_METHODS_019 | {"dflash", "custom_class"}),
+                "vllm==0.22.0 vllm/config/speculative.py:65"),
+         Change("0.25.0", frozenset(SPECULATIVE_METHODS_019 | {"dflash", "custom_class", "dspark"}),
+                "vllm==0.25.0 vllm/config/speculative.py:60-64"),
+         Change("0.33.0", frozenset(SPECULATIVE_METHODS_019 - {"medusa", "mlp_speculator"}
+                                    | {"dflash", "custom_class", "dspark"}),
+                "vllm==0.33.0 vllm/config/speculative.py:74: medusa and mlp_speculator removed"))),
+    "rocm_accepts_fp8": Rule(
+        False, "vllm==0.20.2 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:85-89: auto, float16, bfloat16",
+        (Change("0.21.0", True, "vllm==0.21.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:266-272: fp8 and "
+                                "fp8_e4m3 too, kept as standard fp8"),)),
 }
 
 
@@ -239,8 +319,7 @@ def vllm(version: str) -> Engine:
     for name, rule in VLLM_RULES.items():
         values[name], sources[name] = rule.at(key)
     return Engine(name="vllm", version=version, rows_capped_by_batched_tokens=True, logits_over_compressed_keys=False,
-                  topk_reads_bf16=False, topk_backend=None, profile_holds_decode_logits=False, sources=sources,
-                  **values)
+                  topk_backend=None, profile_holds_decode_logits=False, sources=sources, **values)
 
 
 DEEPINFER_SOURCE = "the seed: DeepInfer@774ce24 index_attn.py#L87, #L95, #L434-L441; model_runner.py#L444-L511"
@@ -248,6 +327,6 @@ DEEPINFER_DEFAULTS = "not documented for DeepInfer: vLLM's newest defaults stand
 NEWEST = vllm(NEWEST_VLLM)
 DEEPINFER = Engine(
     name="deepinfer", version="774ce24", rows_capped_by_batched_tokens=False, logits_over_compressed_keys=True,
-    topk_reads_bf16=True, topk_backend="deepinfer", profile_holds_decode_logits=True,
+    topk_backend="deepinfer", profile_holds_decode_logits=True,
     sources={name: DEEPINFER_DEFAULTS for name in VLLM_RULES} | {"reserves_decode_logits": DEEPINFER_SOURCE},
     **{f.name: getattr(NEWEST, f.name) for f in fields(Engine) if f.name in VLLM_RULES})

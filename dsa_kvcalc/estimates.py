@@ -22,10 +22,11 @@ class Figure:
 
 # BF16 hidden-sized temporaries live at the dummy run's peak, per batched token, on top of the prefill logits budget.
 ACTIVATION_HIDDEN_COPIES = Figure(
-    24, "estimated",
-    "an allowance of 24 hidden-sized BF16 temporaries per batched token for the MoE dispatch, attention and MLP of "
-    "one max-num-batched-tokens step, not fitted to any log. For GLM-5.1 on H200 (8192 tokens) it gives 2.25 GiB; "
-    "vLLM 0.19/0.20 logs of that deployment leave 4.37 GiB for peak activation and non-torch together")
+    18, "fitted",
+    "18 hidden-sized BF16 temporaries per batched token for the MoE dispatch, attention and MLP of one "
+    "max-num-batched-tokens step, fitted to one log beside the derived prefill workspace and plan's non-torch "
+    "estimate: GLM-5.1-FP8 on 8 x H200, vLLM 0.20.0 (tests/fixtures/vllm_logs/glm-5.1-fp8-8xh200-tp8-v0.20.0.log: "
+    "34.86 GiB of KV at 373,696 tokens; 18 gives +0.2 %)")
 NON_TORCH_SINGLE = Figure(
     1 * GIB, "estimated", "CUDA context, cuBLAS and DeepGEMM workspaces of one process, an allowance (verify "
                           "--profile measured 0.67 GiB on the H200, without NCCL; a vLLM 0.26.0 V4-Flash-0731 TP1 B300 "

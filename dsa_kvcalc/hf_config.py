@@ -74,7 +74,9 @@ def read_model(path: Path) -> Model:
     dense_bytes = layers * 40 * hidden * hidden // 16 + 2 * n["vocab_size"] * hidden * 2
     checkpoint = Figure(expert_bytes + dense_bytes, "estimated", "from the config's shape: routed experts at 1 B a "
                         "weight, 2.5 hidden^2 of attention and shared weights a layer, BF16 embeddings")
-    return Model(name=name, config_source=f"local {path}", config_path=path, num_layers=layers,
+    architecture = (config.get("architectures") or ["?"])[0]
+    return Model(name=name, config_source=f"local {path}", config_path=path, architecture=str(architecture),
+                 num_layers=layers,
                  mtp_layers=n["num_nextn_predict_layers"], hidden_size=hidden, index_n_heads=n["index_n_heads"],
                  index_head_dim=n["index_head_dim"], index_topk=n["index_topk"],
                  max_position_embeddings=n["max_position_embeddings"] or 163840, checkpoint=checkpoint,

@@ -14,7 +14,6 @@ the mirror gau-nernst/vllm at d29f7f5 (2026-08-21) and the commits named; the ve
 engine.py.
 """
 
-import functools
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -29,6 +28,9 @@ MLA_BLOCK_TOKENS = 64
 MLA_FP8_DS_BYTES = 656
 MLA_FP8_BYTES = 576
 MLA_BF16_BYTES = 1152
+# nvfp4_ds_mla: 256 B e2m1 NoPE + 64 B FP8 RoPE + 32 B FP8 scales (vllm==0.30.0
+# vllm/v1/attention/backends/mla/flashmla_sparse.py:108-121; mla_attention.py:1361), FlashMLA-sparse on SM100 only
+MLA_NVFP4_DS_BYTES = 352
 INDEXER_ENTRY_BYTES = 128 + 4  # 128 FP8 values + one FP32 scale (vllm/models/deepseek_v32/attention.py:92-97)
 # DeepSeek-V4 (vllm/models/deepseek_v4/attention.py:690-748, compressor.py:152-200, sparse_swa.py:87-107):
 V4_ENTRY_BYTES = 448 + 64 * 2 + 8  # FP8 NoPE + BF16 RoPE + scales
@@ -66,12 +68,13 @@ class KvSpec:
     pages_per_request: int  # pages one request of max_model_len holds, over all groups
     request_bytes: int  # vLLM's "KV cache is needed" for one request of max_model_len
     max_model_len: int
-    tokens_from_concurrency: bool  # vLLM >= 0.21: tokens = int(concurrency x L); before: blocks x block tokens
+    tokens_from_concurrency: bool  # vLLM >= 0.20.1: tokens = int(concurrency x L); before: blocks x block tokens
+    dcp: int
 
     def tokens(self, kv_bytes: int) -> int:
         blocks = kv_bytes // self.block_bytes
         if not self.tokens_from_concurrency:
-            return blocks // len(self.groups) * min(g.block for g in self.groups)
+            return blocks // len(self.groups) * min(g.block for g in self.groups) * self.dcp
         return int(blocks / self.pages_per_request * self.max_model_len)
 
     @property
@@ -95,10 +98,19 @@ def round_up(value: int, multiple: int) -> int:
 
 # Layers -------------------------------------------------------------------------------------------------------
 
-def mla_token_bytes(kv_cache_format: str, sparse_mla_backend: str) -> int:
-    if kv_cache_format == "bf16":
+def mla_token_bytes(cache_dtype: str, sparse_mla_backend: str) -> int:
+    """One MLA layer's bytes a token (vllm/model_executor/layers/attention/mla_attention.py
+    _canonicalize_sparse_mla_kv_cache_dtype): FlashMLA-sparse stores any quantized cache as fp8_ds_mla (or
+    nvfp4_ds_mla), and so does the SM12x backend for auto and fp8; FlashInfer's sparse MLA and ROCm keep standard
+    fp8; an unquantized cache is BF16."""
+    ds_mla = sparse_mla_backend in ("FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120")
+    if cache_dtype == "nvfp4_ds_mla":
+        return MLA_NVFP4_DS_BYTES
+    if sparse_mla_backend == "FLASHINFER_MLA_SPARSE_SM120" and cache_dtype == "auto":
+        return MLA_FP8_DS_BYTES
+    if cache_dtype in ("auto", "bfloat16", "float16"):
         return MLA_BF16_BYTES
-    return MLA_FP8_BYTES if sparse_mla_backend == "FLASHINFER_MLA_SPARSE" else MLA_FP8_DS_BYTES
+    return MLA_FP8_DS_BYTES if ds_mla else MLA_FP8_BYTES
 
 
 def owns_indexer(model: Model, layer: int, engine: Engine) -> bool:
@@ -212,13 +224,12 @@ def pages_per_request(g: Group, max_model_len: int, in_flight_tokens: int, extra
 
 # The spec of a recipe --------------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=256)  # a sweep repeats few shapes; bounded, so memory stays flat
 def spec(model: Model, engine: Engine, token_bytes: int, mtp_layers: int, max_model_len: int, in_flight_tokens: int,
-         extra_retained: int, dcp: int) -> KvSpec:
+         extra_retained: int, dcp: int, block_alignment: int) -> KvSpec:
     """The groups, block bytes and pages per request of a model under one vLLM version's rules."""
     if model.family == "deepseek_v41":  # one pseudo-page per logged token, fitted (estimates.py)
         return KvSpec((Group(1, 0, (model.logged_token_bytes.value,)),), model.logged_token_bytes.value,
-                      max_model_len, model.logged_token_bytes.value * max_model_len, max_model_len, True)
+                      max_model_len, model.logged_token_bytes.value * max_model_len, max_model_len, True, dcp)
     caches = mla_caches(model, engine, mtp_layers, token_bytes) if model.family == "mla" else v4_caches(model,
                                                                                                        mtp_layers)
     groups = group(caches, engine.pad_window_pages)
@@ -231,5 +242,7 @@ def spec(model: Model, engine: Engine, token_bytes: int, mtp_layers: int, max_mo
         request = pages[0] * groups[0].page_bytes
     else:  # _max_memory_usage_bytes_from_groups, DeepSeek-V4 branch (kv_cache_utils.py:1957-1981)
         request = block_bytes(groups, "tuple") * sum(pages)
-    return KvSpec(tuple(groups), block_bytes(groups, engine.kv_block_rule), per_request, request, max_model_len,
-                  engine.tokens_from_concurrency)
+    stride = block_bytes(groups, engine.kv_block_rule)
+    if engine.aligns_block_stride:  # rounded up to the layers' block_stride_alignment (vLLM 0.31.0+)
+        stride = round_up(stride, block_alignment)
+    return KvSpec(tuple(groups), stride, per_request, request, max_model_len, engine.tokens_from_concurrency, dcp)

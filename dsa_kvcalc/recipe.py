@@ -18,7 +18,7 @@ import yaml
 
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc import hf_config
-from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, DEFAULT_DEEPGEMM, GPUS, MODELS, Gpu, Layout, Model, \
+from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS, MODELS, UNSUPPORTED_GPUS, Gpu, Layout, Model, \
     layout_for
 from dsa_kvcalc.engine import Engine
 from dsa_kvcalc.units import GIB, MIB
@@ -57,7 +57,22 @@ RELEASE_PATTERN = r"v?(\d+\.\d+)(?:\.[0-9A-Za-z.+-]*)?"  # a DeepGEMM release: 2
 MEMORY_TERMS = ("weights", "peak_activation", "non_torch", "cudagraph", "indexer_headroom")
 PER_BACKEND_TERMS = ("cudagraph", "indexer_headroom")
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla")
+# vllm==0.33.0 vllm/config/cache.py:44-66 (CacheDType); the sparse-MLA backends take auto, bfloat16, float16 and the
+# fp8 and DS-MLA ones (vllm/v1/attention/backends/mla/*sparse*.py supported_kv_cache_dtypes); the rest is refused
+# there, and so by plan, with the reason.
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
+                   "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "octave_k3v4",
+                   "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "int4_per_token_head",
+                   "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6")
+SPARSE_MLA_KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_ds_mla", "nvfp4_ds_mla")
+SPECULATIVE_METHODS = tuple(sorted(engines.VLLM_RULES["speculative_methods"].initial
+                                   | {m for change in engines.VLLM_RULES["speculative_methods"].changes
+                                      for m in change.value}))
+PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")  # vllm==0.33.0 vllm/config/vllm.py:147
+ALL2ALL_BACKENDS = ("naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "deepep_v2", "mori_high_throughput",
+                    "mori_low_latency", "moonep", "nixl_ep", "allgather_reducescatter", "flashinfer_all2allv",
+                    "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "passthrough")
+BATCHED_DP_ALL2ALL = ("deepep_low_latency", "nixl_ep")  # vllm==0.33.0 vllm/config/parallel.py:796-805
 SPARSE_MLA_BACKENDS = ("FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE",
                        "FLASHINFER_MLA_SPARSE_SM120", "ROCM_AITER_MLA_SPARSE")
 
@@ -75,8 +90,9 @@ class Recipe:
                             f"vLLM release whose rules apply: defaults, graph accounting, #62860 "
                             f"(modelled: every release from {engines.OLDEST_VLLM} to {engines.NEWEST_VLLM}, and main: "
                             f"unreleased main after #62860)")
-    deepgemm: str = key("deepgemm", "release", DEFAULT_DEEPGEMM,
-                        "DeepGEMM release whose logits layout applies (2.1 - 2.6, 2.8; 2.8.2 or 2.6.1 name theirs)",
+    deepgemm: str = key("deepgemm", "release", None,
+                        "DeepGEMM release whose logits layout applies (2.1 - 2.6, 2.8; 2.8.2 or 2.6.1 name theirs); "
+                        "default: the one the vLLM release's wrapper documents (2.8 from 0.33.0: BF16 logits on SM100)",
                         choices=tuple(DEEPGEMM_RELEASES))
     max_num_seqs: int = key("max-num-seqs", "int", None, "Maximum sequences per step; default: vLLM's for the GPU's "
                             "memory and the vLLM version", ARG_UTILS, 1, 1 << 20)
@@ -86,21 +102,30 @@ class Recipe:
                                       "the GPU's memory and the vLLM version", ARG_UTILS, 1, MAX_TOKENS)
     num_speculative_tokens: int = key("speculative-config.num_speculative_tokens", "int", 0,
                                       "Draft tokens per step: each decode has 1 + k rows", minimum=0, maximum=64)
-    speculative_method: str | None = key("speculative-config.method", "str", None,
-                                         "mtp (or deepseek_mtp) adds the MTP layer's KV cache")
+    speculative_method: str | None = key("speculative-config.method", "choice", None,
+                                         "mtp (or deepseek_mtp) adds the MTP layers' KV cache, dspark DeepSeek-V4's "
+                                         "draft layers'; the methods the vLLM release accepts",
+                                         "vllm/config/speculative.py", choices=SPECULATIVE_METHODS)
     tensor_parallel_size: int = key("tensor-parallel-size", "int", 1, "TP size", minimum=1, maximum=MAX_PARALLEL)
     data_parallel_size: int = key("data-parallel-size", "int", 1, "DP size", minimum=1, maximum=MAX_PARALLEL)
     pipeline_parallel_size: int = key("pipeline-parallel-size", "int", 1, "PP size (only 1 is modelled)",
                                       minimum=1, maximum=1)
     enable_expert_parallel: bool = key("enable-expert-parallel", "bool", False,
                                        "Split the routed experts over TP x DP ranks")
+    all2all_backend: str = key("all2all-backend", "choice", "allgather_reducescatter",
+                               "MoE all-to-all; deepep_low_latency or nixl_ep with DP > 1 and expert parallelism default "
+                               "max-num-batched-tokens to 256", "vllm/config/parallel.py", choices=ALL2ALL_BACKENDS)
+    performance_mode: str = key("performance-mode", "choice", "balanced",
+                                "throughput doubles the default max-num-seqs and max-num-batched-tokens; interactivity "
+                                "captures every batch size up to 32", ARG_UTILS, choices=PERFORMANCE_MODES)
     decode_context_parallel_size: int = key("decode-context-parallel-size", "int", 1,
                                             "DCP size: splits the KV cache; the top-k then reads FP32",
                                             minimum=1, maximum=MAX_PARALLEL)
     gpu_memory_utilization: float = key("gpu-memory-utilization", "fraction", None,
                                         "Share of total GPU memory vLLM may use; default: the vLLM version's")
     kv_cache_dtype: str = key("kv-cache-dtype", "choice", "auto",
-                              "KV cache dtype; any fp8 becomes fp8_ds_mla on FlashMLA-sparse", choices=KV_CACHE_DTYPES)
+                              "KV cache dtype; any fp8 becomes fp8_ds_mla on FlashMLA-sparse; auto is the model's "
+                              "default (GLM-5.x on SM10x: fp8 from vLLM 0.32.0)", choices=KV_CACHE_DTYPES)
     kv_cache_memory_bytes: int | None = key("kv-cache-memory-bytes", "size", None,
                                             "Fixed KV cache size per rank; replaces the memory profile",
                                             ARG_UTILS, 1, 1 << 50)
@@ -139,12 +164,14 @@ class Recipe:
                                   "measured sum leaves after plan's estimates of the others (printed as estimated)",
                                   choices=("weights", "peak_activation", "non_torch"))
     # Derived
+    cache_dtype: str = "auto"  # what vLLM runs for kv-cache-dtype: the model's default for auto
     engine: Engine = None
     layout: Layout = None
     ignored_keys: tuple[str, ...] = ()
     passthrough: tuple[tuple[str, object], ...] = ()  # the ignored keys (dotted when nested) with their values
     model_arg: str = ""  # the model as vLLM is given it: the catalog's Hugging Face id, or the path as written
     measured_on: "Recipe | None" = None  # the recipe the memory block was measured on, where this one differs
+    given: frozenset = frozenset()  # the fields the recipe gives: the others took their defaults
 
     @property
     def measured(self) -> bool:
@@ -169,8 +196,8 @@ class Recipe:
         return self.model.indexer_logits_ratio
 
     @property
-    def kv_cache_format(self) -> str:
-        return "bf16" if self.kv_cache_dtype in ("auto", "bfloat16") else "fp8"
+    def quantized_cache(self) -> bool:
+        return self.cache_dtype not in ("auto", "bfloat16", "float16")
 
     @functools.cached_property
     def shape(self) -> dict:
@@ -242,7 +269,7 @@ IGNORED_KEYS = {
     "tool-call-parser", "reasoning-parser", "enable-auto-tool-choice", "chat-template", "disable-log-requests",
     "disable-log-stats", "enable-log-requests", "uvicorn-log-level", "max-log-len", "seed", "dtype", "quantization",
     "load-format", "download-dir", "block-size", "enable-prefix-caching", "no-enable-prefix-caching",
-    "enable-chunked-prefill", "all2all-backend", "data-parallel-rpc-port",
+    "enable-chunked-prefill", "data-parallel-rpc-port",
     "data-parallel-size-local", "data-parallel-address", "data-parallel-start-rank", "data-parallel-hybrid-lb",
     "data-parallel-external-lb", "api-server-count", "distributed-executor-backend", "enable-eplb", "eplb-config",
     "model-impl", "disable-custom-all-reduce", "stream-interval", "swap-space", "hf-overrides", "model-tag",
@@ -253,7 +280,7 @@ IGNORED_KEYS = {
     "response-role", "return-tokens-as-token-ids", "enable-server-load-tracking", "otlp-traces-endpoint",
     "collect-detailed-traces", "structured-outputs-config", "guided-decoding-backend", "logprobs-mode",
     "max-logprobs", "disable-cascade-attn", "safetensors-load-strategy", "enable-force-include-usage",
-    "enable-prompt-tokens-details", "calculate-kv-scales", "performance-mode", "optimization-level", "moe-backend",
+    "enable-prompt-tokens-details", "calculate-kv-scales", "optimization-level", "moe-backend",
 }
 
 
@@ -391,15 +418,33 @@ def nested_mapping(name: str, value) -> dict:
 
 # Names -> catalog entries ------------------------------------------------------------------------------------------
 
-GPU_NAMES = {n.lower(): gpu for gpu in GPUS for n in (gpu.name, *gpu.aliases)}
+def gpu_key(name: str) -> str:
+    """A GPU name as people, torch, vLLM and nvidia-smi write it, reduced to compare: case, separators, a vendor
+    prefix and a note in brackets or after a comma ('NVIDIA H200 NVL (143,771 MiB)', 'AMD_Instinct_MI300X') aside."""
+    text = re.sub(r"\(.*?\)", " ", name.lower()).split(",")[0]
+    words = re.sub(r"[\s_-]+", " ", text).split()
+    return " ".join(words[1:] if words[:1] in (["nvidia"], ["amd"]) else words)
+
+
+GPU_NAMES = {gpu_key(n): gpu for gpu in GPUS for n in (gpu.name, *gpu.aliases)}
+UNSUPPORTED_GPU_NAMES = {gpu_key(n): (name, arch) for name, (arch, spelled) in UNSUPPORTED_GPUS.items()
+                         for n in (name, *spelled)}
 MODEL_NAMES = {n.lower(): model for model in MODELS for n in (model.name, model.name.split("/")[-1], *model.aliases)}
 
 
 def find_gpu(name: str, key: str = "gpu") -> Gpu:
-    gpu = GPU_NAMES.get(name.strip().lower())
-    if gpu is None:
-        raise RecipeError(key, f"unknown GPU {name!r}; known: {', '.join(g.name for g in GPUS)}")
-    return gpu
+    """A GPU by any of its names; '8x NVIDIA B200' and 'NVIDIA DGX Spark / GB10' as people list them too."""
+    spelled = gpu_key(re.sub(r"^\s*\d{1,4}\s*x\s+", "", name))
+    gpu = next((GPU_NAMES[part.strip()] for part in spelled.split(" / ") if part.strip() in GPU_NAMES), None)
+    if gpu is not None:
+        return gpu
+    if spelled in UNSUPPORTED_GPU_NAMES:
+        family, arch = UNSUPPORTED_GPU_NAMES[spelled]
+        raise RecipeError(key, f"{name} ({family}, {arch}): vLLM runs DSA models only on SM90 and SM10x (SM12x from "
+                               f"0.24.0): its sparse-MLA backends reject {arch}")
+    close = difflib.get_close_matches(spelled, list(GPU_NAMES), n=3, cutoff=0.5)
+    hint = f"; closest: {', '.join(dict.fromkeys(GPU_NAMES[c].name for c in close))}" if close else ""
+    raise RecipeError(key, f"unknown GPU {shown(name)}{hint}; known: {', '.join(g.name for g in GPUS)}")
 
 
 def model_config_path(name: str, recipe_dir: Path) -> Path | None:
@@ -429,8 +474,11 @@ def find_model(name: str, recipe_dir: Path) -> Model:
             return hf_config.read_model(path)
         except hf_config.ConfigError as error:
             raise RecipeError("model", str(error)) from None
-    known = ", ".join(m.name.split("/")[-1] for m in MODELS)
-    raise RecipeError("model", f"unknown model {name!r} (not in the catalog, not a config.json); known: {known}")
+    known = [m.name.split("/")[-1] for m in MODELS]
+    close = difflib.get_close_matches(spelled.rsplit("/", 1)[-1], [k.lower() for k in known], n=1, cutoff=0.6)
+    hint = f" (a variant of {next(k for k in known if k.lower() == close[0])}? its config.json decides)" if close else ""
+    raise RecipeError("model", f"unknown model {shown(name)}{hint}: give model: path/to/its config.json (or the folder "
+                               f"that holds it), from which plan derives the KV cache; catalog: {', '.join(known)}")
 
 
 # Raw recipe -> values ------------------------------------------------------------------------------------------
@@ -508,26 +556,53 @@ def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = N
     gpu = find_gpu(values["gpu"])
     model = find_model(values["model"], recipe_dir)
     model_arg = model.name if values["model"].lower() in MODEL_NAMES else values["model"]
-    values = DEFAULTS | values | {"gpu": gpu, "model": model}
+    given = frozenset(values)
+    values = DEFAULTS | values | {"gpu": gpu, "model": model, "given": given}
     engine = engines.DEEPINFER if values["engine_name"] == "deepinfer" else engines.vllm(values["vllm_version"])
-    gpu_gib = gpu.total_memory_bytes // GIB
-    seqs, tokens = next((s, t) for floor, s, t in engine.batch_defaults if gpu_gib >= floor)
     if values["max_model_len"] in (None, -1):
         values["max_model_len"] = model.max_position_embeddings
+    values |= batch_defaults(values, engine, gpu)
     values |= {
-        "max_num_seqs": values["max_num_seqs"] or seqs,
-        "max_num_batched_tokens": values["max_num_batched_tokens"] or tokens,
+        "deepgemm": values["deepgemm"] or engine.default_deepgemm,
         "gpu_memory_utilization": values["gpu_memory_utilization"] or engine.default_gpu_memory_utilization,
         "cudagraph_mode": "NONE" if values["enforce_eager"] else values["cudagraph_mode"],
         "topk_backend": engine.topk_backend or values["topk_backend"],
         "cudagraph_bytes": values["cudagraph_bytes"] or {},
         "indexer_headroom_bytes": values["indexer_headroom_bytes"] or {},
+        "cache_dtype": cache_dtype(values["kv_cache_dtype"], model, engine, gpu),
     }
     ignored = ignored or {}
     recipe = Recipe(**values, engine=engine, layout=layout_for(values["deepgemm"], gpu), ignored_keys=tuple(ignored),
                     passthrough=tuple(ignored.items()), model_arg=model_arg)
     check_across(recipe)
     return recipe
+
+
+def batch_defaults(values: dict, engine: Engine, gpu: Gpu) -> dict:
+    """max-num-seqs and max-num-batched-tokens as vLLM defaults them (vllm==0.33.0 vllm/engine/arg_utils.py:3151-3240,
+    the same steps since 0.19.0): the GPU's tier, 256 tokens for batched DP MoE, doubled by performance-mode
+    throughput, then tokens <= seqs x max-model-len and seqs <= tokens."""
+    seqs, tokens = values["max_num_seqs"], values["max_num_batched_tokens"]
+    tier_seqs, tier_tokens = next((s, t) for floor, s, t, left_out in engine.batch_defaults
+                                  if gpu.total_memory_bytes >= floor * GIB and gpu.arch not in left_out)
+    batched_dp = (engine.batched_dp_moe_max_num_batched_tokens and values["enable_expert_parallel"]
+                  and values["data_parallel_size"] > 1 and values["all2all_backend"] in BATCHED_DP_ALL2ALL)
+    scale = 2 if values["performance_mode"] == "throughput" else 1
+    if tokens is None:
+        tokens = (engine.batched_dp_moe_max_num_batched_tokens if batched_dp else tier_tokens) * scale
+        tokens = min((seqs or tier_seqs * scale) * values["max_model_len"], tokens)
+    if seqs is None:
+        seqs = min(tier_seqs * scale, tokens)
+    return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
+
+
+def cache_dtype(written: str, model: Model, engine: Engine, gpu: Gpu) -> str:
+    """The KV-cache dtype vLLM runs: the one written, or for auto the model's own default where its rule holds."""
+    if written != "auto":
+        return written
+    return next((dtype for release, archs, dtype, _ in model.auto_kv_cache_dtype
+                 if gpu.arch in archs and engines.release_tuple(engine.version) >= engines.release_tuple(release)),
+                "auto")
 
 
 def check_across(recipe: Recipe) -> None:
@@ -542,6 +617,10 @@ def check_across(recipe: Recipe) -> None:
     if recipe.attention_backend is not None and recipe.attention_backend not in SPARSE_MLA_BACKENDS:
         raise RecipeError("attention-backend", f"{recipe.attention_backend} is no sparse-MLA backend; DSA models run "
                                                f"on {', '.join(SPARSE_MLA_BACKENDS)}")
+    method = recipe.speculative_method
+    if method is not None and recipe.engine.name == "vllm" and method not in recipe.engine.speculative_methods:
+        raise RecipeError("speculative-config.method", f"{method} is not a method of {recipe.engine.label}; it takes "
+                                                       f"{', '.join(sorted(recipe.engine.speculative_methods))}")
     if recipe.kv_cache_memory_bytes is not None and recipe.kv_cache_memory_bytes > gpu.total_memory_bytes:
         raise RecipeError("kv-cache-memory-bytes", f"{recipe.kv_cache_memory_bytes:,} B is more than {gpu.name}'s "
                                                    f"{gpu.total_memory_bytes:,} B")
@@ -784,18 +863,11 @@ def load_recipe(path: Path | None, overrides: list[str] = (), command: str | Non
     return recipe if measured_on.resolved() == recipe.resolved() else replace(recipe, measured_on=measured_on)
 
 
-def any_case(names) -> str:
-    """A JSON Schema pattern matching exactly these names in any case, with spaces around: what find_gpu takes."""
-    def letters(name: str) -> str:
-        return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else "\\" + c if c in ".^$*+?()[]{}|\\/" else c
-                       for c in name)
-    return r"^\s*(?:" + "|".join(letters(name) for name in names) + r")\s*$"
-
-
 def json_schema() -> dict:
     """The recipe's JSON Schema (draft 2020-12), for editors. Names take dashes or underscores at the top level.
-    Every closed set is exactly what the loader takes: an enum, or for GPU names (any case) a pattern."""
-    gpu_names = {"type": "string", "pattern": any_case(GPU_NAMES), "examples": [g.name for g in GPUS]}
+    Every closed set is an enum of exactly what the loader takes. GPU names are not one: find_gpu takes them as
+    torch, nvidia-smi and people write them (counts, notes in brackets), so the schema gives examples."""
+    gpu_names = {"type": "string", "examples": [g.name for g in GPUS]}
     releases = sorted(DEEPGEMM_RELEASES, key=lambda r: tuple(map(int, r.split("."))))
     release_text = RELEASE_PATTERN.replace(r"(\d+\.\d+)", "(?:" + "|".join(re.escape(r) for r in releases) + ")")
 

@@ -1,8 +1,9 @@
 """A Plan as plain data: the JSON contract of `plan --format json`, its warnings and assumptions. Every renderer and
 sweep read a plan through this module; it formats nothing for people."""
 
-from dsa_kvcalc import __version__
+from dsa_kvcalc import __version__, capacity
 from dsa_kvcalc.capacity import BackendPlan, Plan, Sizing, Term
+from dsa_kvcalc.recipe import KEYS
 from dsa_kvcalc.engine import NEWEST_VLLM
 from dsa_kvcalc.units import GIB, MIB
 
@@ -11,6 +12,8 @@ OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilizatio
                   "had 3.04 GiB free plus 1.54 GiB of live BF16 logits when it died at 131 decodes)")
 FITTED_LENGTH = 1_048_576  # the seed's max-model-len (estimates.V41_FLASH_LOGGED_TOKEN_BYTES)
 FIX = "vLLM #62860"
+PROFILE_BUDGET_LINE = "vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:503"
+PREFILL_CHUNKS_LINE = "vllm==0.33.0 vllm/v1/attention/backends/mla/indexer.py:1506"
 TOOL = {"name": "dsa-kvcalc", "version": __version__}  # in every JSON the tool writes
 
 
@@ -177,11 +180,23 @@ def oom_warnings(plan: Plan) -> list[str]:
             f"that runs them outside a CUDA graph (eager, piecewise, mixed) runs out of memory above {oom.max_decodes} "
             f"concurrent decodes (max-num-seqs {recipe.max_num_seqs}): {1 + recipe.num_speculative_tokens} rows x "
             f"{padded:,} columns x {element} B = {oom.bytes_per_decode / MIB:.1f} MiB per decode against "
-            f"{oom.free_bytes / GIB:.2f} GiB free (assumed: see assumptions); to reserve them, set "
-            f"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB={fix.prefill_budget_mb} (costs "
-            f"{backends[0].kv_cache_tokens - fix.sizing.kv_cache_tokens:,} KV tokens), or max-num-seqs "
-            f"{oom.max_decodes}")
+            f"{oom.free_bytes / GIB:.2f} GiB free (assumed: see assumptions). What this release allows: max-num-seqs "
+            f"{oom.max_decodes} (the decodes that fit); or VLLM_SPARSE_INDEXER_MAX_LOGITS_MB={fix.prefill_budget_mb}, "
+            f"which its profile run reserves ({PROFILE_BUDGET_LINE}), at "
+            f"{backends[0].kv_cache_tokens - fix.sizing.kv_cache_tokens:,} KV tokens; that covers decode-only steps, "
+            f"but the same budget sizes the prefill logits chunks ({PREFILL_CHUNKS_LINE}), so a mixed step can hold "
+            f"up to that much prefill logits beside the decode logits")
     return found
+
+
+def default_warnings(plan: Plan) -> list[str]:
+    """The defaults the recipe leaves out that move its KV tokens by more than 1 %."""
+    by_field: dict[str, list[capacity.DefaultImpact]] = {}
+    for impact in capacity.default_impacts(plan.recipe):
+        by_field.setdefault(impact.field, []).append(impact)
+    return [f"{KEYS[field].name} is not in the recipe and took {impacts[0].value}: at "
+            + ", at ".join(f"{i.other} the KV tokens would move {i.tokens_change:+.1%}" for i in impacts)
+            + f" (give {KEYS[field].name} to settle it)" for field, impacts in by_field.items()]
 
 
 def warnings(plan: Plan) -> list[str]:
@@ -202,6 +217,7 @@ def warnings(plan: Plan) -> list[str]:
             refused.setdefault(refusal(plan, b), []).append(b.backend)
     found += [f"{recipe.engine.label} would refuse to start with {', '.join(names)}: {reason}"
               for reason, names in refused.items()]
+    found += default_warnings(plan)
     estimated = estimated_terms(plan)
     if estimated and recipe.kv_cache_memory_bytes is None:
         found.append(f"{', '.join(estimated)} memory {'is' if len(estimated) == 1 else 'are'} estimated: put measured "
@@ -237,7 +253,8 @@ def kv_json(plan: Plan) -> dict:
 def plan_json(plan: Plan) -> dict:
     recipe, memory, engine = plan.recipe, plan.memory, plan.recipe.engine
     layout = recipe.layout
-    rules = {name: {"value": getattr(engine, name), "source": source} for name, source in engine.sources.items()}
+    rules = {name: {"value": sorted(value) if isinstance(value := getattr(engine, name), frozenset) else value,
+                    "source": source} for name, source in engine.sources.items()}
     return {
         "tool": TOOL,
         "summary": summary(plan),

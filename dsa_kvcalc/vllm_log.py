@@ -8,8 +8,9 @@ against the real logs in tests/fixtures/vllm_logs.
 """
 
 import ast
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsa_kvcalc.recipe import RecipeError
@@ -53,6 +54,10 @@ LINES = [
 ]
 PATTERNS = [(fields, re.compile(pattern)) for fields, pattern in LINES]
 ARGS = re.compile(r"non-default args: (\{.*)$")
+# Every vLLM log line carries its caller's [file.py:LINE] (vllm/logger.py:22-24); for the lines read here, the stamp of
+# each release (log_stamps.json) names the releases a log can come from.
+STAMP = re.compile(r"\[(\w+\.py:\d+)\]")
+STAMPS = json.loads((Path(__file__).parent / "log_stamps.json").read_text())["releases"]
 # "Initializing a V1 LLM engine (v0.26.0) with config: model='...', max_seq_len=819200, tensor_parallel_size=4, ...":
 # the engine arguments that size memory, as the config prints them (vllm/v1/engine/core.py).
 CONFIG = re.compile(r"Initializing a V1 LLM engine \(v[^)]{1,64}\) with config: (.*)$")
@@ -100,6 +105,16 @@ class LogReading:
     # "Enforce eager set, disabling torch.compile and CUDAGraphs" (vllm/config/vllm.py:892 in 0.19.1rc1, :896 in
     # 0.20.0, as the bundled GLM-5.1 logs print it): no CUDA graphs, whatever the args line says
     eager: bool = False
+    stamps: dict = field(default_factory=dict)  # [file.py:LINE] -> the message of the known line it stamps
+
+    @property
+    def releases(self) -> list[str]:
+        """The releases whose logger stamps every known line of the log as it is stamped (none when the log has no
+        known stamp, or its stamps match no release: a fork, a dev build)."""
+        if not self.stamps:
+            return []
+        return [release for release, table in STAMPS.items()
+                if all(table.get(stamp) == message for stamp, message in self.stamps.items())]
 
 
 LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces: no log line that matters is this long
@@ -117,7 +132,7 @@ def read_log_file(path: Path, key: str) -> LogReading:
 def read_log(lines) -> LogReading:
     """A log's text, or its lines."""
     found: dict[str, dict] = {}
-    engine_args, eager = None, False
+    engine_args, eager, stamps = None, False, {}
     for raw_line in (lines.splitlines() if isinstance(lines, str) else lines):
         raw_line = raw_line.rstrip("\n")
         line = ANSI.sub("", raw_line)
@@ -128,6 +143,10 @@ def read_log(lines) -> LogReading:
         if args and engine_args is None:
             engine_args = read_engine_args(args.group(1))
         eager = eager or "Enforce eager set, disabling torch.compile and CUDAGraphs" in line
+        for stamp in STAMP.findall(line[:200]):
+            message = stamped_message(stamp, line)
+            if message:
+                stamps[stamp] = message
         config = CONFIG.search(line)
         if config and engine_args is None:
             engine_args = read_engine_config(config.group(1))
@@ -139,7 +158,16 @@ def read_log(lines) -> LogReading:
             for name, text_value in zip(fields, match.groups()):
                 values.setdefault(name, convert(name, text_value))
     ranks = [RankReading(rank, **values) for rank, values in found.items()]
-    return LogReading(ranks, engine_args, eager)
+    return LogReading(ranks, engine_args, eager, stamps)
+
+
+def stamped_message(stamp: str, line: str) -> str | None:
+    """The known message a stamp marks on this line, in any release's table."""
+    for table in STAMPS.values():
+        message = table.get(stamp)
+        if message and any(part in line for part in message.split(" + ")):
+            return message
+    return None
 
 
 def convert(field: str, text: str):

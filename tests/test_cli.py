@@ -86,15 +86,18 @@ def test_json_contract(tmp_path):
     assert aiter["available"] is False and "gfx942" in aiter["reason"]
 
 
-def test_rocm_locks_the_indexer_workspace_before_and_after_the_fix():
-    # vLLM issue #55132: AITER's indexer locks a (max_num_batched_tokens, max_model_len) FP32 buffer while profiling,
-    # with or without #62860. MI300X (191.98 GiB, so vLLM 0.28+ batches 16,384 tokens), V3.2 at 163,840:
-    # 16,384 x 163,840 x 4 B = 10,737,418,240 B on top of the 512 MiB prefill budget = 11,274,289,152 B, both times;
-    # so the fix changes nothing there and the KV cache is the same before and after.
+@pytest.mark.parametrize("version, rows", [("0.29.0", 16_384), ("0.30.0", 1_024)])
+def test_rocm_locks_the_indexer_workspace_before_and_after_the_fix(version, rows):
+    # vLLM issue #55132: AITER's indexer locks an FP32 (rows, max_model_len) buffer while profiling, with or without
+    # #62860. MI300X (191.98 GiB, so vLLM 0.28+ batches 16,384 tokens), V3.2 at 163,840. Rows: max_num_batched_tokens
+    # (vllm==0.29.0 rocm_aiter_mla_sparse.py:867-868), then min(tokens, max_num_seqs x (1 + k)) = min(16,384, 1,024)
+    # (vllm==0.30.0 :949-972). 16,384 x 163,840 x 4 B = 10,737,418,240 B, or 1,024 x 163,840 x 4 B = 671,088,640 B,
+    # on top of the 512 MiB prefill budget, both times; so the fix changes nothing there.
     data = json.loads(run("plan", RECIPES / "deepseek-v3.2-8xh200-tp8.yaml", "--set", "gpu=MI300X",
-                          "--format", "json").output)
+                          "--set", f"vllm-version={version}", "--format", "json").output)
     for backend in (b for b in data["backends"] if b["available"]):
-        assert backend["reserved_bytes"] == backend["other_side_of_fix"]["reserved_bytes"] == 11_274_289_152
+        assert backend["reserved_bytes"] == backend["other_side_of_fix"]["reserved_bytes"] == \
+            rows * 163_840 * 4 + 512 * 2**20
         assert backend["kv_cache_tokens"] == backend["other_side_of_fix"]["kv_cache_tokens"]
 
 

@@ -111,7 +111,6 @@ CLOSED = {  # each key's accepted values, and spellings around them
     "engine": ["vllm", "deepinfer", "VLLM", "sglang"],
     "attention-backend": ["FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "flashmla_sparse", "FLASH_ATTN"],
     "deepgemm": ["2.8", "2.8.2", "v2.6.1", "2.1", "2.7", "3.0", "2.8x", 2.8, 2.6, 2.7],
-    "gpu": ["B200", "b200", " NVIDIA B200 ", "nvidia b200", "B300", "H300", "B 200"],
     "memory.rest": ["weights", "peak_activation", "non_torch", "cudagraph", "Weights"],
 }
 

@@ -1,5 +1,7 @@
 """KV-cache groups against figures vLLM printed or that follow by hand from its source, never from this code."""
 
+import pytest
+
 from dsa_kvcalc import capacity, engine
 from dsa_kvcalc.recipe import load
 
@@ -69,11 +71,78 @@ def test_glm52_keeps_21_indexers_since_vllm_024():
     assert groups(glm | mtp) == [64 * (79 * 576 + 22 * 132)]
 
 
-def test_version_rules_are_those_vllm_shipped():
-    # Each pair is (release, value) read off vLLM's history (engine.py cites the PRs); checked here for their edges.
-    assert [engine.vllm(v).default_gpu_memory_utilization for v in ("0.19.1", "0.20.0")] == [0.90, 0.92]
-    assert [engine.vllm(v).capture_ceiling_sm100 for v in ("0.27.1", "0.28.0")] == [512, 1024]
-    assert [engine.vllm(v).in_flight_batches for v in ("0.25.0", "0.26.0")] == [1, 2]
-    assert [engine.vllm(v).kv_block_rule for v in ("0.22.1", "0.23.0", "0.27.0")] == ["tuple", "bucket", "overlay"]
-    assert engine.vllm("0.27.0").batch_defaults[0] == (70, 1024, 8192)
-    assert engine.vllm("0.28.0").batch_defaults[0] == (160, 1024, 16384)
+V4, V32, GLM5 = "DeepseekV4ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"
+# vllm==0.19.0 vllm/config/speculative.py:52, with the MTP names of the DSA models' drafters
+SPEC_019 = {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "extract_hidden_states",
+            "ngram_gpu", "mtp", "deepseek_mtp", "glm4_moe_mtp", "glm5_next_mtp"}
+# Every change of every rule, bracketed: (rule, last release with the old value, old value, first with the new, new
+# value), each pair read in the two releases' source (the lines engine.py cites), written out here by hand.
+BOUNDARIES = [
+    ("reserves_decode_logits", "0.33.0", False, "main", True),
+    ("default_gpu_memory_utilization", "0.19.1", 0.90, "0.20.0", 0.92),
+    ("estimates_cudagraphs", "0.19.1", False, "0.20.0", True),
+    ("rocm_estimates_cudagraphs", "0.25.1", False, "0.26.0", True),
+    ("model_runner_v2_architectures", "0.27.1", frozenset(), "0.28.0", frozenset({V4})),
+    ("model_runner_v2_architectures", "0.28.0", frozenset({V4}), "0.29.0", frozenset({"*"})),
+    ("rocm_model_runner_v1_architectures", "0.28.0", frozenset({"*"}), "0.29.0", frozenset({V32, V4})),
+    ("rocm_model_runner_v1_architectures", "0.29.0", frozenset({V32, V4}), "0.30.0", frozenset({V32, V4, GLM5})),
+    ("rocm_model_runner_v1_architectures", "0.31.0", frozenset({V32, V4, GLM5}), "0.32.0", frozenset()),
+    ("dspark_on_model_runner_v2", "0.24.0", False, "0.25.0", True),
+    ("model_runner_v2_estimates_cudagraphs", "0.28.0", False, "0.29.0", True),
+    ("batch_defaults", "0.27.1", ((70, 1024, 8192, ()), (0, 256, 2048, ())), "0.28.0",
+     ((160, 1024, 16384, ()), (70, 1024, 8192, ()), (0, 256, 2048, ()))),
+    ("batch_defaults", "0.32.0", ((160, 1024, 16384, ()), (70, 1024, 8192, ()), (0, 256, 2048, ())), "0.33.0",
+     ((160, 1024, 16384, ()), (70, 1024, 8192, ("sm121",)), (0, 256, 2048, ()))),
+    ("batched_dp_moe_max_num_batched_tokens", "0.19.1", None, "0.20.0", 256),
+    ("capture_ceiling_sm10x", "0.27.1", 512, "0.28.0", 1024),
+    ("captures_max_num_batched_tokens", "0.20.0", False, "0.20.1", True),
+    ("captures_whole_requests", "0.28.0", False, "0.29.0", True),
+    ("captures_max_num_seqs", "0.30.0", False, "0.31.0", True),
+    ("topk_backend_flag", "0.29.0", False, "0.30.0", True),
+    ("cooperative_topk_max_rows", "0.23.0", 0, "0.24.0", 32),
+    ("cooperative_topk_max_rows", "0.28.0", 32, "0.29.0", 64),
+    ("in_flight_batches", "0.25.1", 1, "0.26.0", 2),
+    ("retains_draft_tokens", "0.27.1", False, "0.28.0", True),
+    ("kv_block_rule", "0.22.1", "tuple", "0.23.0", "bucket"),
+    ("kv_block_rule", "0.26.0", "bucket", "0.27.0", "overlay"),
+    ("aligns_block_stride", "0.30.0", False, "0.31.0", True),
+    ("pad_window_pages", "0.26.0", True, "0.27.0", False),
+    ("concurrency_counts_pages", "0.26.0", False, "0.27.0", True),
+    ("tokens_from_concurrency", "0.20.0", False, "0.20.1", True),
+    ("shared_indexers_skip_cache", "0.23.0", False, "0.24.0", True),
+    ("rocm_indexer_workspace", "0.22.1", "none", "0.23.0", "batched tokens"),
+    ("rocm_indexer_workspace", "0.29.0", "batched tokens", "0.30.0", "decode rows"),
+    ("logged_peak_includes_cudagraphs", "0.26.0", False, "0.27.0", True),
+    ("default_deepgemm", "0.32.0", "2.6", "0.33.0", "2.8"),
+    ("sm12x_sparse_mla_backend", "0.23.0", "FLASHMLA_SPARSE", "0.24.0", "FLASHINFER_MLA_SPARSE_SM120"),
+    ("sparse_mla_prefill_workspace_factor", "0.31.0", (5, 5), "0.32.0", (5, 2)),
+    ("rocm_accepts_fp8", "0.20.2", False, "0.21.0", True),
+    ("speculative_methods", "0.19.1", SPEC_019, "0.20.0", SPEC_019 | {"dflash"}),
+    ("speculative_methods", "0.21.0", SPEC_019 | {"dflash"}, "0.22.0", SPEC_019 | {"dflash", "custom_class"}),
+    ("speculative_methods", "0.24.0", SPEC_019 | {"dflash", "custom_class"}, "0.25.0",
+     SPEC_019 | {"dflash", "custom_class", "dspark"}),
+    ("speculative_methods", "0.32.0", SPEC_019 | {"dflash", "custom_class", "dspark"}, "0.33.0",
+     SPEC_019 - {"medusa", "mlp_speculator"} | {"dflash", "custom_class", "dspark"}),
+]
+
+
+@pytest.mark.parametrize("rule, before, old, first, new", BOUNDARIES, ids=lambda v: str(v)[:40])
+def test_each_rule_changes_where_the_releases_show(rule, before, old, first, new):
+    assert getattr(engine.vllm(before), rule) == old
+    assert getattr(engine.vllm(first), rule) == new
+
+
+def test_every_change_of_every_rule_is_bracketed_here():
+    changes = {(name, change.release) for name, rule in engine.VLLM_RULES.items() for change in rule.changes}
+    assert changes == {(rule, first) for rule, _, _, first, _ in BOUNDARIES}
+    assert engine.VLLM_RULES["reserves_decode_logits"].initial is False  # in no release: see the boundary above
+
+
+def test_versions_as_they_exist():
+    assert engine.NEWEST_VLLM == "0.33.0" and "0.34.0" not in engine.RELEASES
+    assert engine.vllm("0.34.0").newer_than_modelled and not engine.vllm("main").newer_than_modelled
+    assert engine.vllm("0.34.0").reserves_decode_logits is False  # a newer release: the newest's rules
+    assert engine.build_of("0.1.dev7+g4ba787ec9") == "0.33.0"  # vllm==0.33.0 vllm/_version.py commit_id
+    assert engine.build_of("0.34.0.dev12+g317081f00") == "main"
+    with pytest.raises(ValueError, match="source build"):
+        engine.build_of("0.1.dev20051+g487ecf187")

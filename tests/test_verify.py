@@ -225,7 +225,7 @@ def test_incompatible_gpu_or_deepgemm_is_unavailable(change, words):
 
 
 def test_gpu_outside_the_catalog_is_planned_as_the_nearest_of_its_arch():
-    target = verify.local_target(dataclasses.replace(H200_ENV, gpu_name="NVIDIA H100 PCIe",
+    target = verify.local_target(dataclasses.replace(H200_ENV, gpu_name="NVIDIA H800 PCIe",
                                                      total_memory_bytes=85_520_809_984))
     assert target.gpu.name == "H100" and "not in the GPU catalog" in target.notes[-1]
 

@@ -10,10 +10,10 @@ from dsa_kvcalc.recipe import shown
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.report import TOOL
 
-CARRIED = ("carried over unchanged by plan: weights, non-torch, and the CUDA-graph memory besides the indexer logits; "
-           "re-derived: the decode logits, the #62860 reservation and its effect on the peak (through the indexer "
-           "headroom), the graphs' logits for other top-k backends, KV bytes and tokens. Peak activation is carried "
-           "over too: it grows with max-num-batched-tokens, which plan does not rescale")
+CARRIED = ("at this recipe the memory block is the log's; at another shape (--set, a sweep) plan keeps each measured "
+           "term and carries it by its estimate of the change, and re-derives the decode logits, the graphs' logits "
+           "(other top-k backends too), the #62860 reservation and its effect on the peak (through the indexer "
+           "headroom), KV bytes and tokens")
 
 
 def cell(row: TermRow, value: int | None) -> str:
@@ -45,7 +45,7 @@ def summary(c: Calibration) -> list[str]:
         gap = c.kv_tokens_calibrated - log_tokens
         block = c.block_tokens
         verdict = "within one block" if abs(gap) < block else f"off by more than one {block}-token block"
-        lines.append(f"calibrated plan (tokens before fix, {r.topk_backend}): {c.kv_tokens_calibrated:,} KV tokens vs "
+        lines.append(f"calibrated plan ({r.engine.label}'s own tokens, {r.topk_backend}): {c.kv_tokens_calibrated:,} KV tokens vs "
                      f"the log's {log_tokens:,} ({gap:+,}: {verdict})")
     if c.headroom:
         h = c.headroom

@@ -35,8 +35,9 @@ def csv_lines(rows):
 
 
 def jsonl_lines(rows):
+    """One JSON object a row; a varied value YAML read as a date (an error row's) as its text."""
     for row in rows:
-        yield json.dumps(row) + "\n"
+        yield json.dumps(row, default=str) + "\n"
 
 
 def table_cells(keys: list[str], row: dict, notes: dict[str, int]) -> list[str]:

@@ -1,0 +1,198 @@
+"""The vLLM rules as the releases apply them to a recipe, each case worked out by hand from the release lines that
+engine.py cites (the release before a change and the first after it)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import LOGS
+from dsa_kvcalc import capacity
+from dsa_kvcalc.recipe import RecipeError, load
+from dsa_kvcalc.vllm_log import read_log_file
+
+
+def planned(**keys) -> tuple:
+    recipe = load(keys)
+    return recipe, capacity.plan(recipe)
+
+
+GLM5_B200 = {"model": "GLM-5", "gpu": "B200", "tensor-parallel-size": 8}
+
+
+def test_glm5_runs_fp8_for_auto_on_sm10x_from_032():
+    # vllm==0.32.0 vllm/model_executor/models/config.py:49-55: auto -> fp8_e4m3 on SM10x, then FlashInfer's sparse MLA
+    # keeps standard fp8: 78 x 576 + 78 x 132 = 55,224 B a token; 0.31.0 keeps BF16: 78 x (1152 + 132) = 100,152.
+    old, new = (planned(**GLM5_B200, **{"vllm-version": v}) for v in ("0.31.0", "0.32.0"))
+    assert old[0].cache_dtype == "auto" and old[1].memory.kv.groups[0].page_bytes == 64 * 100_152
+    assert new[0].cache_dtype == "fp8_e4m3" and new[1].memory.kv.groups[0].page_bytes == 64 * 55_224
+    assert new[1].memory.sparse_mla_backend == "FLASHINFER_MLA_SPARSE"
+    hopper = planned(**GLM5_B200 | {"gpu": "H200"}, **{"vllm-version": "0.33.0"})[0]
+    assert hopper.cache_dtype == "auto"  # SM90 is not SM10x
+
+
+def test_a_cache_dtype_the_backend_refuses_is_an_error_not_a_silent_swap():
+    # RTX PRO 6000 (SM120) runs FLASHINFER_MLA_SPARSE_SM120, whose supported dtypes lack bfloat16
+    # (vllm==0.33.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py:168-173): vLLM would not start.
+    with pytest.raises(RecipeError, match="kv-cache-dtype: bfloat16: .*FLASHINFER_MLA_SPARSE_SM120"):
+        planned(**GLM5_B200 | {"gpu": "RTX PRO 6000", "kv-cache-dtype": "bfloat16"})
+    with pytest.raises(RecipeError, match="turboquant_k8v4"):  # a CacheDType no sparse-MLA backend takes
+        planned(**GLM5_B200 | {"kv-cache-dtype": "turboquant_k8v4"})
+    # before 0.24.0 SM12x runs FLASHMLA_SPARSE (vllm==0.23.0 vllm/platforms/cuda.py:123-130), which takes bfloat16
+    assert planned(**GLM5_B200 | {"gpu": "RTX PRO 6000", "kv-cache-dtype": "bfloat16", "vllm-version": "0.23.0",
+                                  "enable-expert-parallel": True, "data-parallel-size": 2}
+                   )[1].memory.sparse_mla_backend == "FLASHMLA_SPARSE"
+
+
+def test_nvfp4_ds_mla_is_352_bytes_on_sm100_from_030():
+    # 256 B e2m1 NoPE + 64 B FP8 RoPE + 32 B scales (vllm==0.30.0 flashmla_sparse.py:108-121): 78 x (352 + 132)
+    _, plan = planned(**GLM5_B200, **{"kv-cache-dtype": "nvfp4_ds_mla", "vllm-version": "0.30.0"})
+    assert plan.memory.kv.groups[0].page_bytes == 64 * 78 * (352 + 132)
+    for refused in ({"vllm-version": "0.29.0"}, {"gpu": "H200"}):
+        with pytest.raises(RecipeError, match="nvfp4_ds_mla"):
+            planned(**GLM5_B200 | {"kv-cache-dtype": "nvfp4_ds_mla"} | refused)
+
+
+def test_rocm_keeps_standard_fp8_and_takes_it_from_021():
+    # ROCM_AITER_MLA_SPARSE: no fp8_ds_mla conversion, (num_blocks, block, 576) standard fp8: 78 x (576 + 132)
+    _, plan = planned(**GLM5_B200 | {"gpu": "MI300X", "kv-cache-dtype": "fp8", "vllm-version": "0.21.0"})
+    assert plan.memory.kv.groups[0].page_bytes == 64 * 78 * (576 + 132)
+    with pytest.raises(RecipeError, match="kv-cache-dtype"):  # vllm==0.20.2 rocm_aiter_mla_sparse.py:85-89
+        planned(**GLM5_B200 | {"gpu": "MI300X", "kv-cache-dtype": "fp8", "vllm-version": "0.20.2"})
+
+
+@pytest.mark.parametrize("version, seqs, tokens", [("0.32.0", 1024, 8192), ("0.33.0", 256, 2048)])
+def test_gb10_falls_to_the_small_tier_in_033(version, seqs, tokens):
+    # GB10: 121.69 GiB, so the >= 70 GiB tier, which 0.33.0 closes to cc 12.1 (vllm/engine/arg_utils.py:2961-2996)
+    recipe, _ = planned(**GLM5_B200 | {"gpu": "GB10", "kv-cache-dtype": "fp8", "vllm-version": version})
+    assert (recipe.max_num_seqs, recipe.max_num_batched_tokens) == (seqs, tokens)
+
+
+def test_batched_dp_moe_defaults_to_256_tokens_and_throughput_doubles_the_tier():
+    v32 = {"model": "DeepSeek-V3.2", "gpu": "H200"}
+    # DP 8 + EP + deepep_low_latency: 256 tokens (vllm==0.20.0 arg_utils.py:2354-2358), then seqs = min(1024, 256)
+    dp = load(v32 | {"data-parallel-size": 8, "enable-expert-parallel": True, "all2all-backend": "deepep_low_latency"})
+    assert (dp.max_num_seqs, dp.max_num_batched_tokens) == (256, 256)
+    assert load(v32 | {"data-parallel-size": 8, "enable-expert-parallel": True, "all2all-backend": "deepep_low_latency",
+                       "vllm-version": "0.19.1"}).max_num_batched_tokens == 8192
+    # H200 >= 70 GiB: 1024 sequences, 8192 tokens, doubled by performance-mode throughput (arg_utils.py:3183-3188)
+    fast = load(v32 | {"tensor-parallel-size": 8, "performance-mode": "throughput"})
+    assert (fast.max_num_seqs, fast.max_num_batched_tokens) == (2048, 16384)
+
+
+@pytest.mark.parametrize("model, version, subtracted", [
+    ("DeepSeek-V4-Flash", "0.27.1", True),  # V1, which estimates
+    ("DeepSeek-V4-Flash", "0.28.0", False),  # Model Runner V2 (vllm/config/vllm.py:69-80), whose estimate is 0
+    ("DeepSeek-V4-Flash", "0.29.0", True),  # V2 estimates (vllm/v1/worker/gpu/model_runner.py:896-898)
+    ("DeepSeek-V3.2", "0.28.0", True),  # still V1 in 0.28.0
+    ("DeepSeek-V3.2", "0.19.1", False),  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (envs.py:1654-1655)
+])
+def test_graphs_are_subtracted_where_the_runner_estimates_them(model, version, subtracted):
+    recipe, _ = planned(model=model, gpu="H200", **{"tensor-parallel-size": 8, "vllm-version": version})
+    assert capacity.cudagraphs_subtracted(recipe) is subtracted
+
+
+def test_rocm_dspark_before_029_runs_v2_which_estimates_nothing():
+    # DSpark forces Model Runner V2 from 0.25.0 (vllm/config/vllm.py:524-532); V2's estimate is 0 until 0.29.0
+    v4 = {"model": "DeepSeek-V4-Flash", "gpu": "MI300X", "tensor-parallel-size": 4,
+          "speculative-config": {"method": "dspark", "num_speculative_tokens": 3}}
+    assert not capacity.cudagraphs_subtracted(load(v4 | {"vllm-version": "0.28.0"}))
+    assert capacity.cudagraphs_subtracted(load(v4 | {"vllm-version": "0.29.0"}))
+
+
+@pytest.mark.parametrize("version, width, element", [("0.32.0", 163_840, 4), ("0.33.0", 164_352, 6)])
+def test_decode_logits_are_fp32_before_033_and_bf16_plus_copy_on_sm100_after(version, width, element):
+    # 0.32.0: FP32 logits on every arch (vllm/utils/deep_gemm.py:730-732), DeepGEMM's 256-column splits:
+    # 163,840 = 640 x 256. 0.33.0: BF16 on SM100, 1536-column strides: 164,352 = 107 x 1536; + the FP32 copy.
+    _, plan = planned(model="DeepSeek-V3.2", gpu="B200", **{"tensor-parallel-size": 8, "vllm-version": version})
+    logits = plan.backend("auto").decode_logits
+    assert (logits.padded_columns, logits.bytes_per_element) == (width, element)
+
+
+@pytest.mark.parametrize("settings, rows", [
+    # max-num-seqs 100, no speculation, B200 (ceiling 1024): limit min(100 x 2, 1024) = 200; the grid's largest
+    # multiple of 8 up to min(100, 200) is 96; 0.31.0 also captures max_num_seqs itself (vllm/config/vllm.py:2539)
+    ({"max-num-seqs": 100, "vllm-version": "0.30.0"}, 96),
+    ({"max-num-seqs": 100, "vllm-version": "0.31.0"}, 100),
+    # max-num-seqs 100, k = 2 (3 tokens a request): limit min(100 x 3 x 2, 1024) = 600, worst case 300 rows; the
+    # grid's largest multiple of 3 up to 300 is 288; from 0.29.0 whole requests n x 3 with n = 100 (the request
+    # grid's top, min(max_num_seqs, 1024)) give 300 (vllm/config/vllm.py:2030-2037)
+    ({"max-num-seqs": 100, "vllm-version": "0.28.0", "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}},
+     288),
+    ({"max-num-seqs": 100, "vllm-version": "0.29.0", "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}},
+     300),
+    # max-num-batched-tokens 400 below the limit (min(512 x 2, 512) = 512 on SM90 at 0.20.x), 512 seqs: the grid's
+    # largest is 400 (a multiple of 16 from 256) either way; 392 max tokens shows the difference: 0.20.1 captures
+    # max_num_batched_tokens itself (vllm==0.20.1 vllm/config/vllm.py:1527-1532), 0.20.0 only the grid's 384
+    ({"gpu": "H200", "max-num-seqs": 512, "max-num-batched-tokens": 392, "vllm-version": "0.20.0"}, 384),
+    ({"gpu": "H200", "max-num-seqs": 512, "max-num-batched-tokens": 392, "vllm-version": "0.20.1"}, 392),
+])
+def test_capture_sizes_by_release(settings, rows):
+    recipe = load({"model": "GLM-5", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8"} | settings)
+    assert capacity.cudagraph_logits_rows(recipe) == rows
+
+
+def test_block_stride_aligned_to_656_bytes_from_031_on_sm10x_flashmla():
+    # fp8_ds_mla on FlashMLA-sparse, SM10x: 61 x (656 + 132) x 64 = 3,076,352 B a block, rounded up to a multiple
+    # of 656 from 0.31.0 (vllm/v1/core/kv_cache_utils.py:1622-1632): 4,690 x 656 = 3,076,640
+    v32 = {"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8_ds_mla"}
+    assert capacity.plan(load(v32 | {"vllm-version": "0.30.0"})).memory.kv.block_bytes == 3_076_352
+    assert capacity.plan(load(v32 | {"vllm-version": "0.31.0"})).memory.kv.block_bytes == 3_076_640
+
+
+def test_before_0201_the_logged_tokens_are_blocks_times_block_tokens_times_dcp():
+    # vllm==0.20.0 vllm/v1/core/kv_cache_utils.py:1694-1711: num_blocks // groups x 64, x PCP x DCP
+    glm = {"model": "GLM-5.1-FP8", "gpu": "H200", "tensor-parallel-size": 8, "vllm-version": "0.20.0",
+           "kv-cache-memory-bytes": 10 * 2**30}
+    block = capacity.plan(load(glm)).memory.kv.block_bytes
+    blocks = 10 * 2**30 // block
+    assert capacity.plan(load(glm)).backend("auto").kv_cache_tokens == blocks * 64
+    dcp = capacity.plan(load(glm | {"decode-context-parallel-size": 2}))
+    assert dcp.backend("auto").kv_cache_tokens == 10 * 2**30 // dcp.memory.kv.block_bytes * 64 * 2
+
+
+@pytest.mark.parametrize("log, releases", [
+    ("glm-5.1-fp8-8xh200-tp8-v0.20.0.log", ["0.20.0"]),  # gpu_worker.py:440, kv_cache_utils.py:1711
+    ("glm-5.1-fp8-8xh200-tp8-v0.19.1rc1.log", ["0.19.0", "0.19.1"]),  # gpu_worker.py:436, kv_cache_utils.py:1319
+    ("deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log", ["0.25.0", "0.25.1"]),
+])
+def test_the_log_stamps_name_the_release(log, releases):
+    assert read_log_file(LOGS / log, "log").releases == releases
+
+
+def test_the_stamp_table_is_read_from_every_release():
+    table = json.loads((Path(capacity.__file__).parent / "log_stamps.json").read_text())["releases"]
+    from dsa_kvcalc.engine import RELEASES
+    assert list(table) == list(RELEASES)
+    assert table["0.26.0"]["gpu_worker.py:560"] == "Available KV cache memory"  # the GLM-5.2 GB200 log's stamp
+
+
+@pytest.mark.parametrize("spelled, gpu", [
+    ("NVIDIA H100", "H100"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H100 NVL", "H100 NVL"),
+    ("NVIDIA H200 SXM", "H200"), ("NVIDIA GH200", "GH200"), ("NVIDIA DGX Spark", "GB10"), ("DGX Spark", "GB10"),
+    ("NVIDIA RTX PRO 6000 Blackwell", "RTX PRO 6000"), ("AMD_Instinct_MI300X", "MI300X"),
+    # as the development records write them (shared/data/dsa-startup-records.json)
+    ("NVIDIA RTX PRO 6000 Blackwell (96 GB)", "RTX PRO 6000"), ("NVIDIA H200 NVL (143,771 MiB)", "H200 NVL"),
+    ("NVIDIA H100 Mega 80GB", "H100"), ("NVIDIA GH200 (96 GB)", "GH200"), ("NVIDIA H20 (SM90, 95 GiB)", "H20"),
+    ("2x NVIDIA DGX Spark / GB10", "GB10"), ("NVIDIA H200 SXM (143,771 MiB), NVLink mesh", "H200"),
+])
+def test_gpu_names_as_people_and_vllm_write_them(spelled, gpu):
+    assert load({"model": "DeepSeek-V3.2", "gpu": spelled, "tensor-parallel-size": 8}).gpu.name == gpu
+
+
+def test_an_unknown_gpu_gets_the_closest_and_an_unsupported_one_the_reason():
+    with pytest.raises(RecipeError, match="closest: H200"):
+        load({"model": "DeepSeek-V3.2", "gpu": "H2000"})
+    with pytest.raises(RecipeError, match="sm80"):
+        load({"model": "DeepSeek-V3.2", "gpu": "NVIDIA A100-SXM4-80GB"})
+
+
+def test_a_default_that_moves_the_answer_is_named_with_how_far():
+    # DeepSeek-V4's window pages grow with max-num-batched-tokens (cdiv(127 + 2 x tokens, 64) + 1 pages a window
+    # group): at 1,048,576 tokens on H20 the default 8192 against 2048 moves the logged tokens by far more than 1 %.
+    recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "H20", "tensor-parallel-size": 2, "max-model-len": 131072})
+    moved = {(i.field, i.other) for i in capacity.default_impacts(recipe)}
+    assert ("max_num_batched_tokens", 2048) in moved and ("async_scheduling", False) in moved
+    given = load({"model": "DeepSeek-V4-Flash", "gpu": "H20", "tensor-parallel-size": 2, "max-model-len": 131072,
+                  "max-num-batched-tokens": 8192, "async-scheduling": True})
+    assert capacity.default_impacts(given) == []
