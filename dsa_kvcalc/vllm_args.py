@@ -316,20 +316,21 @@ class Deployment:
 
 
 def argument_value(recipe: Recipe, field: str):
-    """A key's value on the serve line, or None where vLLM's default is what the plan planned."""
+    """A key's value on the serve line, or None where the recipe leaves it to vLLM's default and that is what the
+    plan planned."""
     k, value = KEYS[field], getattr(recipe, field)
     if field == "cudagraph_mode" and recipe.enforce_eager:
         return None  # enforce-eager runs no CUDA graphs
     if field == "topk_backend" and not recipe.engine.topk_backend_flag:
         return None  # the release has no --sparse-indexer-topk-backend: its built-in chain runs
-    if field in PINNED or value not in (k.default, ()):
+    if field in PINNED or field in recipe.given or value not in (k.default, ()):
         return list(value) if isinstance(value, tuple) else value
     return None
 
 
 def deployment(recipe: Recipe) -> Deployment:
-    """Every key that is not vLLM's default for the recipe's release, every key whose default vLLM derives, and
-    the vLLM arguments the plan ignored, as written."""
+    """Every key the recipe gives or that is not vLLM's default for its release, every key whose default vLLM
+    derives, and the vLLM arguments the plan ignored, as written."""
     if recipe.engine.name != "vllm":
         raise RecipeError("engine", f"{recipe.engine.label} is not vLLM: there is no vllm serve line to write")
     arguments: dict = {}
