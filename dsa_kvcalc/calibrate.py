@@ -11,10 +11,11 @@ import re
 from dataclasses import dataclass, field, replace
 
 from dsa_kvcalc import capacity
+from dsa_kvcalc import engine as engines
 from dsa_kvcalc.catalog import GPUS
 from dsa_kvcalc.engine import build_of
 from dsa_kvcalc.units import GIB
-from dsa_kvcalc.recipe import Recipe, RecipeError, canonical, load
+from dsa_kvcalc.recipe import KEYS, Recipe, RecipeError, canonical, check_value, load
 from dsa_kvcalc.vllm_log import LogReading, RankReading
 
 # Engine arguments of the non-default args line that the recipe takes (vLLM's spelling).
@@ -247,7 +248,7 @@ def mismatch_notes(recipe: Recipe, measured: Measured, kv_per_token: int, implie
     notes = [f"KV bytes per logged token: the log implies {implied:,} B (Available KV "
              f"{measured.available_kv_bytes / GIB:.2f} GiB / {measured.kv_tokens:,} tokens); plan's KV-cache groups give "
              f"{kv_per_token:,} B for {recipe.model.name} with {recipe.kv_cache_dtype} KV on {recipe.engine.label}"]
-    mtp_on = bool(capacity.mtp_layers(recipe))
+    mtp_on = bool(capacity.draft_layers(recipe))
     toggled = replace(recipe, num_speculative_tokens=0 if mtp_on else 1, speculative_method="mtp")
     if recipe.model.mtp_layers and abs(logged_token_bytes(toggled) - implied) < abs(kv_per_token - implied):
         notes.append(f"with{'out' if mtp_on else ''} the MTP layer's KV cache the figure is "
@@ -476,7 +477,17 @@ def calibrate_pair(reading: LogReading, after_reading: LogReading, raw: dict, re
                    recipe_dir) -> Calibration:
     """Calibrate on the log before #62860, then derive the indexer headroom from the log after it."""
     result = calibrate(reading, raw, recipe_source, recipe_dir)
-    headroom = indexer_headroom(result.recipe, result.measured, measure_kv(after_reading))
+    before, after = result.measured, measure_kv(after_reading)
+    if (after.available_kv_bytes, after.kv_tokens) == (before.available_kv_bytes, before.kv_tokens):
+        raise RecipeError("--after", "its KV figures are the first log's: the same log twice? (Were #62860 to change "
+                                     "nothing, the two logs would say nothing of the headroom either)")
+    if after.version is None:
+        raise RecipeError("--after", "the log prints no vLLM version: the headroom needs the log of a vLLM that "
+                                     "reserves the decode logits (#62860), and this one does not say which it is")
+    if not engines.vllm(check_value("--after", KEYS["vllm_version"], after.version)).reserves_decode_logits:
+        raise RecipeError("--after", f"the log is of vLLM {after.version}, which does not reserve the decode logits "
+                                     f"(#62860): give the log of a vLLM with the fix")
+    headroom = indexer_headroom(result.recipe, before, after)
     measured = {"indexer_headroom": {headroom.backend: headroom.headroom_bytes}}
     memory = result.memory | measured
     raw_recipe = with_memory(result.raw_recipe, measured, result.recipe.gpu.name)
@@ -491,6 +502,7 @@ def measure_kv(reading: LogReading) -> Measured:
     if rank is None:
         raise RecipeError("--after", "no Available KV cache memory or GPU KV cache size in the log")
     tokens = rank.kv_tokens or next((r.kv_tokens for r in reading.ranks if r.kv_tokens is not None), None)
-    return Measured(rank=rank.rank, ranks=len(reading.ranks), version=rank.version,
+    version = rank.version or next((r.version for r in reading.ranks if r.version is not None), None)
+    return Measured(rank=rank.rank, ranks=len(reading.ranks), version=version,
                     available_kv_bytes=gib_bytes(rank.available_kv_gib), kv_tokens=tokens,
                     max_model_len=rank.max_model_len, max_concurrency=rank.max_concurrency)

@@ -159,10 +159,15 @@ def weights_estimate(recipe: Recipe) -> Term:
     """The dense part / TP, plus the routed experts / (TP x DP with expert parallelism, else TP)."""
     model, checkpoint = recipe.model, recipe.model.checkpoint
     expert_ranks = recipe.tensor_parallel_size * (recipe.data_parallel_size if recipe.enable_expert_parallel else 1)
-    dense_bytes = checkpoint.value - model.routed_expert_bytes
-    weights_bytes = dense_bytes // recipe.tensor_parallel_size + model.routed_expert_bytes // expert_ranks
+    offloaded = model.offloadable_bytes if recipe.engram_cpu_offload else 0
+    dense_bytes = checkpoint.value - model.routed_expert_bytes - model.offloadable_bytes
+    on_gpu = model.offloadable_bytes - offloaded  # split over the data-parallel ranks (vllm/config/engram.py)
+    weights_bytes = (dense_bytes // recipe.tensor_parallel_size + model.routed_expert_bytes // expert_ranks
+                     + on_gpu // (recipe.tensor_parallel_size * recipe.data_parallel_size)) \
+        // recipe.pipeline_parallel_size  # each stage its share of the layers
+    offload = f"; {offloaded / GIB:.1f} GiB of Engram tables in host memory" if offloaded else ""
     return Term(weights_bytes, checkpoint.provenance, f"the checkpoint's dense part / TP + routed experts / "
-                                                      f"expert-parallel ranks; checkpoint: {checkpoint.basis}")
+                                                      f"expert-parallel ranks{offload}; checkpoint: {checkpoint.basis}")
 
 
 def prefill_workspace_bytes(recipe: Recipe) -> int:
@@ -212,31 +217,41 @@ def sparse_mla_backend(recipe: Recipe) -> str:
     return "FLASHMLA_SPARSE"
 
 
-def mtp_layers(recipe: Recipe) -> int:
-    """MTP speculation adds the checkpoint's MTP layers to the KV cache (vllm/models/deepseek_v32/nvidia/mtp.py)."""
-    mtp = recipe.num_speculative_tokens and (recipe.speculative_method is None or recipe.speculative_method in MTP_METHODS)
-    return recipe.model.mtp_layers if mtp else 0
+def draft_layers(recipe: Recipe) -> int:
+    """The draft layers whose caches join the KV cache: all the checkpoint's MTP layers under MTP, whatever k
+    (vllm==0.26.0 vllm/models/deepseek_v4/nvidia/mtp.py:174-200), DeepSeek-V4's DSpark drafts under dspark."""
+    method = recipe.speculative_method
+    if not recipe.num_speculative_tokens:
+        return 0
+    if method == "dspark":
+        return recipe.model.dspark_layers
+    return recipe.model.mtp_layers if method is None or method in MTP_METHODS else 0
+
+
+def concurrent_batches(recipe: Recipe) -> int:
+    """The batches in flight whose new tokens a window holds (vllm==0.26.0 vllm/config/vllm.py:512-533): with async
+    scheduling PP + 1 on Model Runner V2, 2 on V1 (PP 1), else PP; one before vLLM 0.26.0."""
+    stages = recipe.pipeline_parallel_size
+    if not recipe.engine.windows_count_concurrent_batches:
+        return 1
+    if not recipe.async_scheduling:
+        return stages
+    if on_model_runner_v2(recipe):
+        return stages + 1
+    return 2 if stages <= 1 else stages
 
 
 def kv_spec(recipe: Recipe, backend: str) -> KvSpec:
-    """The recipe's KV-cache groups (kv_cache.py): an fp8 cache on SM12x and on FLASHMLA_SPARSE is fp8_ds_mla, and
-    so is auto on SM12x (vllm/model_executor/layers/attention/mla_attention.py:349-362)."""
+    """The recipe's KV-cache groups (kv_cache.py), with the tokens in flight that windows hold (vLLM 0.26.0+: two
+    batches under async scheduling) and the draft tokens multi-layer MTP keeps (0.28.0+)."""
     engine, k = recipe.engine, recipe.num_speculative_tokens
-    in_flight = recipe.max_num_batched_tokens * (engine.in_flight_batches if recipe.async_scheduling else 1)
-    extra = k - 1 if engine.retains_draft_tokens and min(recipe.model.mtp_layers, k) > 1 else 0
-    token_bytes = kv_cache.mla_token_bytes(recipe.cache_dtype, backend)
-    # FlashMLA-sparse's DS-MLA pages align the block stride to one token's record on SM10x
-    # (vllm==0.31.0 vllm/model_executor/layers/attention/mla_attention.py:1375-1382)
-    ds_mla = backend == "FLASHMLA_SPARSE" and token_bytes in (kv_cache.MLA_FP8_DS_BYTES, kv_cache.MLA_NVFP4_DS_BYTES)
-    alignment = token_bytes if ds_mla and recipe.gpu.arch in ("sm100", "sm103") and recipe.model.family == "mla" else 1
-    return kv_cache.spec(recipe.model, engine, token_bytes, mtp_layers(recipe), recipe.max_model_len, in_flight, extra,
-                         recipe.decode_context_parallel_size, alignment)
+    in_flight = recipe.max_num_batched_tokens * concurrent_batches(recipe)
+    multi_layer_mtp = recipe.speculative_method != "dspark" and draft_layers(recipe) > 1 and k > 1
+    extra = k - 1 if engine.retains_draft_tokens and multi_layer_mtp else 0
+    return kv_cache.spec(recipe, backend, draft_layers(recipe), in_flight, extra)
 
 
 def kv_provenance(recipe: Recipe, kv: KvSpec) -> Term:
-    fitted = recipe.model.logged_token_bytes
-    if fitted:
-        return Term(kv.request_bytes, fitted.provenance, fitted.basis)
     return Term(kv.request_bytes, "derived", f"{recipe.model.name}'s config ({recipe.model.config_source}) and "
                                              f"{recipe.engine.label}'s KV-cache grouping (kv_cache.py)")
 
@@ -374,14 +389,14 @@ def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], l
     if recipe.cudagraph_mode == "NONE":
         return Term(0, "derived", "no CUDA graphs (enforce-eager or cudagraph_mode NONE)")
     measured = {recipe.topk_backend if b == "*" else b: v for b, v in recipe.cudagraph_bytes.items()}
-    measured_on = backend if backend in measured else next((b for b in measured if b in graph_logits), None)
-    if measured_on is None:
+    pool_backend = backend if backend in measured else next((b for b in measured if b in graph_logits), None)
+    if pool_backend is None:
         besides_logits = estimates.CUDAGRAPH_BESIDES_LOGITS
         return estimated(besides_logits.value + graph_logits[backend], besides_logits)
-    pool = measured[measured_on] - logits_then[measured_on] + graph_logits[backend]  # >= logits: check_graph_pools
-    if measured_on != backend:
-        return Term(pool, "derived", f"the pool measured for {measured_on}, with {backend}'s graph logits in place of "
-                                     f"{measured_on}'s")
+    pool = measured[pool_backend] - logits_then[pool_backend] + graph_logits[backend]  # >= logits: check_graph_pools
+    if pool_backend != backend:
+        return Term(pool, "derived", f"the pool measured for {pool_backend}, with {backend}'s graph logits in place of "
+                                     f"{pool_backend}'s")
     if logits_then[backend] != graph_logits[backend]:
         return Term(pool, "derived", f"measured at {recipe.measured_on.shape_change(recipe)}; its graph logits "
                                      f"re-derived at this shape, the rest of the pool kept")

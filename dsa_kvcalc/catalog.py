@@ -234,8 +234,15 @@ class Model:
     indexer_logits_ratio: int = 1
     # DeepInfer sizes its logits over max_model_len // kv_compress_ratio compressed keys (the seed)
     kv_compress_ratio: int = 1
-    # DeepSeek-V4.1: vLLM's grouping of its caches is unknown; a fitted cost per logged token stands in
-    logged_token_bytes: Figure | None = None
+    # DeepSeek-V4.1: its attention heads and wo_a groups pick the attention class (mega attention on SM100)
+    num_attention_heads: int = 0
+    o_groups: int = 0
+    # The drafters vLLM runs for it: mtp (its MTP layers), dspark (dspark_layers window-only draft layers)
+    drafters: tuple[str, ...] = ("mtp",)
+    dspark_layers: int = 3  # n_mtp_layers or 3 (vllm==0.26.0 vllm/models/deepseek_v4/nvidia/dspark.py:69)
+    first_release: str = "0.19.0"  # the first vLLM release with its model code
+    # Weights a deployment may keep in host memory instead (V4.1's Engram tables, offloaded by default)
+    offloadable_bytes: int = 0
     # vLLM's own default for kv-cache-dtype auto on this model: (first release, archs, cache dtype, source)
     auto_kv_cache_dtype: tuple[tuple[str, tuple[str, ...], str, str], ...] = ()
     note: str = ""
@@ -243,7 +250,7 @@ class Model:
 
     @property
     def family(self) -> str:
-        if self.logged_token_bytes:
+        if self.kv_source_layers:
             return "deepseek_v41"
         return "deepseek_v4" if self.compress_ratios else "mla"
 
@@ -260,8 +267,16 @@ GLM_EXPERT_BYTES = 75 * 256 * 3 * 6144 * 2048 * 4097 // 4096
 # 0.5 B per weight + 1 B scale per 16 = 9/16 B (FP8's 4097/4096 block scales carried along: within 0.03 %).
 V4_FLASH_EXPERT_BYTES = 43 * 256 * 3 * 4096 * 2048 * 17 // 32
 V4_PRO_EXPERT_BYTES = 61 * 384 * 3 * 7168 * 3072 * 17 // 32
-V41_FLASH_EXPERT_BYTES = 40 * 384 * 3 * 5120 * 2304 * 17 // 32
+# DeepSeek-V4.1-Flash's checkpoint by part (vllm-project/recipes models/deepseek-ai/DeepSeek-V4.1-Flash.yaml, the
+# guide's memory table): routed + DSpark experts (MXFP4) 259.5 GiB and their UE8M0 scales (one byte per 32 weights:
+# 16.2 of the 21.9 GiB of scales), split by expert parallelism; Engram tables 183.1 GiB + their 5.7 GiB of scales,
+# offloaded to host memory by default (vllm==0.33.0 vllm/config/engram.py:37-38 cpu_offload True).
+V41_FLASH_EXPERT_BYTES = bytes_of_gib(259.5 + 16.22)
+V41_FLASH_ENGRAM_BYTES = bytes_of_gib(183.1 + 5.72)
 V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
+# DeepSeek-V4: in vLLM from 0.20.0 (vllm==0.20.0 vllm/model_executor/models/registry.py), DSpark drafts from 0.25.0
+V4_FIRST = "0.20.0"
+V4_DRAFTERS = ("mtp", "dspark")
 V32_ARCH, GLM5_ARCH, V4_ARCH = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "DeepseekV4ForCausalLM"
 # GlmMoeDsaForCausalLM runs an fp8 cache for kv-cache-dtype auto on SM10x from vLLM 0.32.0
 GLM5_AUTO_FP8 = (("0.32.0", ("sm100", "sm103"), "fp8_e4m3",
@@ -295,23 +310,24 @@ MLA_MODELS = [replace(m, auto_kv_cache_dtype=GLM5_AUTO_FP8) if m.architecture ==
 V4_MODELS = [
     Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", V4_ARCH, 43, 1, 4096, 64,
           128, 512, 1048576, estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES,
-          compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4),
+          compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4,
+          drafters=V4_DRAFTERS, first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Flash-0731", f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the "
           "same compress_ratios, sliding_window and layers as the preview)", V4_ARCH, 43, 1, 4096, 64, 128, 512, 1048576,
           estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
-          indexer_logits_ratio=4, kv_compress_ratio=4),
+          indexer_logits_ratio=4, kv_compress_ratio=4, drafters=V4_DRAFTERS, first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", V4_ARCH, 61, 1, 7168, 64, 128,
-          1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS, sliding_window=128, indexer_logits_ratio=4,
-          kv_compress_ratio=4),
-    Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json: a third-party copy; deepseek-ai has "
-          "published no config (give model: path/to/config.json for your own)", "DeepseekV41ForCausalLM", 40, 3, 5120, 32, 128, 512, 1048576,
-          estimates.V41_FLASH_CHECKPOINT, V41_FLASH_EXPERT_BYTES,
-          compress_ratios=(0, 0) + (2,) * 18 + (1,) * 20, sliding_window=128, kv_source_layers=(2, 8, 14, 20),
-          index_source_layers=(2, 8, 14, 20, 24, 28, 32, 36), kv_compress_ratio=4,
-          logged_token_bytes=estimates.V41_FLASH_LOGGED_TOKEN_BYTES,
-          note="vLLM's grouping of V4.1's caches could not be read (its config is public only as a third-party "
-               "copy); under V4's rules that config would cost 5.7 to 10 GiB per 1M-token request where the seed "
-               "implies 0.875 GiB, so a cost per logged token fitted to the seed stands in, at max-model-len "
-               "1,048,576 only"),
+          1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS,
+          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, drafters=V4_DRAFTERS, first_release=V4_FIRST),
+    Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json and LivingAgile/mlx-lm "
+          "tests/test_deepseek_v41.py (third-party copies, byte for byte the same, of deepseek-ai/DeepSeek-V4.1-Flash@"
+          "dba1be0a; vllm==0.33.0 vllm/models/deepseek_v41/amd/mono/keylist.py:5 names the same index layers)",
+          "DeepseekV41ForCausalLM", 40, 3, 5120, 32, 128, 512, 1048576, estimates.V41_FLASH_CHECKPOINT,
+          V41_FLASH_EXPERT_BYTES, compress_ratios=(0, 0) + (2,) * 18 + (1,) * 20, sliding_window=128,
+          kv_source_layers=(2, 8, 14, 20), index_source_layers=(2, 8, 14, 20, 24, 28, 32, 36), kv_compress_ratio=4,
+          num_attention_heads=64, o_groups=8, drafters=("dspark",), first_release="0.30.0",
+          offloadable_bytes=V41_FLASH_ENGRAM_BYTES,
+          note="only the kv-source layers 2, 8, 14, 20 keep compressed caches and the index sources among them "
+               "indexer caches; every layer a 32-token window; DSpark (its only drafter) adds 3 window-only layers"),
 ]
 MODELS = MLA_MODELS + V4_MODELS

@@ -3,7 +3,6 @@ calibrate, sweep and verify, and prints what the renderers make of their results
 
 import io
 import json
-import os
 import shlex
 import shutil
 import signal
@@ -15,8 +14,9 @@ import typer
 from typer.exceptions import TyperException
 
 from dsa_kvcalc import __version__
-from dsa_kvcalc.output import OutputError, check_targets, write
+from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, write
 from dsa_kvcalc.recipe import RecipeError
+from dsa_kvcalc.streams import Stream, StreamError, console, printable
 
 REFUSED = 4  # the exit code of a deployment vLLM would refuse to start
 EXIT_CODES = ("Exit codes: 0 done; 1 recommend found nothing that meets the targets, or verify found plan and the GPU "
@@ -30,7 +30,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def show_version(asked: bool) -> None:
     if asked:
-        typer.echo(f"dsa-kvcalc {__version__}")
+        sys.stdout.write(f"dsa-kvcalc {__version__}\n")
         raise typer.Exit()
 
 
@@ -73,7 +73,7 @@ class SweepFormat(str, Enum):
 
 
 def fail(message: str, code: int = 2):
-    typer.echo(f"error: {message}", err=True)
+    sys.stderr.write(f"error: {printable(message)}\n")
     raise typer.Exit(code)
 
 
@@ -124,12 +124,6 @@ def console_chunks(parts):
         yield console.file.getvalue()
         console.file.seek(0)
         console.file.truncate()
-
-
-def console():
-    from rich.console import Console
-
-    return Console(highlight=False)
 
 
 def for_terminal(text: str) -> str:
@@ -214,7 +208,7 @@ def plan(
         emit([for_terminal(text) if explain and output is None else text], output)
     refused = selected_refusal(result)
     if refused:
-        typer.echo(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}", err=True)
+        sys.stderr.write(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}\n")
         raise typer.Exit(REFUSED)
 
 
@@ -308,28 +302,35 @@ def calibrate(
     result = guarded(work)
     check_outputs({"--output": output}, [result.recipe.model.config_path])
     text = render.render_json(result) if format is ReportFormat.json else for_terminal(render.render_text(result))
+    calibrated = [render.recipe_yaml(result, log.name)] if output is not None else []  # ready before any write
     sys.stdout.write(text)
     if output is not None:
-        emit([render.recipe_yaml(result, log.name)], output)
+        emit(calibrated, output)
 
 
+MAX_KV_TOKENS = 1 << 50  # no rank holds more KV tokens than kv-cache-memory-bytes may name bytes
 PROGRESS_MIN_POINTS = 2000  # about a fifth of a second of sweeping
 
 
-def emit_rows(rows, keys: list[str], format: SweepFormat | None, output: Path | None) -> None:
+def emit_rows(rows, keys: list[str], format: SweepFormat | None, output: Path | None, files: Outputs) -> None:
     """A sweep's rows in the format asked for, or the one --output's suffix names (else a table)."""
     from dsa_kvcalc.render import sweep as render
 
     suffix = output.suffix.lower() if output else ""
     format = format or {".csv": SweepFormat.csv, ".jsonl": SweepFormat.jsonl}.get(suffix, SweepFormat.table)
     if format is SweepFormat.csv:
-        emit(render.csv_lines(rows), output)
+        chunks = render.csv_lines(rows)
     elif format is SweepFormat.jsonl:
-        emit(render.jsonl_lines(rows), output)
+        chunks = render.jsonl_lines(rows)
     elif output is None:
         render.render_table(keys, rows, console())
+        return
     else:
-        emit(console_chunks(lambda c: render.table_parts(keys, rows, c)), output)
+        chunks = console_chunks(lambda c: render.table_parts(keys, rows, c))
+    if output is None:
+        sys.stdout.writelines(chunks)
+    else:
+        files.write(chunks, output)
 
 
 @app.command()
@@ -348,7 +349,6 @@ def sweep(
                                                           "reservation against the first varied key"),
 ):
     """Plan every point of the varied keys' product: one row per point and backend (plan's JSON, flattened)."""
-    from rich.console import Console
     from rich.progress import Progress
 
     from dsa_kvcalc import sweep as sweeping
@@ -370,20 +370,25 @@ def sweep(
     total = sweeping.point_count(varies)
     failures = sweeping.Failures()
     show_progress = total >= PROGRESS_MIN_POINTS and sys.stderr.isatty()
-    with Progress(console=Console(stderr=True), transient=True, disable=not show_progress) as progress:
-        points = sweeping.points(varies)
-        if show_progress:
-            points = progress.track(points, total=total, description=f"{total:,} points")
-        rows = sweeping.rows(base, varies, backend, points, failures)
-        if plot is not None:
-            series = plotting.Series(keys, sweeping.title(base, varies))
-            rows = series.tap(rows)
-        emit_rows(rows, keys, format, output)
-    if plot is not None:
-        emit([plotting.png_bytes(series)], plot, "--plot", binary=True)
+
+    def write_outputs():  # --output and --plot land together, or neither does
+        with outputs() as files, Progress(console=console(stderr=True), transient=True,
+                                          disable=not show_progress) as progress:
+            points = sweeping.points(varies)
+            if show_progress:
+                points = progress.track(points, total=total, description=f"{total:,} points")
+            rows = sweeping.rows(base, varies, backend, points, failures)
+            if plot is not None:
+                series = plotting.Series(keys, sweeping.title(base, varies))
+                rows = series.tap(rows)
+            emit_rows(rows, keys, format, output, files)
+            if plot is not None:
+                files.write([plotting.png_bytes(series)], plot, "--plot", binary=True)
+
+    guarded(write_outputs)
     if failures.count:
-        typer.echo(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); first: "
-                   f"{failures.first}", err=True)
+        sys.stderr.write(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); "
+                         f"first: {printable(failures.first)}\n")
 
 
 @app.command()
@@ -411,8 +416,9 @@ def recommend(
 
     def work():
         check_value("--target-concurrency", KEYS["max_num_seqs"], target_concurrency)
-        if min_kv_tokens < 0:
-            raise RecipeError("--min-kv-tokens", f"must not be negative, got {min_kv_tokens}")
+        if not 0 <= min_kv_tokens <= MAX_KV_TOKENS:
+            raise RecipeError("--min-kv-tokens", f"must be at least 0 and at most {MAX_KV_TOKENS:,}, got "
+                                                 f"{min_kv_tokens:,}")
         if max_spec_tokens is not None:
             check_value("--max-spec-tokens", KEYS["num_speculative_tokens"], max_spec_tokens)
         base = sweeping.load_base(recipe, set_, command)
@@ -434,7 +440,7 @@ def recommend(
                                                                        f"{target_concurrency} requests per rank")))
     if best is None:
         if format in (PickFormat.serve, PickFormat.vllm_config):
-            typer.echo("error: no setting meets the targets (see recommend's table for why)", err=True)
+            sys.stderr.write("error: no setting meets the targets (see recommend's table for why)\n")
         raise typer.Exit(1)
 
 
@@ -516,11 +522,11 @@ def verify(
     try:
         env = live.probe()
         target = checking.local_target(env)
+        shapes = guarded(lambda: checking.builtin_shapes(target) if recipe is None
+                         else checking.recipe_shapes(recipe, target, as_local))
+        report = guarded(lambda: live.run_verify(shapes, backends, env, target, profile, reproduce_oom))
     except checking.Unavailable as error:
         fail(str(error), 3)
-    shapes = guarded(lambda: checking.builtin_shapes(target) if recipe is None
-                     else checking.recipe_shapes(recipe, target, as_local))
-    report = guarded(lambda: live.run_verify(shapes, backends, env, target, profile, reproduce_oom))
     if format is ReportFormat.json:
         sys.stdout.write(render.render_json(report))
     else:
@@ -549,19 +555,31 @@ def usage_line(error: TyperException) -> str:
 
 
 def main(args: list[str] | None = None):
-    """The console script. Usage errors are one line, like every other error; no arguments print the help."""
+    """The console script. stdout and stderr are written as streams.py says (and restored afterwards): a stdout that
+    cannot take the output is one line and exit 2, or exit 1 when its reader went away (| head)."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Stream(sys.stdout, product=True), Stream(sys.stderr, product=False)
     try:
-        code = app(args=args, prog_name="dsa-kvcalc", standalone_mode=False)
+        code = exit_code(args)
+        sys.stdout.flush()
+    except StreamError as error:
+        code = 1 if error.reader_gone else 2
+        if not error.reader_gone:
+            sys.stderr.write(f"error: {error}\n")
+    finally:
+        sys.stdout, sys.stderr = streams
+    sys.exit(code)
+
+
+def exit_code(args: list[str] | None) -> int:
+    """The command's exit code. Usage errors are one line, like every other error; no arguments print the help."""
+    try:
+        return app(args=args, prog_name="dsa-kvcalc", standalone_mode=False) or 0
     except TyperException as error:  # typer's usage errors (bad option, missing argument)
         if type(error).__name__ == "NoArgsIsHelpError":
-            typer.echo(error.message)
-            code = 0
-        else:
-            typer.echo(f"error: {usage_line(error)}", err=True)
-            code = error.exit_code
+            sys.stdout.write(error.message + "\n")
+            return 0
+        sys.stderr.write(f"error: {printable(usage_line(error))}\n")
+        return error.exit_code
     except (KeyboardInterrupt, typer.Abort):  # Ctrl-C: the shell's convention, and no traceback
-        code = 128 + signal.SIGINT
-    except BrokenPipeError:  # the reader went away (| head): nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 1
-    sys.exit(code or 0)
+        return 128 + signal.SIGINT

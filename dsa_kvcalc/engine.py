@@ -106,9 +106,13 @@ class Engine:
     captures_max_num_seqs: bool  # max_num_seqs itself, without speculative tokens
     topk_backend_flag: bool  # --sparse-indexer-topk-backend exists (else the built-in auto chain only)
     cooperative_topk_max_rows: int  # 0: no cooperative top-k
-    in_flight_batches: int  # window caches hold max_concurrent_batches x max_num_batched_tokens new tokens
+    windows_count_concurrent_batches: bool  # windows hold max_concurrent_batches x max_num_batched_tokens new tokens
     retains_draft_tokens: bool  # window caches keep k - 1 more tokens for multi-layer MTP
     kv_block_rule: str  # DeepSeek-V4's packed layout: tuple, bucket or overlay (kv_cache.block_bytes)
+    kv_grouping: str  # uniform (windows by approximate gcd) or packed (buckets and anchors)
+    v41_mega_attention: bool
+    v41_window_stride_alignment: bool
+    v41_indexer_sparse_logits_alignment: int  # 0: no indexer_sparse_logits
     aligns_block_stride: bool  # the block stride rounded up to the layers' alignment
     pad_window_pages: bool  # window pages padded up to the next full-attention page size
     concurrency_counts_pages: bool  # pages per request summed over groups (else a byte ratio)
@@ -227,11 +231,11 @@ VLLM_RULES = {
         (Change("0.24.0", 32, "vllm==0.24.0 vllm/model_executor/layers/sparse_attn_indexer.py:337-343: num_rows <= 32"),
          Change("0.29.0", 64, "vllm==0.29.0 vllm/model_executor/layers/sparse_attn_indexer.py:617-624: num_rows <= 64 "
                               "(vllm==0.31.0 vllm/model_executor/layers/indexer_topk.py:21)"))),
-    "in_flight_batches": Rule(
-        1, "vllm==0.25.1 vllm/v1/kv_cache_interface.py:560-566: a window holds window - 1 + max_num_batched_tokens",
-        (Change("0.26.0", 2, "vllm==0.26.0 vllm/v1/kv_cache_interface.py:584-597 and vllm/config/vllm.py:512-533: "
-                             "window - 1 + max_concurrent_batches x max_num_batched_tokens, 2 batches with async "
-                             "scheduling"),)),
+    "windows_count_concurrent_batches": Rule(
+        False, "vllm==0.25.1 vllm/v1/kv_cache_interface.py:560-566: a window holds window - 1 + max_num_batched_tokens",
+        (Change("0.26.0", True, "vllm==0.26.0 vllm/v1/kv_cache_interface.py:584-597 and vllm/config/vllm.py:512-533: "
+                                "window - 1 + max_concurrent_batches x max_num_batched_tokens; with async scheduling "
+                                "PP + 1 batches on Model Runner V2, 2 on V1 (PP 1), else PP"),)),
     "retains_draft_tokens": Rule(
         False, "vllm==0.27.1: no extra_retained_tokens in vllm/v1",
         (Change("0.28.0", True, "vllm==0.28.0 vllm/v1/core/kv_cache_utils.py:2137-2147 and vllm/config/"
@@ -243,6 +247,28 @@ VLLM_RULES = {
                                     "size"),
          Change("0.27.0", "overlay", "vllm==0.27.0 vllm/v1/core/kv_cache_utils.py:1293-1303, 1342: a block costs the "
                                      "largest group's pages"))),
+    "kv_grouping": Rule(
+        "uniform", "vllm==0.28.0 vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_groups: full caches in "
+                   "one group, windows cut by the approximate gcd of the layer counts",
+        (Change("0.29.0", "packed", "vllm==0.29.0 vllm/v1/core/kv_cache_utils.py:1668-1796 "
+                                    "_get_packed_kv_cache_groups: buckets, their repeats, and state buckets no wider "
+                                    "than the widest group"),)),
+    "v41_mega_attention": Rule(
+        False, "vllm==0.30.0 vllm/models/deepseek_v41/nvidia/model.py: FlashMLA only (no flash_mla_mega_attn.py)",
+        (Change("0.31.0", True, "vllm==0.31.0 vllm/models/deepseek_v41/nvidia/model.py:226-236: mega attention on "
+                                "SM100 where available, whose cache is nvfp4_ds_mla for auto and fp8 "
+                                "(flash_mla_mega_attn.py:194-197)"),)),
+    "v41_window_stride_alignment": Rule(
+        False, "vllm==0.32.0 vllm/models/deepseek_v41/attention.py:557-568: no window stride alignment",
+        (Change("0.33.0", True, "vllm==0.33.0 vllm/models/deepseek_v41/attention.py:574-578 and "
+                                "vllm/v1/attention/backends/mla/sparse_swa.py:142-144: lcm(window record, compressed "
+                                "record) on SM100 packed layouts"),)),
+    "v41_indexer_sparse_logits_alignment": Rule(
+        0, "vllm==0.30.0 vllm/config/attention.py: no indexer_sparse_logits",
+        (Change("0.31.0", 512, "vllm==0.31.0 vllm/models/deepseek_v41/attention.py:1192-1194: lcm(512, page "
+                               "alignment)"),
+         Change("0.33.0", 256, "vllm==0.33.0 vllm/models/deepseek_v41/attention.py:1300-1309: lcm(256, 1 on SM100 "
+                               "packed layouts, else the page alignment)"))),
     "aligns_block_stride": Rule(
         False, "vllm==0.30.0 vllm/v1/core/kv_cache_utils.py: the block stride is the largest group's bytes",
         (Change("0.31.0", True, "vllm==0.31.0 vllm/v1/core/kv_cache_utils.py:1622-1632: rounded up to the lcm of the "

@@ -57,16 +57,8 @@ V4_FLASH_CHECKPOINT = Figure(
     "(shared/data/dsa-startup-records.json, DeepSeek-V4-Flash on 2 x H200 NVL)")
 V4_PRO_CHECKPOINT = Figure(865 * 10**9, "estimated", "about 865 GB: 1.6T parameters with MXFP4 routed experts")
 V41_FLASH_CHECKPOINT = Figure(
-    288_777_830_400 + bytes_of_gib(17), "estimated",
-    "V4.1-Flash's routed experts from its config (40 layers x 384 x 3 x 5120 x 2304 MXFP4 weights at 17/32 B = "
-    "288.8 GB) + 17 GiB for the rest (V4-Flash's 11 GiB of non-expert weights scaled by (5120 / 4096)^2)")
-
-# KV cache ------------------------------------------------------------------------------------------------------
-
-V41_FLASH_LOGGED_TOKEN_BYTES = Figure(
-    896, "fitted",
-    "the seed (vLLM PR #62860, DeepSeek-V4.1-Flash, 4 x B200 DEP4, max-model-len 1,048,576): on main, deep_select's "
-    "CUDA graphs are 18.40 - 12.39 = 6.01 GiB smaller than auto's and its KV cache holds 48,253,887 - 41,050,274 = "
-    "7,203,613 more tokens: 6.01 GiB / 7,203,613 = 896 B per logged token (894 to 897 with the rounding), i.e. "
-    "0.875 GiB per 1M-token request. It folds per-request pages into a per-token figure: it holds at "
-    "max-model-len 1,048,576 and is an estimate at any other")
+    bytes_of_gib(476), "estimated",
+    "476 GiB as the vllm-project/recipes DeepSeek-V4.1-Flash guide tabulates it from the safetensors dtypes: experts "
+    "259.5 GiB (MXFP4), Engram tables 183.1 GiB, attention, dense and routers 6.9 GiB, embeddings and LM head 3.9 GiB, "
+    "scales 21.9 GiB (of which about 16.2 GiB the experts' and 5.7 GiB the Engram tables', one byte per 32 weights); "
+    "an 8 x B300 DP8 log's 'Model loading took 45.11 GiB' is its replicated 10.8 GiB + experts / 8")

@@ -3,12 +3,14 @@ statistics. The only module that imports torch and deep_gemm, and only inside it
 
 import contextlib
 import datetime
+import io
 import os
 import sys
 import time
+import warnings
 from dataclasses import asdict, replace
 
-from dsa_kvcalc import capacity, verify
+from dsa_kvcalc import capacity, streams, verify
 from dsa_kvcalc.catalog import layout_for
 from dsa_kvcalc.verify import (INSTALL, LiveMemory, LocalGpu, OomRequest, OomRun, PassMeasurement, PassRequest,
                                ReferenceCheck, Shape, Target, TopkRun, Unavailable)
@@ -21,27 +23,54 @@ TOPK_KERNEL = "torch.topk (reference: vLLM's indexer top-k kernels are not insta
 
 
 def probe() -> LocalGpu:
-    """The local GPU, torch and DeepGEMM, or Unavailable with what to install."""
+    """The local GPU, torch and DeepGEMM, or Unavailable with one line that names the cause: torch or DeepGEMM that
+    does not import (not installed, or a build that does not load), no CUDA GPU, or one that cannot be reached (busy,
+    in exclusive-process mode, a driver that does not answer). What they print and warn while loading is dropped:
+    stdout carries the report, and stderr that one line."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+            warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        return loaded(warned)
+
+
+def loaded(warned: list) -> LocalGpu:
+    """probe()'s work; warned: the warnings so far (the last of torch's "CUDA initialization: ..." says why it sees no
+    GPU)."""
     try:
         import torch
-    except ImportError:
-        raise Unavailable(f"verify --gpu needs torch and DeepGEMM; torch is not installed: {INSTALL}") from None
-    if not torch.cuda.is_available():
-        raise Unavailable(f"verify --gpu needs a CUDA GPU; torch {torch.__version__} sees none")
-    free_bytes, total_bytes = torch.cuda.mem_get_info()
+    except Exception as error:
+        missing = isinstance(error, ModuleNotFoundError) and error.name == "torch"
+        problem = "is not installed" if missing else f"does not import ({cause(error)})"
+        raise Unavailable(f"verify --gpu needs torch and DeepGEMM; torch {problem}: {INSTALL}") from None
     try:
-        with contextlib.redirect_stdout(sys.stderr):  # DeepGEMM prints on import; stdout carries the report
-            import deep_gemm
+        seen = len(warned)
+        available = torch.cuda.is_available()
+        if available:
+            free_bytes, total_bytes = torch.cuda.mem_get_info()
+            props = torch.cuda.get_device_properties(0)
+        version = str(torch.__version__)
+    except Exception as error:
+        raise Unavailable(f"verify --gpu cannot reach the GPU ({cause(error)}): is it busy, or in exclusive-process "
+                          f"mode?") from None
+    if not available:
+        said = f" ({cause(warned[-1].message)})" if len(warned) > seen else ""
+        raise Unavailable(f"verify --gpu needs a CUDA GPU; torch {version} sees none{said}")
+    try:
+        import deep_gemm
     except Exception as error:  # a missing package or a build that does not load: both mean reinstall
-        problem = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise Unavailable(f"DeepGEMM does not import ({problem}): {INSTALL}") from None
-    props = torch.cuda.get_device_properties(0)
-    return LocalGpu(gpu_name=props.name, compute_capability=(props.major, props.minor),
+        raise Unavailable(f"DeepGEMM does not import ({cause(error)}): {INSTALL}") from None
+    return LocalGpu(gpu_name=str(props.name), compute_capability=(props.major, props.minor),
                     total_memory_bytes=total_bytes, free_at_start_bytes=free_bytes,
-                    cuda_context_bytes=total_bytes - free_bytes, torch_version=torch.__version__,
-                    deepgemm_version=getattr(deep_gemm, "__version__", "unknown"),
+                    cuda_context_bytes=total_bytes - free_bytes, torch_version=version,
+                    deepgemm_version=str(getattr(deep_gemm, "__version__", "unknown")),
                     entry_points=tuple(name for name in (verify.ENTRY_POINTS["2.8"], verify.LEGACY_ENTRY_POINT)
                                        if hasattr(deep_gemm, name)))
+
+
+def cause(error) -> str:
+    """An exception's (or a warning's) first line; its type's name when it says nothing."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def make_inputs(request: PassRequest) -> dict:
@@ -248,7 +277,10 @@ def stdout_to_stderr():
     report."""
     sys.stdout.flush()
     saved = os.dup(1)
-    os.dup2(2, 1)
+    try:
+        os.dup2(2, 1)
+    except OSError:  # stderr is closed: what the kernels print goes nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     try:
         yield
     finally:
@@ -260,9 +292,7 @@ def stdout_to_stderr():
 def run_verify(shapes: list[Shape], backends: list[str], env: LocalGpu, target: Target, profile: bool,
                reproduce: bool) -> dict:
     """Every shape through the live pass, compared with plan: the report verify prints (JSON-shaped)."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
+    console = streams.console(stderr=True)
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": {"name": env.gpu_name, "compute_capability": ".".join(map(str, env.compute_capability)),
@@ -275,9 +305,12 @@ def run_verify(shapes: list[Shape], backends: list[str], env: LocalGpu, target: 
         "notes": list(target.notes),
         "shapes": [],
     }
-    with stdout_to_stderr(), console.status("DeepGEMM: starting", spinner="dots") as status:
-        for shape in shapes:
-            report["shapes"].append(verify_shape(shape, backends, env, profile, reproduce, status, console))
+    try:
+        with stdout_to_stderr(), console.status("DeepGEMM: starting", spinner="dots") as status:
+            for shape in shapes:
+                report["shapes"].append(verify_shape(shape, backends, env, profile, reproduce, status, console))
+    except RuntimeError as error:  # torch's CUDA errors: a GPU that went busy or away, a kernel that failed
+        raise Unavailable(f"the GPU failed during the pass ({cause(error)})") from None
     report["exit_code"] = verify.exit_code(report)
     return report
 

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+from dsa_kvcalc import inputs
 from dsa_kvcalc.catalog import Model
 from dsa_kvcalc.estimates import Figure
 
@@ -42,15 +43,13 @@ def whole(config: dict, name: str, largest: int, path: Path, default: int | None
 
 def read_model(path: Path) -> Model:
     try:
-        with path.open("rb") as file:
-            data = file.read(CONFIG_MAX_BYTES + 1)
-        config = json.loads(data, object_pairs_hook=unique_keys)
+        config = json.loads(inputs.read_bytes(path, CONFIG_MAX_BYTES, "config.json"), object_pairs_hook=unique_keys)
+    except inputs.Unreadable as error:
+        raise ConfigError(str(error)) from None
     except DuplicateKey as error:
         raise ConfigError(f"{path}: {error} is given twice (JSON would keep the last)") from None
-    except (OSError, ValueError, RecursionError) as error:  # ValueError: bad JSON, or a number too long to read
-        raise ConfigError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
-    if len(data) > CONFIG_MAX_BYTES:
-        raise ConfigError(f"{path} is over {CONFIG_MAX_BYTES >> 20} MiB: not a config.json")
+    except (ValueError, RecursionError) as error:  # ValueError: bad JSON, or a number too long to read
+        raise ConfigError(f"cannot read {path}: {error}") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path} is not a config.json object")
     missing = [name for name in NEEDED if not config.get(name)]

@@ -1,25 +1,26 @@
-"""KV-cache specs per layer group, as vLLM computes them, and the tokens vLLM logs for a given KV memory.
+"""KV-cache specs per layer, as each vLLM release's model code builds them, their groups, and the tokens vLLM logs for
+a given KV memory.
 
-Every attention layer has a KV-cache spec (vllm/v1/kv_cache_interface.py): pages of `block` tokens of `page` bytes,
-and the pages one request may hold: all of max_model_len for full attention, the window plus the tokens in flight for
-a sliding window. Layers with the same spec form a group (vllm/v1/core/kv_cache_utils.py). Then
+Every cache layer has a spec (vllm/v1/kv_cache_interface.py): pages of `block` tokens of `page` bytes, and the pages
+one request may hold: all of max_model_len for full attention, the window plus the tokens in flight for a sliding
+window, a fixed number for a state (a compressor ring, a linear-attention state). Layers form groups
+(vllm/v1/core/kv_cache_utils.py; kv_cache_planning.py in 0.33.0), a block costs what the release prices it at, and
 
     blocks              = available KV bytes // block bytes
     concurrency         = blocks / pages per request (summed over groups)
     "GPU KV cache size" = int(concurrency x max_model_len)
 
-V3.2 and GLM-5.x have one group: every layer's MLA page and indexer page at 64 tokens. DeepSeek-V4 has five: its
-compressed and indexer pages, its sliding windows, and its compressor states. Sources are vllm-project/vllm read on
-the mirror gau-nernst/vllm at d29f7f5 (2026-08-21) and the commits named; the version-dependent rules are in
-engine.py.
+V3.2 and GLM-5.x have one group: every layer's MLA page and indexer page. DeepSeek-V4 and V4.1 keep compressed,
+indexer, sliding-window and compressor-state caches in several groups. With pipeline parallelism each stage keeps its
+layers' caches and every stage is cut to the fewest blocks. The version-dependent rules are in engine.py.
 """
 
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from dsa_kvcalc.catalog import Model
-from dsa_kvcalc.engine import Engine
+from dsa_kvcalc.engine import release_tuple
+from dsa_kvcalc.recipe import Recipe
 
 MLA_BLOCK_TOKENS = 64
 # Bytes per token of one MLA layer (512 latent + 64 RoPE): fp8_ds_mla packs 512 FP8 NoPE + 4 FP32 scales + 64 BF16
@@ -32,6 +33,7 @@ MLA_BF16_BYTES = 1152
 # vllm/v1/attention/backends/mla/flashmla_sparse.py:108-121; mla_attention.py:1361), FlashMLA-sparse on SM100 only
 MLA_NVFP4_DS_BYTES = 352
 INDEXER_ENTRY_BYTES = 128 + 4  # 128 FP8 values + one FP32 scale (vllm/models/deepseek_v32/attention.py:92-97)
+INDEXER_MXFP4_ENTRY_BYTES = 128 // 2 + 128 // 32  # vllm==0.33.0 vllm/models/deepseek_v41/attention.py:101-109
 # DeepSeek-V4 (vllm/models/deepseek_v4/attention.py:690-748, compressor.py:152-200, sparse_swa.py:87-107):
 V4_ENTRY_BYTES = 448 + 64 * 2 + 8  # FP8 NoPE + BF16 RoPE + scales
 V4_PAGE_ALIGNMENT = 576  # pages rounded up to multiples of 576 B (kv_cache_interface.py:372-378)
@@ -39,32 +41,51 @@ V4_HEAD_DIM = 512
 V4_WINDOW_BLOCK = 64
 V4_COMPRESSED_BLOCK = 256  # --block-size, the sparse-SWA backend's preference (sparse_swa.py:127-128)
 V4_STATE_BYTES = 4  # compressor states are FP32 (compressor.py:170)
+V4_MXFP4_INDEXER_FROM = "0.27.0"  # 68 B MXFP4 indexer entries; 0.22.0-0.26.0 store them at the FP8 size
+# DeepSeek-V4.1 (vllm==0.33.0 vllm/models/deepseek_v41/attention.py:521-536, 569; compressor.py:221-233): MXFP8
+# records on the SM10x family (528 B, 512 B alignment), V4's elsewhere (584 B, 576 B); the compressed record is NVFP4
+# (288 B) under nvfp4_ds_mla; windows of 32-token pages; the ratio-2 compressors' FP32 ring of max(8, next_pow2(k + 2))
+# slots of [kv, score] x 512 x 4 B, one block a request.
+V41_MXFP8_RECORD = 528
+V41_NVFP4_RECORD = 288
+V41_MXFP8_ALIGNMENT = 512
+V41_WINDOW_BLOCK = 32
+V41_RING_SLOT_BYTES = 2 * 512 * 4
+SM10X = ("sm100", "sm103")
 
 
 @dataclass(frozen=True)
 class Cache:
-    """One layer's KV-cache spec."""
-    kind: str  # mla, indexer, window, compressed, state, indexer state
-    block: int  # tokens per page
+    """One KV-cache spec of one layer."""
+    layer: int
+    kind: str  # full (pages for all of max_model_len), window (a sliding window) or state (a fixed number of pages)
+    block: int  # tokens per page (states: slots per page)
     page_bytes: int
-    window: int = 0  # 0: full attention (pages for all of max_model_len)
+    window: int = 0  # window: its tokens
+    state_pages: int = 0  # state: the pages one request holds
+    stride_alignment: int = 1  # block_stride_alignment: the block's bytes are a multiple of it (vLLM 0.31.0+)
 
 
 @dataclass(frozen=True)
 class Group:
+    kind: str
     block: int
     window: int
-    pages: tuple[int, ...]  # the page bytes of each layer in the group
+    caches: tuple[Cache, ...]
 
     @property
     def page_bytes(self) -> int:
-        return sum(self.pages)
+        return sum(c.page_bytes for c in self.caches)
+
+    @property
+    def pages(self) -> tuple[int, ...]:
+        return tuple(c.page_bytes for c in self.caches)
 
 
 @dataclass(frozen=True)
 class KvSpec:
     groups: tuple[Group, ...]
-    block_bytes: int  # what one block id costs
+    block_bytes: int  # what one block id costs (on the stage with the most)
     pages_per_request: int  # pages one request of max_model_len holds, over all groups
     request_bytes: int  # vLLM's "KV cache is needed" for one request of max_model_len
     max_model_len: int
@@ -96,7 +117,11 @@ def round_up(value: int, multiple: int) -> int:
     return cdiv(value, multiple) * multiple
 
 
-# Layers -------------------------------------------------------------------------------------------------------
+def next_power_of_2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
+# Layers: V3.2 and GLM-5.x ------------------------------------------------------------------------------------------
 
 def mla_token_bytes(cache_dtype: str, sparse_mla_backend: str) -> int:
     """One MLA layer's bytes a token (vllm/model_executor/layers/attention/mla_attention.py
@@ -113,55 +138,133 @@ def mla_token_bytes(cache_dtype: str, sparse_mla_backend: str) -> int:
     return MLA_FP8_DS_BYTES if ds_mla else MLA_FP8_BYTES
 
 
-def owns_indexer(model: Model, layer: int, engine: Engine) -> bool:
-    """Shared indexers (GLM-5.2): a layer skips the top-k when max(layer - offset + 1, 0) % freq != 0, and since
-    vLLM PR #45895 builds no indexer, so no indexer cache (vllm/models/deepseek_v32/attention.py:164-197)."""
-    if model.index_topk_freq == 1 or not engine.shared_indexers_skip_cache or layer >= model.num_layers:
+def owns_indexer(recipe: Recipe, layer: int) -> bool:
+    """Shared indexers (GLM-5.2, GLM-5.3): a layer skips the top-k when max(layer - offset + 1, 0) % freq != 0, and
+    since vLLM 0.24.0 builds no indexer, so no indexer cache (vllm==0.24.0
+    vllm/model_executor/models/deepseek_v2.py:1024-1049)."""
+    model = recipe.model
+    if model.index_topk_freq == 1 or not recipe.engine.shared_indexers_skip_cache or layer >= model.num_layers:
         return True  # MTP layers always build theirs
     return max(layer - model.index_skip_topk_offset + 1, 0) % model.index_topk_freq == 0
 
 
-def mla_caches(model: Model, engine: Engine, mtp_layers: int, token_bytes: int) -> list[Cache]:
-    """V3.2 and GLM-5.x: an MLA page and, where the layer owns an indexer, an indexer page, 64 tokens each."""
+def mla_caches(recipe: Recipe, backend: str, draft_layers: int) -> list[Cache]:
+    """V3.2 and GLM-5.x: an MLA page and, where the layer owns an indexer, an indexer page, 64 tokens each. From vLLM
+    0.31.0 FlashMLA-sparse's DS-MLA pages align the block stride to one token's record on SM10x (vllm==0.31.0
+    vllm/model_executor/layers/attention/mla_attention.py:1375-1382)."""
+    token_bytes = mla_token_bytes(recipe.cache_dtype, backend)
+    ds_mla = backend == "FLASHMLA_SPARSE" and token_bytes in (MLA_FP8_DS_BYTES, MLA_NVFP4_DS_BYTES)
+    alignment = token_bytes if ds_mla and recipe.gpu.arch in SM10X else 1
     caches = []
-    for layer in range(model.num_layers + mtp_layers):
-        caches.append(Cache("mla", MLA_BLOCK_TOKENS, MLA_BLOCK_TOKENS * token_bytes))
-        if owns_indexer(model, layer, engine):
-            caches.append(Cache("indexer", MLA_BLOCK_TOKENS, MLA_BLOCK_TOKENS * INDEXER_ENTRY_BYTES))
+    for layer in range(recipe.model.num_layers + draft_layers):
+        caches.append(Cache(layer, "full", MLA_BLOCK_TOKENS, MLA_BLOCK_TOKENS * token_bytes, stride_alignment=alignment))
+        if owns_indexer(recipe, layer):
+            caches.append(Cache(layer, "full", MLA_BLOCK_TOKENS, MLA_BLOCK_TOKENS * INDEXER_ENTRY_BYTES))
     return caches
 
 
-def v4_page(entries: int, entry_bytes: int) -> int:
-    return round_up(entries * entry_bytes, V4_PAGE_ALIGNMENT)
+# Layers: DeepSeek-V4 -----------------------------------------------------------------------------------------------
+
+def v4_page(entries: int, entry_bytes: int, alignment: int = V4_PAGE_ALIGNMENT) -> int:
+    return round_up(entries * entry_bytes, alignment)
 
 
-def v4_caches(model: Model, mtp_layers: int) -> list[Cache]:
-    """DeepSeek-V4, per layer (MTP layers are window-only):
+def v4_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
+    """DeepSeek-V4, per layer (MTP and DSpark draft layers are window-only: vllm==0.26.0
+    vllm/models/deepseek_v4/attention.py:187-190):
     - a sliding window of 64-token pages of 584 B entries (every layer);
     - on compressed layers (ratio r = 4 or 128): 256-token pages of 256 / r entries, and an FP32 compressor state
       of 2 x coff x 512 per entry (coff 2 for ratio 4, 1 for 128) in pages of 4 (ratio 4) or 8 tokens, over a window
       of coff x r tokens;
-    - on ratio-4 layers: the indexer's 132 B entries, 64 per 256-token page, and its compressor's FP32 state
-      (2 x 2 x index_head_dim per entry, 4-token pages, window 8)."""
+    - on ratio-4 layers: the indexer's entries (132 B, or MXFP4's 68 B from 0.27.0), 64 per 256-token page, and its
+      compressor's FP32 state (2 x 2 x index_head_dim per entry, 4-token pages, window 8)."""
+    model = recipe.model
+    mxfp4 = recipe.indexer_kv_dtype == "mxfp4" and release_tuple(recipe.engine.version) >= release_tuple(
+        V4_MXFP4_INDEXER_FROM)
+    indexer_entry = INDEXER_MXFP4_ENTRY_BYTES if mxfp4 else INDEXER_ENTRY_BYTES
     caches = []
-    for layer in range(model.num_layers + mtp_layers):
+    for layer in range(model.num_layers + draft_layers):
         ratio = model.compress_ratios[layer] if layer < model.num_layers else 0
-        caches.append(Cache("window", V4_WINDOW_BLOCK, v4_page(V4_WINDOW_BLOCK, V4_ENTRY_BYTES), model.sliding_window))
+        caches.append(Cache(layer, "window", V4_WINDOW_BLOCK, v4_page(V4_WINDOW_BLOCK, V4_ENTRY_BYTES),
+                            model.sliding_window))
         if ratio:
             coff = 2 if ratio == 4 else 1
             state_block = 4 if ratio == 4 else 8
-            caches.append(Cache("compressed", V4_COMPRESSED_BLOCK,
+            caches.append(Cache(layer, "full", V4_COMPRESSED_BLOCK,
                                 v4_page(V4_COMPRESSED_BLOCK // ratio, V4_ENTRY_BYTES)))
-            caches.append(Cache("state", state_block, v4_page(state_block, 2 * coff * V4_HEAD_DIM * V4_STATE_BYTES),
-                                coff * ratio))
+            caches.append(Cache(layer, "window", state_block,
+                                v4_page(state_block, 2 * coff * V4_HEAD_DIM * V4_STATE_BYTES), coff * ratio))
         if ratio == 4:
-            caches.append(Cache("indexer", V4_COMPRESSED_BLOCK,
-                                v4_page(V4_COMPRESSED_BLOCK // ratio, INDEXER_ENTRY_BYTES)))
-            caches.append(Cache("indexer state", 4, v4_page(4, 2 * 2 * model.index_head_dim * V4_STATE_BYTES), 8))
+            caches.append(Cache(layer, "full", V4_COMPRESSED_BLOCK,
+                                v4_page(V4_COMPRESSED_BLOCK // ratio, indexer_entry)))
+            caches.append(Cache(layer, "window", 4, v4_page(4, 2 * 2 * model.index_head_dim * V4_STATE_BYTES), 8))
     return caches
 
 
-# Groups --------------------------------------------------------------------------------------------------------
+# Layers: DeepSeek-V4.1 ---------------------------------------------------------------------------------------------
+
+def v41_attention(recipe: Recipe) -> str:
+    """The attention class V4.1's NVIDIA model picks (vllm==0.33.0 vllm/models/deepseek_v41/nvidia/model.py:201-258):
+    the recipe's, else FlashInfer's on SM12x, and on SM100 from 0.31.0 mega attention where 8 heads share each wo_a
+    group after TP (vllm==0.33.0 vllm/models/deepseek_v41/nvidia/flash_mla_mega_attn.py:153-174), else FlashMLA."""
+    named = {"FLASHMLA_MEGA_ATTN_DSV41": "mega", "FLASHINFER_MLA_SPARSE_DSV41": "flashinfer",
+             "FLASHINFER_MLA_SPARSE_DSV4": "flashinfer", "FLASHMLA_SPARSE_DSV41": "flashmla",
+             "FLASHMLA_SPARSE_DSV4": "flashmla", "FLASHMLA_SPARSE": "flashmla"}
+    if recipe.attention_backend in named:
+        return named[recipe.attention_backend]
+    arch, tp, model = recipe.gpu.arch, recipe.tensor_parallel_size, recipe.model
+    if arch in ("sm120", "sm121"):
+        return "flashinfer"
+    heads, groups = model.num_attention_heads, model.o_groups
+    grouped = heads % tp == 0 and groups % tp == 0 and groups >= tp and (heads // tp) // (groups // tp) == 8
+    return "mega" if arch in SM10X and recipe.engine.v41_mega_attention and grouped else "flashmla"
+
+
+def v41_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
+    """DeepSeek-V4.1 (vllm==0.33.0 vllm/models/deepseek_v41/attention.py): only the kv sources keep a compressed cache
+    (the others read theirs), the index sources among them an indexer cache (the other index layers read layer 20's),
+    every layer (DSpark's drafts too) a 32-token window, the ratio-2 kv sources an FP32 compressor ring; compressed and
+    indexer pages hold block // ratio states of 128 (SM10x) or 64 (SM90) tokens."""
+    model, engine, arch = recipe.model, recipe.engine, recipe.gpu.arch
+    attention = v41_attention(recipe)
+    packed = attention != "flashinfer" or arch in ("sm120", "sm121")
+    mxfp8 = arch in SM10X
+    record = V41_MXFP8_RECORD if mxfp8 else V4_ENTRY_BYTES
+    alignment = V41_MXFP8_ALIGNMENT if mxfp8 else V4_PAGE_ALIGNMENT
+    nvfp4 = recipe.cache_dtype == "nvfp4_ds_mla" or (attention == "mega" and recipe.cache_dtype in ("auto", "fp8"))
+    compressed_record = V41_NVFP4_RECORD if nvfp4 else record
+    if not packed:  # FlashInfer's plain rows: 512 head bytes x 2 (BF16) or x 1 (fp8)
+        record = compressed_record = V4_HEAD_DIM * (1 if recipe.quantized_cache else 2)
+        alignment = V41_MXFP8_ALIGNMENT
+    indexer_entry = INDEXER_MXFP4_ENTRY_BYTES if recipe.indexer_kv_dtype == "mxfp4" else INDEXER_ENTRY_BYTES
+    indexer_alignment = V4_PAGE_ALIGNMENT if packed and not mxfp8 else V41_MXFP8_ALIGNMENT
+    indexer_stride = 1
+    if recipe.indexer_sparse_logits and engine.v41_indexer_sparse_logits_alignment:
+        indexer_stride = math.lcm(engine.v41_indexer_sparse_logits_alignment,
+                                  1 if packed and mxfp8 and engine.v41_window_stride_alignment else indexer_alignment)
+    window_stride = math.lcm(record, compressed_record) if engine.v41_window_stride_alignment and mxfp8 and packed \
+        else 1
+    block = 128 if arch != "sm90" else 64
+    k = recipe.num_speculative_tokens if recipe.speculative_method == "dspark" else 0
+    ring_slots = max(8, next_power_of_2(k + 2))
+    caches = []
+    for layer in range(model.num_layers + draft_layers):
+        ratio = model.compress_ratios[layer] if layer < model.num_layers else 0
+        kv_source = layer < model.num_layers and layer in model.kv_source_layers
+        if kv_source:
+            states = block // ratio
+            caches.append(Cache(layer, "full", block, round_up(states * compressed_record, alignment)))
+            if layer in model.index_source_layers:
+                caches.append(Cache(layer, "full", block, round_up(states * indexer_entry, indexer_alignment),
+                                    stride_alignment=indexer_stride))
+        caches.append(Cache(layer, "window", V41_WINDOW_BLOCK, round_up(V41_WINDOW_BLOCK * record, alignment),
+                            model.sliding_window, stride_alignment=window_stride))
+        if kv_source and ratio > 1:
+            caches.append(Cache(layer, "state", ring_slots, ring_slots * V41_RING_SLOT_BYTES, state_pages=1))
+    return caches
+
+
+# Groups ------------------------------------------------------------------------------------------------------------
 
 def approximate_gcd(values: list[int], lower_bound: int) -> int:
     """The divisor that pads the layer counts least, larger on ties (kv_cache_utils.py:1644-1676)."""
@@ -173,76 +276,168 @@ def approximate_gcd(values: list[int], lower_bound: int) -> int:
     return best
 
 
-def group(caches: list[Cache], pad_window_pages: bool) -> list[Group]:
-    """Full-attention caches form one group; window caches split by (block, window), each cut into sub-groups of at
-    most n layers, n the approximate gcd of the groups' layer counts (_get_kv_cache_groups_uniform_groups,
-    kv_cache_utils.py:1601-1763). Before vLLM PR #48993 window pages were padded to the next full-group page size."""
-    full = [c for c in caches if not c.window]
+def uniform_groups(caches: list[Cache], pad_window_pages: bool) -> list[Group]:
+    """Up to vLLM 0.28.0 (_get_kv_cache_groups_uniform_groups, vllm==0.28.0 vllm/v1/core/kv_cache_utils.py): full
+    caches form one group; window caches split by (block, window), each cut into sub-groups of at most n layers, n the
+    approximate gcd of the groups' layer counts. Before 0.27.0 window pages were padded to the next full-group page
+    size."""
+    full = [c for c in caches if c.kind == "full"]
     by_spec: dict[tuple[int, int], list[Cache]] = defaultdict(list)
     for c in caches:
-        if c.window:
+        if c.kind != "full":
             by_spec[(c.block, c.window)].append(c)
+    groups = [Group("full", full[0].block, 0, tuple(full))]
     if not by_spec:
-        return [Group(full[0].block, 0, tuple(c.page_bytes for c in full))]
+        return groups
     full_sizes = sorted({c.page_bytes for c in full})
     counts = [Counter(c.page_bytes for c in g).most_common(1)[0][1] for g in [full, *by_spec.values()]]
     per_group = approximate_gcd(counts, counts[0])
-    groups = [Group(full[0].block, 0, tuple(c.page_bytes for c in full))]
     for (block, window), members in by_spec.items():
-        by_size: dict[int, list[int]] = defaultdict(list)
+        by_size: dict[int, list[Cache]] = defaultdict(list)
         for c in members:
             size = min(s for s in full_sizes if s >= c.page_bytes) if pad_window_pages else c.page_bytes
-            by_size[size].append(size)
+            by_size[size].append(Cache(c.layer, c.kind, c.block, size, c.window, c.state_pages, c.stride_alignment))
         tuples = list(zip(*by_size.values()))
         parts = cdiv(len(tuples), per_group)
-        groups += [Group(block, window, tuple(p for t in tuples[i::parts] for p in t)) for i in range(parts)]
+        groups += [Group("window", block, window, tuple(c for t in tuples[i::parts] for c in t)) for i in range(parts)]
     return groups
 
 
-def block_bytes(groups: list[Group], rule: str) -> int:
+def packed_groups(caches: list[Cache]) -> list[Group]:
+    """From vLLM 0.29.0 (_get_packed_kv_cache_groups, vllm==0.29.0 vllm/v1/core/kv_cache_utils.py:1668-1796;
+    vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:914-1041): caches bucketed greedily by (kind, block, window); a
+    bucket whose page sizes hold as many layers each is balanced, and the balanced buckets' repeats set how many groups
+    each splits into; window and state buckets then split so that no group is wider than the widest (the anchor),
+    layers dealt round-robin."""
+    buckets: list[list[Cache]] = []
+    for c in caches:
+        bucket = next((b for b in buckets if (b[0].kind, b[0].block, b[0].window) == (c.kind, c.block, c.window)), None)
+        if bucket is None:
+            buckets.append([c])
+        else:
+            bucket.append(c)
+    by_size = [{size: [c for c in b if c.page_bytes == size] for size in dict.fromkeys(c.page_bytes for c in b)}
+               for b in buckets]
+    balanced = [len({len(members) for members in sizes.values()}) == 1 for sizes in by_size]
+    most = [max(len(members) for members in sizes.values()) for sizes in by_size]
+    least_repeats = max((m for m, even, sizes in zip(most, balanced, by_size) if even and len(sizes) > 1), default=0)
+    repeats = approximate_gcd([m for m, even in zip(most, balanced) if even], least_repeats) if least_repeats else None
+
+    def parts(i: int) -> int:
+        return cdiv(most[i], repeats) if balanced[i] and repeats is not None else 1
+
+    def splits_by_width(i: int) -> bool:
+        return buckets[i][0].kind == "state" or (repeats is None and buckets[i][0].kind == "window")
+
+    def widest(i: int, n: int) -> int:
+        return sum(cdiv(len(members), n) * size for size, members in by_size[i].items())
+
+    anchor = max(widest(i, len(buckets[i]) if splits_by_width(i) else parts(i)) for i in range(len(buckets)))
+    groups = []
+    for i, bucket in enumerate(buckets):
+        n = parts(i)
+        if splits_by_width(i):
+            n = max(n, cdiv(len(bucket), max(anchor // bucket[0].page_bytes, 1)))
+        rows = list(zip(*by_size[i].values())) if n > 1 else [tuple(bucket)]
+        step = n if n > 1 else 1
+        for j in range(step):
+            groups.append(Group(bucket[0].kind, bucket[0].block, bucket[0].window,
+                                tuple(c for row in rows[j::step] for c in row)))
+    return groups
+
+
+def group(recipe: Recipe, caches: list[Cache]) -> list[Group]:
+    engine = recipe.engine
+    if all(c.kind == "full" and c.block == caches[0].block for c in caches):
+        return [Group("full", caches[0].block, 0, tuple(caches))]
+    if engine.kv_grouping == "packed":
+        return packed_groups(caches)
+    return uniform_groups(caches, engine.pad_window_pages)
+
+
+def block_bytes(recipe: Recipe, groups: list[Group]) -> int:
     """What one block id costs. One uniform group: its page bytes. DeepSeek-V4's packed layout (vLLM rule by
-    version): 'tuple' = distinct full-group page sizes x the most layers of one size in a group (to PR #44454);
-    'bucket' = each page size x its most layers in any group (to PR #48993); 'overlay' = the largest group."""
+    version): 'tuple' = distinct full-group page sizes x the most layers of one size in a group (to 0.22.1);
+    'bucket' = each page size x its most layers in any group (to 0.26.0); 'overlay' = the largest group; from 0.31.0
+    rounded up to the lcm of the layers' block-stride alignments."""
+    rule = recipe.engine.kv_block_rule
     if len(groups) == 1 or rule == "overlay":
-        return max(g.page_bytes for g in groups)
-    if rule == "tuple":
-        return sum(set(groups[0].pages)) * max(max(Counter(g.pages).values()) for g in groups)
-    slots: dict[int, int] = defaultdict(int)
-    for g in groups:
-        for size, layers in Counter(g.pages).items():
-            slots[size] = max(slots[size], layers)
-    return sum(size * layers for size, layers in slots.items())
+        stride = max(g.page_bytes for g in groups)
+    elif rule == "tuple":
+        stride = sum(set(groups[0].pages)) * max(max(Counter(g.pages).values()) for g in groups)
+    else:
+        slots: dict[int, int] = defaultdict(int)
+        for g in groups:
+            for size, layers in Counter(g.pages).items():
+                slots[size] = max(slots[size], layers)
+        stride = sum(size * layers for size, layers in slots.items())
+    if not recipe.engine.aligns_block_stride:
+        return stride
+    return round_up(stride, math.lcm(*(c.stride_alignment for g in groups for c in g.caches)))
 
 
-def pages_per_request(g: Group, max_model_len: int, in_flight_tokens: int, extra_retained: int, dcp: int) -> int:
+def group_pages(recipe: Recipe, g: Group, in_flight_tokens: int, extra_retained: int) -> int:
     """Full attention: cdiv(L, block x DCP). Window: cdiv(min(window - 1 + extra + in flight, L), block) + 1
-    (SlidingWindowSpec.max_admission_blocks_per_request, kv_cache_interface.py:546-582)."""
-    if not g.window:
-        return cdiv(max_model_len, g.block * dcp)
-    return cdiv(min(g.window - 1 + extra_retained + in_flight_tokens, max_model_len), g.block) + 1
+    (SlidingWindowSpec.max_admission_blocks_per_request, vllm==0.28.0 vllm/v1/kv_cache_interface.py:565-572).
+    State: its own count."""
+    length = recipe.max_model_len
+    if g.kind == "full":
+        return cdiv(length, g.block * recipe.decode_context_parallel_size)
+    if g.kind == "window":
+        return cdiv(min(g.window - 1 + extra_retained + in_flight_tokens, length), g.block) + 1
+    return max(c.state_pages for c in g.caches)
 
 
-# The spec of a recipe --------------------------------------------------------------------------------------------
+# Pipeline stages ---------------------------------------------------------------------------------------------------
 
-def spec(model: Model, engine: Engine, token_bytes: int, mtp_layers: int, max_model_len: int, in_flight_tokens: int,
-         extra_retained: int, dcp: int, block_alignment: int) -> KvSpec:
-    """The groups, block bytes and pages per request of a model under one vLLM version's rules."""
-    if model.family == "deepseek_v41":  # one pseudo-page per logged token, fitted (estimates.py)
-        return KvSpec((Group(1, 0, (model.logged_token_bytes.value,)),), model.logged_token_bytes.value,
-                      max_model_len, model.logged_token_bytes.value * max_model_len, max_model_len, True, dcp)
-    caches = mla_caches(model, engine, mtp_layers, token_bytes) if model.family == "mla" else v4_caches(model,
-                                                                                                       mtp_layers)
-    groups = group(caches, engine.pad_window_pages)
-    pages = [pages_per_request(g, max_model_len, in_flight_tokens, extra_retained, dcp) for g in groups]
-    if engine.concurrency_counts_pages or len(groups) == 1:
+def stage_layers(num_layers: int, stages: int) -> list[range]:
+    """vllm==0.33.0 vllm/distributed/utils.py:198-239 get_pp_indices (the same in every release): num_layers // PP a
+    stage, the remainder one more each on the second-last, third-last, ... stage."""
+    sizes = [num_layers // stages] * stages
+    for i in range(2, num_layers % stages + 2):
+        sizes[-i] += 1
+    starts = [sum(sizes[:i]) for i in range(stages)]
+    return [range(start, start + size) for start, size in zip(starts, sizes)]
+
+
+def stage_groups(recipe: Recipe, groups: list[Group]) -> list[list[Group]]:
+    """Each stage's share of the groups (built once on the whole model, vllm==0.26.0
+    vllm/v1/core/kv_cache_utils.py:2091): its layers, and the draft layers on the last stage."""
+    stages = stage_layers(recipe.model.num_layers, recipe.pipeline_parallel_size)
+    if len(stages) == 1:
+        return [groups]
+    stages[-1] = range(stages[-1].start, stages[-1].stop + 10 ** 6)  # the drafts follow the last layer
+    shares = []
+    for layers in stages:
+        projected = [Group(g.kind, g.block, g.window, tuple(c for c in g.caches if c.layer in layers)) for g in groups]
+        shares.append([g for g in projected if g.caches])
+    return shares
+
+
+# The spec of a recipe ----------------------------------------------------------------------------------------------
+
+def spec(recipe: Recipe, backend: str, draft_layers: int, in_flight_tokens: int, extra_retained: int) -> KvSpec:
+    """The groups, block bytes and pages per request of a recipe under its vLLM version's rules. With pipeline
+    parallelism every stage is cut to the fewest blocks (the costliest block) and stage 0's groups are logged."""
+    family = recipe.model.family
+    if family == "mla":
+        caches = mla_caches(recipe, backend, draft_layers)
+    elif family == "deepseek_v41":
+        caches = v41_caches(recipe, draft_layers)
+    else:
+        caches = v4_caches(recipe, draft_layers)
+    groups = group(recipe, caches)
+    stages = stage_groups(recipe, groups)
+    stride = max(block_bytes(recipe, share) for share in stages)
+    logged = stages[0]
+    pages = [group_pages(recipe, g, in_flight_tokens, extra_retained) for g in logged]
+    if recipe.engine.concurrency_counts_pages or len(logged) == 1:
         per_request = sum(pages)
-    else:  # a byte ratio against the full group's page (kv_cache_utils.py:919-937 at 65dcde169)
-        per_request = cdiv(sum(p * g.page_bytes for p, g in zip(pages, groups)), groups[0].page_bytes)
-    if len(groups) == 1:
-        request = pages[0] * groups[0].page_bytes
+    else:  # a byte ratio against the full group's page (vllm==0.26.0 vllm/v1/core/kv_cache_utils.py:943-955)
+        per_request = cdiv(sum(p * g.page_bytes for p, g in zip(pages, logged)), logged[0].page_bytes)
+    if len(logged) == 1:
+        request = pages[0] * logged[0].page_bytes
     else:  # _max_memory_usage_bytes_from_groups, DeepSeek-V4 branch (kv_cache_utils.py:1957-1981)
-        request = block_bytes(groups, "tuple") * sum(pages)
-    stride = block_bytes(groups, engine.kv_block_rule)
-    if engine.aligns_block_stride:  # rounded up to the layers' block_stride_alignment (vLLM 0.31.0+)
-        stride = round_up(stride, block_alignment)
-    return KvSpec(tuple(groups), stride, per_request, request, max_model_len, engine.tokens_from_concurrency, dcp)
+        request = sum(set(logged[0].pages)) * max(max(Counter(g.pages).values()) for g in logged) * sum(pages)
+    return KvSpec(tuple(logged), stride, per_request, request, recipe.max_model_len, recipe.engine.tokens_from_concurrency,
+                  recipe.decode_context_parallel_size)

@@ -17,13 +17,16 @@ from pathlib import Path
 import yaml
 
 from dsa_kvcalc import engine as engines
-from dsa_kvcalc import hf_config
+from dsa_kvcalc import hf_config, inputs
 from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS, MODELS, UNSUPPORTED_GPUS, Gpu, Layout, Model, \
     layout_for
 from dsa_kvcalc.engine import Engine
 from dsa_kvcalc.units import GIB, MIB
 
 RECIPE_MAX_BYTES = 1 << 20  # a recipe is a few hundred bytes; anything this large is not one
+# A vLLM release as written (0.34.0, v0.20.1.dev1+g1234): numbers of at most 6 digits and a tag of at most 64
+# characters, so that no part is too long to convert (Python reads no int of over 4,300 digits)
+VERSION = r"v?\d{1,6}\.\d{1,6}(\.\d{1,6})?([.+\-]?\w[\w.+\-]{0,63})?"
 
 
 class RecipeError(Exception):
@@ -74,7 +77,10 @@ ALL2ALL_BACKENDS = ("naive", "pplx", "deepep_high_throughput", "deepep_low_laten
                     "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "passthrough")
 BATCHED_DP_ALL2ALL = ("deepep_low_latency", "nixl_ep")  # vllm==0.33.0 vllm/config/parallel.py:796-805
 SPARSE_MLA_BACKENDS = ("FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE",
-                       "FLASHINFER_MLA_SPARSE_SM120", "ROCM_AITER_MLA_SPARSE")
+                       "FLASHINFER_MLA_SPARSE_SM120", "FLASHINFER_MLA_SPARSE_SM90", "ROCM_AITER_MLA_SPARSE",
+                       # DeepSeek-V4 and V4.1's own (vllm==0.33.0 vllm/models/deepseek_v41/nvidia/model.py:201-258)
+                       "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHMLA_SPARSE_DSV41",
+                       "FLASHMLA_MEGA_ATTN_DSV41", "FLASHINFER_MLA_SPARSE_DSV41")
 
 
 @dataclass(frozen=True)
@@ -108,8 +114,10 @@ class Recipe:
                                          "vllm/config/speculative.py", choices=SPECULATIVE_METHODS)
     tensor_parallel_size: int = key("tensor-parallel-size", "int", 1, "TP size", minimum=1, maximum=MAX_PARALLEL)
     data_parallel_size: int = key("data-parallel-size", "int", 1, "DP size", minimum=1, maximum=MAX_PARALLEL)
-    pipeline_parallel_size: int = key("pipeline-parallel-size", "int", 1, "PP size (only 1 is modelled)",
-                                      minimum=1, maximum=1)
+    pipeline_parallel_size: int = key("pipeline-parallel-size", "int", 1, "PP size: the layers split over stages "
+                                      "as vLLM splits them (get_pp_indices), drafts on the last; the stage with the "
+                                      "fewest blocks decides", "vllm/distributed/utils.py", minimum=1,
+                                      maximum=MAX_PARALLEL)
     enable_expert_parallel: bool = key("enable-expert-parallel", "bool", False,
                                        "Split the routed experts over TP x DP ranks")
     all2all_backend: str = key("all2all-backend", "choice", "allgather_reducescatter",
@@ -133,6 +141,20 @@ class Recipe:
                                         "Sparse-MLA backend; default: vLLM's priority for the GPU and cache dtype "
                                         "(FlashInfer's keeps standard fp8 at 576 B, FlashMLA's fp8_ds_mla 656 B)",
                                         "vllm/platforms/cuda.py:94-143", choices=SPARSE_MLA_BACKENDS)
+    attention_config_backend: str | None = key("attention-config.backend", "choice", None,
+                                               "The attention backend, as --attention-config spells it (the same as "
+                                               "attention-backend)", choices=SPARSE_MLA_BACKENDS)
+    indexer_kv_dtype: str = key("attention-config.indexer_kv_dtype", "choice", "auto",
+                                "The sparse indexer's cache: auto or fp8 (132 B an entry), mxfp4 (68 B; DeepSeek-V4 "
+                                "from vLLM 0.27.0, V4.1)", "vllm/config/attention.py", choices=("auto", "fp8", "mxfp4"))
+    use_fp4_indexer_cache: bool = key("attention-config.use_fp4_indexer_cache", "bool", False,
+                                      "The older spelling of indexer_kv_dtype mxfp4 (DeepSeek-V4)")
+    indexer_sparse_logits: bool = key("attention-config.indexer_sparse_logits", "bool", False,
+                                      "DeepSeek-V4.1's candidate-block indexer logits (vLLM 0.31.0+): aligns the indexer "
+                                      "pages", "vllm/config/attention.py")
+    engram_cpu_offload: bool = key("engram-config.cpu_offload", "bool", True,
+                                   "DeepSeek-V4.1's Engram tables in pinned host memory, vLLM's default; false puts them "
+                                   "on the GPUs, split over the data-parallel ranks", "vllm/config/engram.py:37-38")
     async_scheduling: bool = key("async-scheduling", "bool", True, "Two batches in flight: sliding-window caches "
                                  "hold twice max-num-batched-tokens (vLLM 0.26+); on by default",
                                  "vllm/config/vllm.py:583-605")
@@ -253,13 +275,17 @@ RESOLVED_PATHS = tuple((name, *k.name.rpartition(".")[::2], k.kind in ("model", 
                        for name, k in KEYS.items() if k.kind != "memory")
 # Versions are read as the text written: YAML would read vllm-version 0.30 as the number 0.3, deepgemm 2.10 as 2.1.
 TEXT_KEYS = {k.name for k in KEYS.values() if k.kind in ("version", "release")}
-NESTED = {"speculative-config", "compilation-config", "env", "memory"}
+NESTED = {"speculative-config", "compilation-config", "attention-config", "engram-config", "env", "memory"}
 # Nested keys vLLM takes that do not change memory per rank: accepted and ignored.
 IGNORED_NESTED = {
     "speculative-config": {"model", "draft_tensor_parallel_size", "disable_padded_drafter_batch", "quantization",
                            "rejection_sample_method", "draft_sample_method"},
     "compilation-config": {"level", "mode", "pass_config", "custom_ops", "compile_sizes", "use_inductor",
                            "splitting_ops", "backend"},
+    "attention-config": {"use_prefill_decode_attention", "flash_attn_version", "use_cudnn_prefill",
+                         "use_trtllm_ragged_deepseek_prefill", "use_trtllm_attention", "disable_flashinfer_prefill",
+                         "disable_flashinfer_q_quantization", "flash_attn_max_num_splits_for_cuda_graph"},
+    "engram-config": {"dp_shared_memory"},
     "env": set(),
     "memory": set(),
 }
@@ -361,7 +387,7 @@ def check_value(name: str, k: Key, value):
         text = str(value).strip() if isinstance(value, (str, float)) else ""
         if text.lower() == engines.MAIN:
             return engines.MAIN
-        if not re.fullmatch(r"v?\d{1,4}\.\d{1,4}(\.\d{1,4})?([.+\-]?\w[\w.+\-]{0,80})?", text):
+        if not re.fullmatch(VERSION, text):
             raise RecipeError(name, f"expected a vLLM release such as {engines.NEWEST_VLLM}, or main, got {value!r}")
         try:
             version = engines.build_of(text.lstrip("v"))
@@ -570,6 +596,8 @@ def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = N
         "cudagraph_bytes": values["cudagraph_bytes"] or {},
         "indexer_headroom_bytes": values["indexer_headroom_bytes"] or {},
         "cache_dtype": cache_dtype(values["kv_cache_dtype"], model, engine, gpu),
+        "attention_backend": values["attention_backend"] or values["attention_config_backend"],
+        "indexer_kv_dtype": "mxfp4" if values["use_fp4_indexer_cache"] else values["indexer_kv_dtype"],
     }
     ignored = ignored or {}
     recipe = Recipe(**values, engine=engine, layout=layout_for(values["deepgemm"], gpu), ignored_keys=tuple(ignored),
@@ -605,6 +633,21 @@ def cache_dtype(written: str, model: Model, engine: Engine, gpu: Gpu) -> str:
                 "auto")
 
 
+def check_speculation(recipe: Recipe) -> None:
+    """The method is one the release accepts, and a drafter the model has (V4.1 has no MTP layers: vllm==0.33.0
+    vllm/config/speculative.py:1474-1486; DSpark drafts DeepSeek-V4 and V4.1)."""
+    method = recipe.speculative_method
+    if method is None or recipe.engine.name != "vllm":
+        return
+    if method not in recipe.engine.speculative_methods:
+        raise RecipeError("speculative-config.method", f"{method} is not a method of {recipe.engine.label}; it takes "
+                                                       f"{', '.join(sorted(recipe.engine.speculative_methods))}")
+    drafter = "mtp" if method in engines.MTP_METHODS else method
+    if drafter in ("mtp", "dspark") and drafter not in recipe.model.drafters:
+        raise RecipeError("speculative-config.method", f"{recipe.model.name} has no {drafter} drafter in vLLM; its "
+                                                       f"drafters: {', '.join(recipe.model.drafters)}")
+
+
 def check_across(recipe: Recipe) -> None:
     model, gpu = recipe.model, recipe.gpu
     if recipe.max_model_len > model.max_position_embeddings:
@@ -617,10 +660,11 @@ def check_across(recipe: Recipe) -> None:
     if recipe.attention_backend is not None and recipe.attention_backend not in SPARSE_MLA_BACKENDS:
         raise RecipeError("attention-backend", f"{recipe.attention_backend} is no sparse-MLA backend; DSA models run "
                                                f"on {', '.join(SPARSE_MLA_BACKENDS)}")
-    method = recipe.speculative_method
-    if method is not None and recipe.engine.name == "vllm" and method not in recipe.engine.speculative_methods:
-        raise RecipeError("speculative-config.method", f"{method} is not a method of {recipe.engine.label}; it takes "
-                                                       f"{', '.join(sorted(recipe.engine.speculative_methods))}")
+    if recipe.engine.name == "vllm" and engines.release_tuple(recipe.engine.version) < engines.release_tuple(
+            model.first_release):
+        raise RecipeError("vllm-version", f"{recipe.engine.label} predates {model.name}'s model code (vLLM "
+                                          f"{model.first_release}+)")
+    check_speculation(recipe)
     if recipe.kv_cache_memory_bytes is not None and recipe.kv_cache_memory_bytes > gpu.total_memory_bytes:
         raise RecipeError("kv-cache-memory-bytes", f"{recipe.kv_cache_memory_bytes:,} B is more than {gpu.name}'s "
                                                    f"{gpu.total_memory_bytes:,} B")
@@ -775,14 +819,9 @@ def yaml_loader():
 
 def read_text(path: Path) -> str:
     try:
-        with path.open("rb") as file:
-            data = file.read(RECIPE_MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise RecipeError("recipe", f"no such file: {path}") from None
-    except OSError as error:
-        raise RecipeError("recipe", f"cannot read {path}: {error.strerror or error}") from None
-    if len(data) > RECIPE_MAX_BYTES:
-        raise RecipeError("recipe", f"{path} is over {RECIPE_MAX_BYTES // MIB} MiB: not a recipe")
+        data = inputs.read_bytes(path, RECIPE_MAX_BYTES, "recipe")
+    except inputs.Unreadable as error:
+        raise RecipeError("recipe", str(error)) from None
     try:
         return data.decode()
     except UnicodeDecodeError:
@@ -823,9 +862,15 @@ def read_recipe(path: Path, overrides: list[str] = ()) -> dict:
         set_override(raw, assignment)
     if launch_script:
         check_gpu_given(raw)
+    return with_memory_gpu(raw, file_gpu)
+
+
+def with_memory_gpu(raw: dict, file_gpu) -> dict:
+    """raw whose memory block, if it has one, names the GPU it was measured on: its own memory.gpu, else the recipe
+    file's gpu (file_gpu: whatever the file gives; --set and --vary do not change it)."""
     memory = raw.get("memory")
     if isinstance(memory, dict) and memory and "gpu" not in memory and isinstance(file_gpu, str):
-        raw["memory"] = {**memory, "gpu": file_gpu}
+        return {**raw, "memory": {**memory, "gpu": file_gpu}}
     return raw
 
 

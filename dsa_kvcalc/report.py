@@ -232,9 +232,6 @@ def assumptions(plan: Plan) -> list[str]:
     kv = plan.memory.kv_provenance
     found = [f"out-of-memory bound without #62860: {OOM_ASSUMPTION}",
              f"KV cache ({kv.provenance}): {kv.source}" + (f"; {recipe.model.note}" if recipe.model.note else "")]
-    if recipe.model.logged_token_bytes and recipe.max_model_len != FITTED_LENGTH:
-        found.append(f"{recipe.model.name}'s KV cost per logged token was fitted at max-model-len {FITTED_LENGTH:,}: "
-                     f"at {recipe.max_model_len:,} it is an estimate (each request's window pages do not scale)")
     if not recipe.indexer_headroom_bytes:
         found.append("indexer headroom = the prefill budget: the reservation raises the profiled peak by all it adds "
                      "over the budget (give memory.indexer_headroom_gib, measured, to model less)")

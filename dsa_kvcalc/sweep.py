@@ -5,6 +5,7 @@ as `plan --set KEY=VALUE`, so every row is what `plan --format json` prints for 
 """
 
 import math
+import re
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
@@ -16,8 +17,9 @@ from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import BACKENDS
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import (
-    BY_NAME, IGNORED_KEYS, KEYS, NESTED, PER_BACKEND_TERMS, Recipe, RecipeError, as_written, canonical, load,
-    load_recipe, model_config_path, parse_size, read_command, read_recipe, read_values, resolve_as_written, set_value)
+    BY_NAME, IGNORED_KEYS, KEYS, MEMORY_TERMS, NESTED, PER_BACKEND_TERMS, Recipe, RecipeError, as_written, canonical,
+    load, load_recipe, model_config_path, parse_size, read_command, read_recipe, read_values, resolve_as_written,
+    set_value, with_memory_gpu)
 from dsa_kvcalc.report import backend_json, flatten
 
 BACKEND_NAMES = tuple(b.name for b in BACKENDS)
@@ -48,16 +50,38 @@ def parse_varies(texts: list[str]) -> list[Vary]:
     if not texts:
         raise RecipeError("--vary", "nothing to sweep: give at least one --vary KEY=SPEC")
     varies = [parse_vary(text) for text in texts]
-    seen = set()
+    seen: dict[tuple[str, ...], str] = {}
+    units: dict[str, str] = {}  # a memory term -> its unit: a file gives each term in one (whatever its backends)
     for text, vary in zip(texts, varies):
-        name = ".".join(canonical(part.strip()) for part in vary.key.split("."))
-        if name in seen:
-            raise RecipeError(f"--vary {text}", f"{vary.key} is varied twice")
-        seen.add(name)
+        path = varied_path(vary.key)
+        other = next((key for known, key in seen.items() if overlap(known, path)), None)
+        unit = re.search(r"_(gib|bytes)$", vary.key.split(".")[1]) if path[0] == "memory" and len(path) > 1 else None
+        if other is None and unit and units.setdefault(path[1], unit[1]) != unit[1]:
+            other = next(key for key in seen.values() if varied_path(key)[:2] == path[:2])
+        if other is not None:
+            also = "" if other == vary.key else f": {other} sets it too"
+            raise RecipeError(f"--vary {text}", f"{vary.key} is varied twice{also}")
+        seen[path] = vary.key
     if point_count(varies) > MAX_POINTS:
         raise RecipeError("--vary", f"{point_count(varies):,} points is over the limit of {MAX_POINTS:,}: narrow a "
                                     f"range or raise its step")
     return varies
+
+
+def varied_path(key: str) -> tuple[str, ...]:
+    """What a varied key sets, as a recipe file nests it: the top-level key as vLLM spells it, a memory term without
+    its unit (weights_gib and weights_bytes are one term, which a file may give once), then the nested keys."""
+    top, *inner = [part.strip() for part in key.split(".")]
+    if canonical(top) == "memory" and inner:
+        inner[0] = re.sub(r"_(gib|bytes)$", "", inner[0])
+    return canonical(top), *inner
+
+
+def overlap(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
+    """Whether two varied paths set one value: they are the same, or one holds the other (memory.cudagraph_gib and
+    memory.cudagraph_gib.auto)."""
+    shorter = min(len(one), len(other))
+    return one[:shorter] == other[:shorter]
 
 
 def parse_vary(text: str) -> Vary:
@@ -92,9 +116,11 @@ def check_key(option: str, key: str) -> None:
         raise RecipeError(option, f"{top} has no nested keys")
     inner, *backend = nested
     known = sorted(k.name.split(".", 1)[1] for k in KEYS.values() if k.name.startswith(name + "."))
-    if name == "memory":
+    if name == "memory" and inner in ("gpu", "rest"):
+        ok = not backend
+    elif name == "memory":
         term = inner.rsplit("_", 1)
-        ok = len(term) == 2 and term[1] in ("gib", "bytes") and term[0] in known
+        ok = len(term) == 2 and term[1] in ("gib", "bytes") and term[0] in MEMORY_TERMS
         ok = ok and (not backend or (term[0] in PER_BACKEND_TERMS and len(backend) == 1 and backend[0] in BACKEND_NAMES))
     else:
         ok = inner in known and not backend
@@ -208,22 +234,30 @@ def model_configs(base: Base, varies: list[Vary]) -> list[Path]:
 
 
 def recipe_at(base: Base, point: dict) -> Recipe:
-    """The base with the point's values, each through the same checks as in a recipe file. The base's memory block
-    was measured on the base: a point that changes its shape carries it (measured_on)."""
+    """The base with the point's values, each through the same checks as in a recipe file. The memory block was
+    measured on the base with the point's memory values: a point that changes the shape carries it (measured_on),
+    as plan --set does."""
+    recipe = values_at(base, point)
+    memory_point = {key: value for key, value in point.items() if canonical(key.split(".")[0]) == "memory"}
+    if not recipe.measured or memory_point == point:
+        return recipe
+    if not memory_point:  # measured on the base (or on the file under the base's --set), compared once
+        return recipe if recipe.resolved() == base.measured_shape else replace(recipe, measured_on=base.measured_on)
+    measured_on = values_at(base, memory_point)
+    return recipe if recipe.resolved() == measured_on.resolved() else replace(recipe, measured_on=measured_on)
+
+
+def values_at(base: Base, point: dict) -> Recipe:
     if any(canonical(key.split(".")[0]) == "memory" or value is None for key, value in point.items()):
         raw = dict(base.raw)  # memory keys merge into the measured block; null restores a default
         for key, value in point.items():
             set_value(raw, key, value)
-        recipe = load(raw, base.recipe_dir)
-    else:
-        changes: dict = {}
-        for key, value in point.items():
-            set_value(changes, key, value)
-        values, _ = read_values(changes)
-        recipe = resolve_as_written(base.raw, base.values | values, base.recipe_dir, base.ignored)
-    if not recipe.measured or any(canonical(key.split(".")[0]) == "memory" for key in point):
-        return recipe
-    return recipe if recipe.resolved() == base.measured_shape else replace(recipe, measured_on=base.measured_on)
+        return load(with_memory_gpu(raw, base.raw.get("gpu")), base.recipe_dir)  # as --set records it
+    changes: dict = {}
+    for key, value in point.items():
+        set_value(changes, key, value)
+    values, _ = read_values(changes)
+    return resolve_as_written(base.raw, base.values | values, base.recipe_dir, base.ignored)
 
 
 @dataclass

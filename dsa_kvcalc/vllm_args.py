@@ -19,7 +19,7 @@ from dsa_kvcalc.recipe import BY_NAME, IGNORED_KEYS, KEYS, NESTED, Recipe, Recip
 ALIASES = {
     "-tp": "tensor-parallel-size", "-pp": "pipeline-parallel-size", "-dp": "data-parallel-size",
     "-dcp": "decode-context-parallel-size", "-ep": "enable-expert-parallel", "-sc": "speculative-config",
-    "-cc": "compilation-config", "-q": "quantization", "-dpl": "data-parallel-size-local",
+    "-cc": "compilation-config", "-ac": "attention-config", "-q": "quantization", "-dpl": "data-parallel-size-local",
     "-dpa": "data-parallel-address", "-dpp": "data-parallel-rpc-port", "-dpr": "data-parallel-start-rank",
     "-dph": "data-parallel-hybrid-lb", "-dpe": "data-parallel-external-lb", "-asc": "api-server-count",
 }
@@ -48,9 +48,10 @@ MANY_VALUES = {"served-model-name", "api-key", "collect-detailed-traces", "cudag
 # vLLM's value types where they differ from reading the text as the recipe key's kind: the top-k backend is lowered
 # with dashes as underscores (vllm==0.33.0 vllm/engine/arg_utils.py:1850), a CUDA-graph mode upper-cased
 # (vllm/config/compilation.py:873-879), and the JSON of a config class may hold 1k-style numbers
-# (vllm/engine/arg_utils.py:303-321, for --compilation-config; --speculative-config is plain JSON, :1863).
+# (vllm/engine/arg_utils.py:303-321, for --compilation-config, --attention-config and --engram-config;
+# --speculative-config is plain JSON, :1863).
 LOWERED = {"sparse-indexer-topk-backend"}
-CONFIG_CLASSES = {"compilation-config"}
+CONFIG_CLASSES = {"compilation-config", "attention-config", "engram-config"}
 ENTRY_POINTS = ("vllm serve", "python -m vllm.entrypoints.openai.api_server",
                 "python3 -m vllm.entrypoints.openai.api_server")
 SERVE_LINE = re.compile(r"\s*(?:[A-Za-z_]\w*=(?:\"[^\"]*\"|'[^']*'|\S)*\s+)*(?:(?:exec|env|nohup)\s+)*"
@@ -303,7 +304,6 @@ def typed_inner(target: str, value):
 # plan planned.
 PINNED = ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "gpu_memory_utilization")
 NOT_ARGUMENTS = ("model", "gpu", "engine", "vllm-version", "deepgemm", "memory")  # dsa-kvcalc's own keys
-JSON_ARGUMENTS = ("speculative-config", "compilation-config")
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dsa_kvcalc import inputs
 from dsa_kvcalc.recipe import RecipeError
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "(Worker_TP0 pid=514) ", "(EngineCore_DP0 pid=749) (RayWorkerWrapper pid=347, ip=172.16.17.12) ": the last names the rank.
 PREFIX = re.compile(r"\(([A-Za-z][\w.-]* pid=\d+[^()]*)\)\s*")
-# Bounded: a figure of more digits than any log prints is no figure (and a 5000-digit one would not convert).
+# Bounded: a figure (or a version) of more digits than any log prints is none (and a 5000-digit one would not
+# convert).
 NUMBER = r"(\d{1,15}(?:\.\d{1,12})?)"
 COUNT = r"(\d{1,3}(?:,?\d{3}){0,6})"
 
@@ -49,8 +51,8 @@ LINES = [
     (("gpu_memory_utilization", "utilization_without_graphs"),
      rf"The current --gpu-memory-utilization={NUMBER} is equivalent to --gpu-memory-utilization={NUMBER} without "
      rf"CUDA graph memory profiling"),
-    (("version",), r"\bversion (\d+\.\d+\.\d+\S*)\s*$"),
-    (("version",), r"Initializing a V1 LLM engine \(v(\d+\.\d+\.\d+[^)\s]*)\)"),
+    (("version",), r"\bversion (\d{1,6}\.\d{1,6}\.\d{1,6}\S{0,64})\s*$"),
+    (("version",), r"Initializing a V1 LLM engine \(v(\d{1,6}\.\d{1,6}\.\d{1,6}[^)\s]{0,64})\)"),
 ]
 PATTERNS = [(fields, re.compile(pattern)) for fields, pattern in LINES]
 ARGS = re.compile(r"non-default args: (\{.*)$")
@@ -118,15 +120,15 @@ class LogReading:
 
 
 LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces: no log line that matters is this long
+LOG_MAX_BYTES = 64 << 20  # a startup log is kilobytes; reading this much takes seconds already
 
 
 def read_log_file(path: Path, key: str) -> LogReading:
-    """A log file, read line by line (memory stays flat however large it is)."""
+    """A log file, read line by line (memory stays flat)."""
     try:
-        with path.open(encoding="utf-8", errors="replace") as file:
-            return read_log(iter(lambda: file.readline(LINE_MAX_CHARS), ""))
-    except OSError as error:
-        raise RecipeError(key, f"cannot read {path}: {error.strerror or error}") from None
+        return read_log(inputs.read_lines(path, LOG_MAX_BYTES, "vLLM startup log", LINE_MAX_CHARS))
+    except inputs.Unreadable as error:
+        raise RecipeError(key, str(error)) from None
 
 
 def read_log(lines) -> LogReading:

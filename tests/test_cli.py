@@ -45,7 +45,7 @@ BASE = "model: DeepSeek-V3.2\ngpu: H200\ntensor-parallel-size: 8\n"
     (BASE + "env:\n  VLLM_SPARSE_INDEXER_MAX_LOGITS_MB: 0\n", "env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB:"),
     (BASE + "max-num-seq: 256\n", "max-num-seq: unknown key (did you mean max-num-seqs?)"),
     (BASE + "deepgemm: '2.7'\n", "deepgemm:"),
-    (BASE + "pipeline-parallel-size: 2\n", "pipeline-parallel-size:"),
+    (BASE + "pipeline-parallel-size: 2000\n", "pipeline-parallel-size:"),
     ("gpu: H200\n", "model: missing"),
     ("- a\n- list\n", "recipe:"),
     ("model: DeepSeek-V3.2\ngpu: H100\n", "model: deepseek-ai/DeepSeek-V3.2 needs"),  # 671B on one 80 GB GPU
@@ -168,7 +168,7 @@ def test_markdown_and_table_show_the_backends():
 
 def test_explain_substitutes_the_numbers():
     text = run("plan", SEED, "--explain").output
-    assert "min(256, 16384) x 6 = 1,536" in text  # B200: 16384 batched tokens by default since vLLM 0.28
+    assert "min(256, 8192) x 6 = 1,536" in text  # the seed's 8192 batched tokens
     assert "1,536 x 1,049,088 x 6 = 9,668,395,008 B" in text
 
 

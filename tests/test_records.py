@@ -116,12 +116,7 @@ def tokens_from_logged_memory(record: Record) -> tuple[int, int, int]:
             tokens_at(plan, record.available_gib + 0.005))
 
 
-DSPARK = ("DSpark's draft layers keep KV caches of their own, which plan does not model: plan's tokens come out "
-          "4 % high for the B300 DSpark record")
-
-
-@pytest.mark.parametrize("record", [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=DSPARK))
-                                    if "DSpark" in r.name else r for r in RECORDS], ids=lambda r: r.name)
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.name)
 def test_logged_kv_memory_gives_the_logged_tokens(record):
     tokens, low, high = tokens_from_logged_memory(record)
     assert low <= record.tokens <= high or abs(tokens / record.tokens - 1) <= tolerance(record), (tokens, low, high)

@@ -196,3 +196,29 @@ def test_a_default_that_moves_the_answer_is_named_with_how_far():
     given = load({"model": "DeepSeek-V4-Flash", "gpu": "H20", "tensor-parallel-size": 2, "max-model-len": 131072,
                   "max-num-batched-tokens": 8192, "async-scheduling": True})
     assert capacity.default_impacts(given) == []
+
+
+def test_pipeline_stages_split_the_layers_as_vllm_does_and_the_fullest_stage_decides():
+    # get_pp_indices (vllm==0.33.0 vllm/distributed/utils.py:198-239): 61 // 4 = 15 a stage, the one left over on
+    # the second-last: [15, 15, 16, 15]. V3.2 bf16 on H200: 16 x (1152 + 132) x 64 = 1,314,816 B a block; the MTP
+    # layer joins the last stage: 15 + 1 layers, no stage above 16.
+    from dsa_kvcalc.kv_cache import stage_layers
+    assert [len(s) for s in stage_layers(61, 4)] == [15, 15, 16, 15]
+    assert [len(s) for s in stage_layers(78, 2)] == [39, 39]
+    v32 = {"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "pipeline-parallel-size": 4}
+    assert capacity.plan(load(v32)).memory.kv.block_bytes == 16 * (1152 + 132) * 64
+    mtp = v32 | {"speculative-config": {"method": "mtp", "num_speculative_tokens": 1}, "pipeline-parallel-size": 2}
+    # PP2: [31, 30], the one left over on the second-last (the first); the last holds 30 + the MTP layer: 31 either way
+    assert capacity.plan(load(mtp)).memory.kv.block_bytes == 31 * (1152 + 132) * 64
+
+
+def test_glm51_pp2_record_is_one_stage_of_39_layers():
+    # shared/data: GLM-5.1 fp8 on H100 (A3 Mega) TP8 x PP2, vLLM 0.19.0: 858,048 tokens = 13,407 blocks x 64 (before
+    # 0.20.1 the tokens are blocks x block tokens), 4.23x at 202,752 = 13,407 / 3,168 pages. A stage of 39 layers of
+    # fp8_ds_mla and indexer pages costs 39 x (656 + 132) x 64 B a block: 13,407 of them are 24.56 GiB.
+    recipe = load({"model": "GLM-5.1-FP8", "gpu": "NVIDIA H100 Mega 80GB", "tensor-parallel-size": 8,
+                   "pipeline-parallel-size": 2, "kv-cache-dtype": "fp8", "vllm-version": "0.19.0",
+                   "kv-cache-memory-bytes": 13_407 * 39 * 788 * 64})
+    plan = capacity.plan(recipe)
+    assert plan.memory.kv.block_bytes == 39 * 788 * 64
+    assert plan.backend("auto").kv_cache_tokens == 858_048

@@ -190,10 +190,10 @@ def test_recommend_stops_where_the_kv_target_binds(tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    # vLLM refuses max-num-seqs above max-num-batched-tokens (16384 by default on a B200 since vLLM 0.28)
-    (["--target-concurrency", 17000, "--min-kv-tokens", 0], ["above max-num-batched-tokens 16,384"]),
-    # 210 M tokens x 896 B per token would be 175 GiB: more than all 173 GiB requested
-    (["--target-concurrency", 1, "--min-kv-tokens", 210_000_000], ["< 210,000,000"]),
+    # vLLM refuses max-num-seqs above max-num-batched-tokens (the seed's 8192)
+    (["--target-concurrency", 9000, "--min-kv-tokens", 0], ["above max-num-batched-tokens 8,192"]),
+    # 125 M tokens x 1,490 B per logged token would be 173.4 GiB: more than all 173 GiB requested
+    (["--target-concurrency", 1, "--min-kv-tokens", 125_000_000], ["< 125,000,000"]),
 ])
 def test_recommend_says_why_nothing_fits(args, words):
     result = recommend(*args)

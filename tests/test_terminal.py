@@ -55,7 +55,7 @@ def test_the_seeds_first_screen_answers_the_four_questions():
     # vLLM 0.33.0, without #62860, logs the seed's "main" KV cache: 41,050,274 tokens for auto (vLLM PR #62860's
     # table); 1M tokens a request. By hand: 5.35 GiB free / (6 rows x 1,049,088 x 6 B) = 152 decodes fit.
     for answer in ("vLLM 0.33.0 starts", "41,050,274 KV tokens", "x 1,048,576", "OOM above 152 concurrent decodes",
-                   "deep_select instead:", "(+17.5%)", "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB="):
+                   "deep_select instead:", "KV tokens (+", "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB="):
         assert answer in first, (answer, screen[:6])
     table = [i for i, line in enumerate(screen) if "━" in line]
     assert len(table) == 1 and table[0] < 8, screen  # one table, straight after the answers

@@ -39,9 +39,10 @@ SCRIPTS = {
                                      "-sc '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}' "
                                      "--tokenizer-mode deepseek_v4 &\n",
     "deepseek-v4.1-flash-4xb200-dep4": "VLLM_LOGGING_LEVEL=DEBUG vllm serve deepseek-ai/DeepSeek-V4.1-Flash "
-                                       "--max-num-seqs 256 --max-model-len 1M \\\n  -dp 4 -ep "
-                                       "--gpu-memory-utilization 0.97 --kv-cache-dtype fp8 --spec-method mtp "
-                                       "--spec-tokens 5 \\\n  -cc.cudagraph_mode FULL_AND_PIECEWISE "
+                                       "--max-num-seqs 256 --max-model-len 1M --max-num-batched-tokens 8K \\\n"
+                                       "  -dp 4 -ep --gpu-memory-utilization 0.97 --kv-cache-dtype fp8 "
+                                       "--spec-method dspark --spec-tokens 5 \\\n  -ac.indexer_kv_dtype mxfp4 "
+                                       "-ac.indexer_sparse_logits true -cc.cudagraph_mode FULL_AND_PIECEWISE "
                                        "-cc.max_cudagraph_capture_size=1536\n",
     "glm-5-8xb200-tp8": "vllm serve zai-org/GLM-5-FP8 -tp 8 --kv-cache-dtype fp8 --speculative-config.method mtp "
                         "\\\n    --speculative-config.num_speculative_tokens 3 --tool-call-parser glm47 "
@@ -173,6 +174,11 @@ def serve_words(text: str) -> tuple[dict, list[str]]:
     return env, words[words.index("vllm") + 2:]
 
 
+# The config objects' fields that are recipe keys
+CONFIG_KEYS = {top: [k.name.split(".")[1] for k in KEYS.values() if k.name.startswith(top + ".")]
+               for top in ("compilation-config", "attention-config")}
+
+
 def from_namespace(namespace: dict, defaults: dict) -> dict:
     """What vLLM's parser read, as a raw recipe: the keys it holds that are not its defaults, the shorthands merged
     as vLLM merges them (EngineArgs.create_speculative_config, create_engine_config)."""
@@ -185,12 +191,14 @@ def from_namespace(namespace: dict, defaults: dict) -> dict:
     for key, dest in (("method", "spec_method"), ("model", "spec_model"), ("num_speculative_tokens", "spec_tokens")):
         if namespace.get(dest) is not None:
             speculative[key] = namespace[dest]
-    compilation = {key: value for key, value in namespace["compilation_config"].items() if value is not None}
+    configs = {top: {inner: namespace[dest].get(inner) for inner in keys
+                     if namespace[dest].get(inner) != defaults[dest].get(inner)}
+               for top, keys in CONFIG_KEYS.items() for dest in [top.replace("-", "_")]}
     for key in ("cudagraph_capture_sizes", "max_cudagraph_capture_size"):
         if namespace.get(key) is not None:
-            compilation[key] = namespace[key]
-    return raw | ({"speculative-config": speculative} if speculative else {}) | (
-        {"compilation-config": compilation} if compilation else {})
+            configs["compilation-config"][key] = namespace[key]
+    return raw | ({"speculative-config": speculative} if speculative else {}) | {
+        top: mapping for top, mapping in configs.items() if mapping}
 
 
 def as_planned(raw: dict, gpu: str, release: str, env: dict) -> dict:
@@ -224,7 +232,7 @@ def test_vllms_parser_reads_every_spelling_as_dsa_kvcalc_does(release):
     lines = SPELLINGS + [SCRIPTS[name] for name in sorted(SCRIPTS)] + [
         "vllm serve zai-org/GLM-5-FP8 -tp 8 --disable-expert-parallel --no-async-scheduling --enforce-eager "
         "--max-model-len 128k --kv-cache-memory-bytes 40G --sparse-indexer-topk-backend DEEP-select",
-        "vllm serve zai-org/GLM-5-FP8 -tp 4 -dcp 2 --max-num-batched-tokens 8k --cudagraph-capture-sizes 1 2 4 8 "
+        "vllm serve zai-org/GLM-5-FP8 -tp 4 -dcp 2 --max-num-batched-tokens 8K --cudagraph-capture-sizes 1 2 4 8 "
         "--compilation-config '{\"cudagraph_mode\": \"full_decode_only\"}' --served-model-name a b --port 8000"]
     cases = [{"argv": ["x"]}] + [{"argv": vllm_args.serve_command(line)[1]} for line in lines]
     defaults, *parsed = oracle(release, json.dumps(cases))

@@ -26,7 +26,6 @@ try:
 except ImportError:
     from vllm.entrypoints.openai.cli_args import make_arg_parser
 
-COMPILATION = ("cudagraph_mode", "max_cudagraph_capture_size", "cudagraph_capture_sizes")
 
 
 def serve_parser():
@@ -37,17 +36,17 @@ def serve_parser():
     return top, subparsers.choices["serve"]
 
 
-def jsonable(value):
+def jsonable(value, depth: int = 0):
+    """A namespace value as JSON: a config object (--compilation-config, --attention-config) as its fields, an enum
+    as its name."""
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v, depth + 1) for v in value]
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if hasattr(value, "name") and type(value).__module__.startswith("vllm") and not hasattr(value, "__dict__"):
-        return value.name  # an enum
-    if type(value).__name__ == "CompilationConfig":
-        return {name: jsonable(getattr(value, name)) for name in COMPILATION}
+        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
+    if hasattr(value, "__dataclass_fields__") and depth < 3:
+        return {name: jsonable(getattr(value, name, None), depth + 1) for name in value.__dataclass_fields__}
     return getattr(value, "name", None) or str(value)
 
 

@@ -12,8 +12,7 @@ from dsa_kvcalc.report import TOOL
 
 def render_models(console) -> None:
     header = ["model", "layers + MTP", "index topk", "KV cache", "checkpoint GiB", "max len"]
-    rows = [[m.name, f"{m.num_layers} + {m.mtp_layers}", str(m.index_topk),
-             m.logged_token_bytes.provenance if m.logged_token_bytes else "derived",
+    rows = [[m.name, f"{m.num_layers} + {m.mtp_layers}", str(m.index_topk), "derived",
              f"{m.checkpoint.value / GIB:.1f} {m.checkpoint.provenance}", f"{m.max_position_embeddings:,}"]
             for m in MODELS]
     print_table(console, header, rows)

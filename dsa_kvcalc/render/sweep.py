@@ -4,6 +4,8 @@ import csv
 import io
 import itertools
 import json
+import pickle
+import tempfile
 
 from dsa_kvcalc.render import csv_fields, gib, print_table
 from dsa_kvcalc.report import TOOL
@@ -11,27 +13,41 @@ from dsa_kvcalc.sweep import Candidate
 
 
 CHUNK_ROWS = 256  # rows written at once: memory stays flat, and the writes few
+WAIT_BYTES = 1 << 20  # rows waiting for the header's fields, kept in memory up to this much
 
 
 def csv_lines(rows):
     """The header comes from the rows up to the first available backend's (whose fields are complete), plus the
-    error column; those rows wait, the rest stream through."""
-    waiting = []
-    for row in rows:
-        waiting.append(row)
-        if row.get("available"):
-            break
-    fields = csv_fields([*waiting, {"error": ""}])
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(fields)
-    for count, row in enumerate(itertools.chain(waiting, rows), 1):
-        writer.writerow([row.get(field, "") for field in fields])
-        if count % CHUNK_ROWS == 0:
-            yield out.getvalue()
-            out.seek(0)
-            out.truncate()
-    yield out.getvalue()
+    error column; those rows wait, the rest stream through. Waiting rows past WAIT_BYTES go to a temporary file:
+    memory stays flat even when no point plans."""
+    with tempfile.SpooledTemporaryFile(max_size=WAIT_BYTES) as waiting:
+        seen: dict = {}
+        for row in rows:
+            pickle.dump(row, waiting)
+            seen |= dict.fromkeys(row)
+            if row.get("available"):
+                break
+        fields = csv_fields([seen, {"error": ""}])
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(fields)
+        waiting.seek(0)
+        for count, row in enumerate(itertools.chain(unpickled(waiting), rows), 1):
+            writer.writerow([row.get(field, "") for field in fields])
+            if count % CHUNK_ROWS == 0:
+                yield out.getvalue()
+                out.seek(0)
+                out.truncate()
+        yield out.getvalue()
+
+
+def unpickled(file):
+    """The rows pickled into file, one by one."""
+    while True:
+        try:
+            yield pickle.load(file)
+        except EOFError:
+            return
 
 
 def jsonl_lines(rows):
