@@ -471,27 +471,15 @@ def fit(
         r = base.recipe
         held = check_value("--concurrency", KEYS["max_num_seqs"], concurrency or r.max_num_seqs)
         length = check_value("--max-model-len", KEYS["max_model_len"], max_model_len or r.max_model_len)
-        planned = capacity_plan(base)
-        names = backend or [b.backend for b in planned.backends if b.available]
-        return r, fitting.fits(base, names, held, length or r.model.max_position_embeddings)
+        return r, fitting.fits(base, backend, held, length or r.model.max_position_embeddings)
 
     r, answers = guarded(work)
-    heading = {"model": r.model.name, "gpu": r.gpu.name, "engine": r.engine.label, "max_num_seqs": r.max_num_seqs,
-               "max_model_len": r.max_model_len}
     if format is ReportFormat.json:
-        sys.stdout.write(render.render_json(heading, answers))
+        sys.stdout.write(render.render_json(r, answers))
     else:
-        render.render_table(f"What fits per rank: {r.model.name} on {r.gpu.name}, {r.engine.label}, as planned "
-                            f"(max-num-seqs {r.max_num_seqs:,}, max-model-len {r.max_model_len:,})", answers,
-                            console())
+        render.render_table(r, answers, console())
     if all(a.largest is None for a in answers):
         raise typer.Exit(REFUSED)
-
-
-def capacity_plan(base):
-    from dsa_kvcalc import capacity, sweep as sweeping
-
-    return capacity.plan(sweeping.recipe_at(base, {}))
 
 
 @app.command()

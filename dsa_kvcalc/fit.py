@@ -1,6 +1,5 @@
 """What fits, both ways, on plan's own arithmetic: the longest max-model-len at which a concurrency fits, the most
-sequences at a max-model-len, and the largest max-num-seqs vLLM would start with. And whether vLLM would start at
-all. Pure: plans in, answers out.
+sequences at a max-model-len, and the largest max-num-seqs vLLM would start with. Pure: plans in, answers out.
 
 "Fits" is what vLLM logs and checks, per rank:
 - it starts when max-num-seqs <= max-num-batched-tokens and its KV cache holds one request of max-model-len
@@ -128,10 +127,10 @@ def seqs_top(r: Recipe) -> str:
 
 
 def fits(base: Base, backends: list[str], concurrency: int, length: int) -> list[Answer]:
-    """The three questions for each backend, in that order."""
+    """The three questions for each backend (default: those that run here), in that order."""
     planner = Planner(base)
     answers = []
-    for name in backends:
+    for name in backends or [b.backend for b in planner.at({}).backends if b.available]:
         answers += [longest_context(planner, name, concurrency), most_sequences(planner, name, length),
                     largest_start(planner, name)]
     return answers

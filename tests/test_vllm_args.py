@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import RECIPES, ROOT, SEED, fails, run
+from conftest import RECIPES, ROOT, fails, run
 from dsa_kvcalc import vllm_args
 from dsa_kvcalc.recipe import KEYS, load, read_command
 

@@ -3,6 +3,7 @@
 import json
 
 from dsa_kvcalc.fit import Answer
+from dsa_kvcalc.recipe import Recipe
 from dsa_kvcalc.render import print_table
 from dsa_kvcalc.report import TOOL
 
@@ -17,9 +18,10 @@ def answer_json(a: Answer) -> dict:
             "oom": {"max_decodes": b and b.oom.max_decodes, "at_risk": b and b.oom.at_risk}, "one_more": a.above}
 
 
-def render_json(heading: dict, answers: list[Answer]) -> str:
-    return json.dumps({"tool": TOOL, "recipe": heading, "answers": [answer_json(a) for a in answers]},
-                      indent=2) + "\n"
+def render_json(r: Recipe, answers: list[Answer]) -> str:
+    recipe = {"model": r.model.name, "gpu": r.gpu.name, "engine": r.engine.label, "max_num_seqs": r.max_num_seqs,
+              "max_model_len": r.max_model_len}
+    return json.dumps({"tool": TOOL, "recipe": recipe, "answers": [answer_json(a) for a in answers]}, indent=2) + "\n"
 
 
 def shown(value: int | None) -> str:
@@ -40,8 +42,10 @@ def risk(a: Answer) -> str:
     return f" (there, OOM risk above {a.plan.oom.max_decodes:,} concurrent decodes: see plan)"
 
 
-def render_table(title: str, answers: list[Answer], console) -> None:
+def render_table(r: Recipe, answers: list[Answer], console) -> None:
     """One row per group of backends with the same answers; under the table, what fails one step up."""
+    title = (f"What fits per rank: {r.model.name} on {r.gpu.name}, {r.engine.label}, as planned (max-num-seqs "
+             f"{r.max_num_seqs:,}, max-model-len {r.max_model_len:,})")
     by_backend: dict[str, list[Answer]] = {}
     for a in answers:
         by_backend.setdefault(a.backend, []).append(a)
