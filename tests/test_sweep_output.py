@@ -10,12 +10,13 @@ import sys
 
 import pytest
 
-from conftest import ROOT, SEED
+from conftest import RECIPES, ROOT, SEED
 from dsa_kvcalc import sweep
 from dsa_kvcalc.cli import PROGRESS_MIN_POINTS
 
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-SWEEP = [sys.executable, "-m", "dsa_kvcalc", "sweep", str(SEED), "--vary", f"max-num-seqs=1:{PROGRESS_MIN_POINTS}:1",
+SWEEP = [sys.executable, "-m", "dsa_kvcalc", "sweep", str(RECIPES / "deepseek-v3.2-8xh200-tp8.yaml"), "--vary",
+         f"max-num-seqs=1:{PROGRESS_MIN_POINTS}:1",
          "--backend", "auto", "--format", "csv"]
 
 
