@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from dsa_kvcalc import capacity
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc.catalog import GPUS
-from dsa_kvcalc.engine import build_of
+from dsa_kvcalc.engine import RELEASES, build_of
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import KEYS, Recipe, RecipeError, canonical, check_value, load
 from dsa_kvcalc.vllm_log import LogReading, RankReading
@@ -181,18 +181,41 @@ def log_version(measured: Measured, reading: LogReading) -> tuple[str | None, st
                 raise RecipeError("log", f"{error} (its [file.py:LINE] stamps match no release either)") from None
     if not releases:
         return None, ""
-    alike = f" ({' or '.join(releases)}: the same rules)" if len(releases) > 1 else ""
+    alike = f" ({', '.join(releases)}: the same rules)" if len(releases) > 1 else ""
     stamps = ", ".join(sorted(reading.stamps)[:4])
     unnamed = f"the log prints {printed}, no release" if printed else "the log prints no version"
     return releases[-1], f"vllm-version {releases[-1]}: {unnamed}; its stamps {stamps} are this release's{alike}"
 
 
-def with_log_facts(raw: dict, measured: Measured, reading: LogReading) -> tuple[dict, list[str]]:
+def version_from_kv(raw: dict, measured: Measured, recipe_dir) -> tuple[str | None, str]:
+    """For a log that names no release (no version, no [file.py:LINE] stamps): the releases whose KV-cache rules turn
+    its Available KV memory (printed to 0.01 GiB) into its logged tokens; the newest of them."""
+    if measured.available_kv_bytes is None or measured.kv_tokens is None:
+        return None, ""
+    fits = []
+    for release in RELEASES:
+        try:
+            recipe = load({**raw, "vllm-version": release}, recipe_dir)
+        except RecipeError:  # a release that predates the model, say
+            continue
+        kv = capacity.rank_memory(recipe).kv
+        low, high = (kv.tokens(measured.available_kv_bytes + d * PRINT_ROUNDING_BYTES) for d in (-1, 1))
+        if low <= measured.kv_tokens <= high:
+            fits.append(release)
+    if not fits:
+        return None, "the log names no release, and no release's KV-cache rules give its tokens from its KV memory"
+    return fits[-1], (f"vllm-version {fits[-1]}: the log names no release; its KV memory gives its tokens under the "
+                      f"KV-cache rules of {fits[0]} to {fits[-1]} (the newest taken)")
+
+
+def with_log_facts(raw: dict, measured: Measured, reading: LogReading, recipe_dir) -> tuple[dict, list[str]]:
     """The log's vLLM version, where the recipe names none; enforce-eager, where the log says "Enforce eager set" and
     the recipe does not say it."""
     named = {canonical(k): v for k, v in raw.items() if isinstance(k, str)}
     raw, notes = dict(raw), []
     version, how = log_version(measured, reading)
+    if version is None and "vllm-version" not in named:
+        version, how = version_from_kv(raw, measured, recipe_dir)
     if version is not None and "vllm-version" not in named:
         raw["vllm-version"] = version
         notes.append(how)
@@ -353,7 +376,7 @@ def logged_graphs(recipe: Recipe, estimate: capacity.Plan, measured: Measured) -
 
 def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) -> Calibration:
     measured = measure(reading)
-    raw, notes = with_log_facts(require(raw, measured), measured, reading)
+    raw, notes = with_log_facts(require(raw, measured), measured, reading, recipe_dir)
     recipe = load(raw, recipe_dir)
     if recipe.engine.profile_holds_decode_logits:
         raise RecipeError("engine", f"calibrate reads vLLM startup logs; this recipe runs {recipe.engine.label}")

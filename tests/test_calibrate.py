@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import LOGS, SEED, fails, run
+from conftest import LOGS, ROOT, SEED, fails, run
 from dsa_kvcalc import capacity
 from dsa_kvcalc.calibrate import indexer_headroom, measure_kv
 from dsa_kvcalc.units import GIB
@@ -149,7 +149,7 @@ def test_logs_without_memory_lines_fail_cleanly(tmp_path):
           "kv_tokens")
     fails(calibrate(LOGS / "deepseek-v4-flash-0731-8xb200-tp8-ep-vllm51454.log", "--output", out), "no memory terms",
           "non-default args")
-    fails(calibrate(Path(__file__), "--output", out), "error: log: no memory terms")  # an unrelated text file
+    fails(calibrate(ROOT / "pyproject.toml", "--output", out), "error: log: no memory terms")  # an unrelated text file
     fails(calibrate(tmp_path / "missing.log"), "error: log: cannot read")
     assert not out.exists()
 
@@ -218,3 +218,37 @@ def test_a_vllm_026_log_with_graph_estimate_and_standard_fp8_calibrates_to_its_t
     planned = json.loads(run("plan", out, "--format", "json").output)
     auto = next(b for b in planned["backends"] if b["backend"] == "auto")
     assert auto["kv_cache_tokens"] == 1_139_456  # vLLM 0.26.0 has no #62860: its log is its own headline
+
+
+def test_a_log_that_names_no_release_is_read_by_the_rules_that_give_its_tokens():
+    # The V4-Flash H200 NVL log of vLLM 0.23.0 (SOURCES.md) prints no version and no [file.py:LINE] stamps: only the
+    # bucket rule of 0.23.0-0.26.0 turns its 32.08 GiB into its 90,841 tokens (0.33.0's would give 83,593).
+    result = calibrate(LOGS / "deepseek-v4-flash-2xh200nvl-tp2-eager-v0.23.0-mml4096.log", "--set", "gpu=H200 NVL",
+                       "--set", "model=DeepSeek-V4-Flash", "--set", "tensor-parallel-size=2", "--set",
+                       "kv-cache-dtype=fp8", "--set", "max-model-len=4096", "--set", "gpu-memory-utilization=0.78",
+                       "-f", "json")
+    report = json.loads(result.output)
+    assert report["recipe"]["vllm-version"] == "0.26.0" and report["kv_tokens_calibrated"] == 90_841
+    assert any("0.23.0 to 0.26.0" in note for note in report["notes"])
+
+
+def test_a_dcp_log_with_only_kv_lines_calibrates_to_its_tokens(tmp_path):
+    # shared/data: GLM-5.1-NVFP4-MTP on 8 x RTX PRO 6000, DCP4, a fork of about vLLM 0.22: "Available KV cache memory:
+    # 7.58 GiB", "GPU KV cache size: 523,008 tokens", no graph estimate and (second case) no weights line. The
+    # per-token figures agree (15,562 logged, 15,563 planned: 79 x 788 B / DCP 4), and the recipe written plans to the
+    # log's tokens: plan's graph estimate stands in for the one the log does not print.
+    lines = ["Model loading took 70.14 GiB memory", "Available KV cache memory: 7.58 GiB",
+             "GPU KV cache size: 523,008 tokens", "Maximum concurrency for 202,752 tokens per request: 2.58x"]
+    settings = ["--set", "model=lukealonso/GLM-5.1-NVFP4-MTP", "--set", "gpu=NVIDIA RTX PRO 6000 Blackwell (96 GB)",
+                "--set", "tensor-parallel-size=8", "--set", "decode-context-parallel-size=4", "--set",
+                "kv-cache-dtype=fp8", "--set", "max-num-seqs=64", "--set", "gpu-memory-utilization=0.845", "--set",
+                "vllm-version=0.22.0", "--set", 'speculative-config={"method": "mtp", "num_speculative_tokens": 3}']
+    for kept in (lines, lines[1:]):
+        log = tmp_path / "dcp.log"
+        log.write_text("\n".join(kept) + "\n")
+        out = tmp_path / "dcp.yaml"
+        report = json.loads(calibrate(log, *settings, "-o", out, "-f", "json").output)
+        implied = next(t for t in report["terms"] if t["term"] == "KV bytes per logged token")
+        assert (implied["log"], implied["plan"]) == (15_562, 15_563)
+        planned = json.loads(run("plan", out, "--format", "json").output)
+        assert next(b for b in planned["backends"] if b["backend"] == "auto")["kv_cache_tokens"] == 523_008
