@@ -3,6 +3,8 @@ calibrate, sweep and verify, and prints what the renderers make of their results
 
 import io
 import json
+import shlex
+import shutil
 import signal
 import sys
 from enum import Enum
@@ -11,12 +13,31 @@ from pathlib import Path
 import typer
 from typer.exceptions import TyperException
 
+from dsa_kvcalc import __version__
 from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, write
 from dsa_kvcalc.recipe import RecipeError
 from dsa_kvcalc.streams import Stream, StreamError, console, printable
 
+REFUSED = 4  # the exit code of a deployment vLLM would refuse to start
+EXIT_CODES = ("Exit codes: 0 done; 1 recommend found nothing that meets the targets, or verify found plan and the GPU "
+              "differ; 2 bad input (one line, error: KEY: problem), weights that do not fit included; 3 verify has no "
+              "usable GPU; 4 vLLM would refuse to start the recipe as written (plan: no KV cache for one request, "
+              "max-num-seqs above max-num-batched-tokens); 130 interrupted.")
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None, help="Capacity calculator for DeepSeek-Sparse-Attention models on vLLM.")
+                  rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
+                  help="Capacity calculator for DeepSeek-Sparse-Attention models on vLLM.", epilog=EXIT_CODES)
+
+
+def show_version(asked: bool) -> None:
+    if asked:
+        sys.stdout.write(f"dsa-kvcalc {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
+                                         help="Print the version and exit")):
+    """Capacity calculator for DeepSeek-Sparse-Attention models on vLLM."""
 
 
 class Format(str, Enum):
@@ -24,11 +45,25 @@ class Format(str, Enum):
     json = "json"
     markdown = "markdown"
     csv = "csv"
+    serve = "serve"
+    vllm_config = "vllm-config"
+
+
+# -o FILE without --format: the format its suffix names (else a table)
+SUFFIX_FORMATS = {".json": Format.json, ".md": Format.markdown, ".csv": Format.csv, ".sh": Format.serve,
+                  ".yaml": Format.vllm_config, ".yml": Format.vllm_config}
 
 
 class ReportFormat(str, Enum):
     table = "table"
     json = "json"
+
+
+class PickFormat(str, Enum):
+    table = "table"
+    json = "json"
+    serve = "serve"
+    vllm_config = "vllm-config"
 
 
 class SweepFormat(str, Enum):
@@ -91,28 +126,72 @@ def console_chunks(parts):
         console.file.truncate()
 
 
-SET_HELP = "Override a recipe key, e.g. --set max-num-seqs=384 --set speculative-config.num_speculative_tokens=3"
+def for_terminal(text: str) -> str:
+    """Text for stdout: on a terminal, broken at spaces to its width (it would break numbers at its edge); in a pipe
+    or a file, one line a quantity, as written."""
+    from dsa_kvcalc.render import wrapped
+
+    return wrapped(text, shutil.get_terminal_size().columns) if sys.stdout.isatty() else text
+
+
+SET_HELP = ("Override a recipe key, e.g. --set max-num-seqs=384 --set speculative-config.num_speculative_tokens=3; "
+            "a launch script or --command takes gpu this way (--set gpu=B200)")
+RECIPE_HELP = ("Recipe YAML (a vllm serve --config file plus model and gpu), or a launch script whose vllm serve line "
+               "is read as vLLM reads it")
+COMMAND_HELP = "A pasted vllm serve command instead of RECIPE, e.g. --command 'vllm serve MODEL -tp 8' --set gpu=H200"
+
+
+def recipe_argument():
+    return typer.Argument(None, help=RECIPE_HELP, show_default=False)
+
+
+def command_option():
+    return typer.Option(None, "--command", help=COMMAND_HELP)
+
+
+def one_source(name: str, recipe: Path | None, command: str | None) -> None:
+    """A recipe file or a pasted command: exactly one of them (a usage error otherwise, as typer words them)."""
+    if recipe is None and command is None:
+        fail(f"recipe: missing: a recipe file or launch script, or --command 'vllm serve ...' (see dsa-kvcalc "
+             f"{name} --help)")
+    if recipe is not None and command is not None:
+        fail(f"--command: give a recipe file or --command, not both (see dsa-kvcalc {name} --help)")
+
+
+def chosen(format: Enum | None, output: Path | None, formats: dict, default: Enum) -> Enum:
+    """The format asked for, or the one --output's suffix names, else the default."""
+    return format or (formats.get(output.suffix.lower()) if output else None) or default
 
 
 @app.command()
 def plan(
-    recipe: Path = typer.Argument(..., help="Recipe YAML (a vllm serve --config file plus model and gpu)"),
+    recipe: Path | None = recipe_argument(),
+    command: str | None = command_option(),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
-    format: Format = typer.Option(Format.table, "--format", "-f"),
+    format: Format | None = typer.Option(None, "--format", "-f", help="Default: the one --output's suffix names "
+                                         "(.json, .md, .csv, .sh serve, .yaml vllm-config), else table"),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE (atomically) instead of stdout"),
     explain: bool = typer.Option(False, "--explain", help="Print every quantity with its formula and numbers"),
 ):
-    """Decode-logits memory per top-k backend, the #62860 reservation, KV-cache tokens per rank, OOM risk."""
+    """The answer first, then decode-logits memory per top-k backend, the #62860 reservation, KV-cache tokens per
+    rank and the OOM risk. --format serve prints the vllm serve command that deploys it. Exits 4 when vLLM would
+    refuse to start it."""
     from dsa_kvcalc import capacity
     from dsa_kvcalc.recipe import load_recipe
     from dsa_kvcalc.render import plan as render
+    from dsa_kvcalc.report import selected_refusal
 
-    if explain and format is not Format.table:
+    one_source("plan", recipe, command)
+    if explain and format not in (None, Format.table):
         fail(f"--explain: prints its formulas as text; drop --format {format.value}")
     check_outputs({"--output": output}, [recipe])
-    result = guarded(lambda: capacity.plan(load_recipe(recipe, set_)))
+    result = guarded(lambda: capacity.plan(load_recipe(recipe, set_, command)))
     check_outputs({"--output": output}, [result.recipe.model.config_path])
-    if explain:
+    format = Format.table if explain else chosen(format, output, SUFFIX_FORMATS, Format.table)
+    if format in (Format.serve, Format.vllm_config):
+        text = guarded(lambda: deployment_text(result.recipe, format, f"planned by dsa-kvcalc {__version__} from "
+                                                                        f"{recipe or 'the command'}"))
+    elif explain:
         text = render.explain(result)
     elif format is Format.json:
         text = render.render_json(result)
@@ -121,27 +200,52 @@ def plan(
     elif format is Format.csv:
         text = render.render_csv(result)
     elif output is None:
+        text = None
         render.render_table(result, console())
-        return
     else:
         text = console_text(lambda c: render.render_table(result, c))
-    emit([text], output)
+    if text is not None:
+        emit([for_terminal(text) if explain and output is None else text], output)
+    refused = selected_refusal(result)
+    if refused:
+        sys.stderr.write(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}\n")
+        raise typer.Exit(REFUSED)
+
+
+def deployment_text(recipe, format: Enum, source: str) -> str:
+    """The recipe as the vllm serve line (or config file) that deploys it."""
+    from dsa_kvcalc.render import serve as render
+    from dsa_kvcalc.vllm_args import deployment
+
+    sets = [f"gpu={recipe.gpu.name}", f"vllm-version={recipe.vllm_version}"] + [
+        f"memory.{key}={json.dumps(value) if isinstance(value, dict) else value}"
+        for key, value in recipe.memory_block().items() if value is not None]
+    comments = [f"{recipe.engine.label} on {recipe.gpu.name}, {source}",
+                *render.laid_out(["plan it again: dsa-kvcalc plan FILE", *(f"--set {shlex.quote(s)}" for s in sets)])]
+    draw = render.serve_line if format.value == "serve" else render.vllm_config
+    return draw(deployment(recipe), comments)
 
 
 @app.command()
-def models():
+def models(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f")):
     """List the model catalog, with sources."""
-    from dsa_kvcalc.render.catalog import render_models
+    from dsa_kvcalc.render import catalog as render
 
-    render_models(console())
+    if format is ReportFormat.json:
+        sys.stdout.write(render.models_json())
+    else:
+        render.render_models(console())
 
 
 @app.command()
-def gpus():
+def gpus(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f")):
     """List the GPU catalog, with sources."""
-    from dsa_kvcalc.render.catalog import render_gpus
+    from dsa_kvcalc.render import catalog as render
 
-    render_gpus(console())
+    if format is ReportFormat.json:
+        sys.stdout.write(render.gpus_json())
+    else:
+        render.render_gpus(console())
 
 
 @app.command()
@@ -197,7 +301,7 @@ def calibrate(
 
     result = guarded(work)
     check_outputs({"--output": output}, [result.recipe.model.config_path])
-    text = render.render_json(result) if format is ReportFormat.json else render.render_text(result)
+    text = render.render_json(result) if format is ReportFormat.json else for_terminal(render.render_text(result))
     calibrated = [render.recipe_yaml(result, log.name)] if output is not None else []  # ready before any write
     sys.stdout.write(text)
     if output is not None:
@@ -231,7 +335,9 @@ def emit_rows(rows, keys: list[str], format: SweepFormat | None, output: Path | 
 
 @app.command()
 def sweep(
-    recipe: Path = typer.Argument(..., help="Recipe YAML"),
+    recipe: Path | None = recipe_argument(),
+    command: str | None = command_option(),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     vary: list[str] = typer.Option([], "--vary", help="KEY=SPEC: any recipe key (dotted for nested keys), SPEC a "
                                                       "range start:stop:step (stop included) or a comma list; repeat "
                                                       "for the cartesian product"),
@@ -246,12 +352,12 @@ def sweep(
     from rich.progress import Progress
 
     from dsa_kvcalc import sweep as sweeping
-    from dsa_kvcalc.recipe import read_recipe
 
+    one_source("sweep", recipe, command)
     check_backends(backend)
     check_outputs({"--output": output, "--plot": plot}, [recipe])
     varies = guarded(lambda: sweeping.parse_varies(vary))
-    base = guarded(lambda: sweeping.base_of(read_recipe(recipe), recipe.parent))
+    base = guarded(lambda: sweeping.load_base(recipe, set_, command))
     check_outputs({"--output": output, "--plot": plot}, sweeping.model_configs(base, varies))
     if plot is not None:
         from dsa_kvcalc import plot as plotting
@@ -273,7 +379,7 @@ def sweep(
                 points = progress.track(points, total=total, description=f"{total:,} points")
             rows = sweeping.rows(base, varies, backend, points, failures)
             if plot is not None:
-                series = plotting.Series(keys)
+                series = plotting.Series(keys, sweeping.title(base, varies))
                 rows = series.tap(rows)
             emit_rows(rows, keys, format, output, files)
             if plot is not None:
@@ -287,7 +393,9 @@ def sweep(
 
 @app.command()
 def recommend(
-    recipe: Path = typer.Argument(..., help="Recipe YAML"),
+    recipe: Path | None = recipe_argument(),
+    command: str | None = command_option(),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     target_concurrency: int = typer.Option(..., "--target-concurrency", help="Requests each rank (one vLLM engine) "
                                                                               "must run at once: max-num-seqs >= N"),
     min_kv_tokens: int = typer.Option(..., "--min-kv-tokens", help="KV-cache tokens each rank must hold"),
@@ -295,12 +403,15 @@ def recommend(
                                                             "available"),
     max_spec_tokens: int | None = typer.Option(None, "--max-spec-tokens", help="Also try 0..K speculative tokens; "
                                                                                "default: the recipe's count only"),
+    format: PickFormat = typer.Option(PickFormat.table, "--format", "-f", help="serve or vllm-config: the pick as the "
+                                                                                "vllm serve line that deploys it"),
 ):
     """The largest max-num-seqs (then spec tokens, then backend) that meets the targets, and what stops one more."""
     from dsa_kvcalc import capacity, sweep as sweeping
-    from dsa_kvcalc.recipe import KEYS, check_value, read_recipe
+    from dsa_kvcalc.recipe import KEYS, check_value
     from dsa_kvcalc.render import sweep as render
 
+    one_source("recommend", recipe, command)
     check_backends(backend)
 
     def work():
@@ -310,16 +421,65 @@ def recommend(
                                                  f"{min_kv_tokens:,}")
         if max_spec_tokens is not None:
             check_value("--max-spec-tokens", KEYS["num_speculative_tokens"], max_spec_tokens)
-        base = sweeping.base_of(read_recipe(recipe), recipe.parent)
+        base = sweeping.load_base(recipe, set_, command)
         first = capacity.plan(sweeping.recipe_at(base, {}))
         spec_tokens = (list(range(max_spec_tokens, -1, -1)) if max_spec_tokens is not None
                        else [first.recipe.num_speculative_tokens])
-        return first.recipe, sweeping.recommend(base, target_concurrency, min_kv_tokens, backend, spec_tokens)
+        return base, sweeping.recommend(base, target_concurrency, min_kv_tokens, backend, spec_tokens)
 
-    first, candidates = guarded(work)
-    render.render_recommendation(candidates, target_concurrency, min_kv_tokens, first.data_parallel_size, console())
-    if not candidates or candidates[0].max_num_seqs is None:
+    base, candidates = guarded(work)
+    best = candidates[0] if candidates and candidates[0].max_num_seqs is not None else None
+    if format is PickFormat.json:
+        sys.stdout.write(render.recommendation_json(candidates, target_concurrency, min_kv_tokens))
+    elif format is PickFormat.table:
+        render.render_recommendation(candidates, target_concurrency, min_kv_tokens,
+                                     base.recipe.data_parallel_size, console())
+    elif best is not None:
+        pick = guarded(lambda: sweeping.recipe_at(base, sweeping.pick_point(best)))
+        sys.stdout.write(guarded(lambda: deployment_text(pick, format, f"recommended by dsa-kvcalc {__version__} for "
+                                                                       f"{target_concurrency} requests per rank")))
+    if best is None:
+        if format in (PickFormat.serve, PickFormat.vllm_config):
+            sys.stderr.write("error: no setting meets the targets (see recommend's table for why)\n")
         raise typer.Exit(1)
+
+
+@app.command()
+def fit(
+    recipe: Path | None = recipe_argument(),
+    command: str | None = command_option(),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    concurrency: int | None = typer.Option(None, "--concurrency", help="Requests at once for the longest "
+                                                                       "max-model-len; default: the recipe's "
+                                                                       "max-num-seqs"),
+    max_model_len: str | None = typer.Option(None, "--max-model-len", help="Context for the most requests at once "
+                                                                           "(8192, 128k, 1M); default: the recipe's"),
+    backend: list[str] = typer.Option([], "--backend", help="Top-k backend (repeat); default: the available ones"),
+    format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f"),
+):
+    """What fits per rank: the longest max-model-len at a concurrency, the most requests at a max-model-len, the
+    largest max-num-seqs vLLM starts with. Exits 4 when nothing fits."""
+    from dsa_kvcalc import fit as fitting, sweep as sweeping
+    from dsa_kvcalc.recipe import KEYS, check_value
+    from dsa_kvcalc.render import fit as render
+
+    one_source("fit", recipe, command)
+    check_backends(backend)
+
+    def work():
+        base = sweeping.load_base(recipe, set_, command)
+        r = base.recipe
+        held = check_value("--concurrency", KEYS["max_num_seqs"], concurrency or r.max_num_seqs)
+        length = check_value("--max-model-len", KEYS["max_model_len"], max_model_len or r.max_model_len)
+        return r, fitting.fits(base, backend, held, length or r.model.max_position_embeddings)
+
+    r, answers = guarded(work)
+    if format is ReportFormat.json:
+        sys.stdout.write(render.render_json(r, answers))
+    else:
+        render.render_table(r, answers, console())
+    if all(a.largest is None for a in answers):
+        raise typer.Exit(REFUSED)
 
 
 @app.command()

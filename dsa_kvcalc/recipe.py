@@ -7,6 +7,7 @@ Recipe it gets.
 """
 
 import difflib
+import functools
 import json
 import math
 import re
@@ -55,6 +56,7 @@ def key(name: str, kind: str, default=None, help: str = "", source: str = "", mi
 ARG_UTILS = "vllm/engine/arg_utils.py"
 MAX_PARALLEL = 1024
 MAX_TOKENS = 1 << 31  # int32 token counts in vLLM's scheduler
+RELEASE_PATTERN = r"v?(\d+\.\d+)(?:\.[0-9A-Za-z.+-]*)?"  # a DeepGEMM release: 2.8, 2.8.2, v2.6.1, 2.8.x
 MEMORY_TERMS = ("weights", "peak_activation", "non_torch", "cudagraph", "indexer_headroom")
 PER_BACKEND_TERMS = ("cudagraph", "indexer_headroom")
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
@@ -188,6 +190,8 @@ class Recipe:
     engine: Engine = None
     layout: Layout = None
     ignored_keys: tuple[str, ...] = ()
+    passthrough: tuple[tuple[str, object], ...] = ()  # the ignored keys (dotted when nested) with their values
+    model_arg: str = ""  # the model as vLLM is given it: the catalog's Hugging Face id, or the path as written
     measured_on: "Recipe | None" = None  # the recipe the memory block was measured on, where this one differs
     given: frozenset = frozenset()  # the fields the recipe gives: the others took their defaults
 
@@ -217,21 +221,38 @@ class Recipe:
     def quantized_cache(self) -> bool:
         return self.cache_dtype not in ("auto", "bfloat16", "float16")
 
+    @functools.cached_property
+    def shape(self) -> dict:
+        """resolved(), flat (dotted keys), worked out once: a sweep compares every point with one measured recipe."""
+        return flatten_keys(self.resolved())
+
     def shape_change(self, other: "Recipe") -> str:
         """What differs from this recipe in other, as keys with their two values."""
-        mine, theirs = flatten_keys(self.resolved()), flatten_keys(other.resolved())
+        mine, theirs = self.shape, other.shape
         return ", ".join(f"{key} {mine.get(key)} (here {theirs.get(key)})" for key in mine if mine[key] != theirs.get(key))
+
+    def memory_block(self) -> dict:
+        """The memory block as measured, in bytes and in a recipe's own keys (NAME_bytes), every term named: null
+        where the recipe gives none. A per-backend term is a mapping, or one number as the recipe gave it."""
+        block = {}
+        for f, k in KEYS.items():
+            if k.kind == "memory":
+                value = getattr(self, f)
+                if isinstance(value, dict):
+                    value = value["*"] if list(value) == ["*"] else value or None
+                block[f"{k.name.split('.', 1)[1]}_bytes"] = value
+        return block | {"gpu": self.memory_gpu, "rest": self.memory_rest}
 
     def resolved(self) -> dict:
         """The recipe as vLLM would run it: every key resolved, in vLLM's spelling, nested as vLLM nests them."""
         out: dict = {}
-        for f, k in KEYS.items():
-            value = getattr(self, f)
-            if k.kind == "memory":
-                continue
-            value = {"model": lambda v: v.name, "gpu": lambda v: v.name}.get(k.kind, lambda v: v)(value)
-            parent, _, leaf = k.name.rpartition(".")
-            (out.setdefault(parent, {}) if parent else out)[leaf] = list(value) if isinstance(value, tuple) else value
+        for field_name, parent, leaf, named in RESOLVED_PATHS:
+            value = getattr(self, field_name)
+            if named:
+                value = value.name
+            elif isinstance(value, tuple):
+                value = list(value)
+            (out.setdefault(parent, {}) if parent else out)[leaf] = value
         return out
 
 
@@ -247,6 +268,11 @@ def flatten_keys(values: dict, prefix: str = "") -> dict:
 
 KEYS = {f.name: f.metadata["key"] for f in fields(Recipe) if "key" in f.metadata}
 BY_NAME = {k.name: name for name, k in KEYS.items()}
+DEFAULTS = {name: k.default for name, k in KEYS.items()}
+# Recipe.resolved's keys, split once: (field, parent, leaf, a catalog entry shown by its name); a sweep resolves
+# every point.
+RESOLVED_PATHS = tuple((name, *k.name.rpartition(".")[::2], k.kind in ("model", "gpu"))
+                       for name, k in KEYS.items() if k.kind != "memory")
 # Versions are read as the text written: YAML would read vllm-version 0.30 as the number 0.3, deepgemm 2.10 as 2.1.
 TEXT_KEYS = {k.name for k in KEYS.values() if k.kind in ("version", "release")}
 NESTED = {"speculative-config", "compilation-config", "attention-config", "engram-config", "env", "memory"}
@@ -338,14 +364,13 @@ def check_value(name: str, k: Key, value):
             raise RecipeError(name, f"expected true or false, got {value!r}")
         return value
     if k.kind == "choice":
-        text = str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
-        match = {c.lower(): c for c in k.choices}.get(text.strip().lower()) if text is not None else None
-        if match is None:
+        if value not in k.choices:  # as written: the schema's enum, one spelling per value
             raise RecipeError(name, f"unknown value {value!r}; expected one of: {', '.join(k.choices)}")
-        return match
+        return value
     if k.kind == "release":
         text = str(value).strip() if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
-        release = ".".join(text.lstrip("v").split(".")[:2])
+        match = re.fullmatch(RELEASE_PATTERN, text)
+        release = match.group(1) if match else None
         if release not in k.choices:
             families: dict[str, list[str]] = {}
             for known, family in DEEPGEMM_RELEASES.items():
@@ -484,11 +509,12 @@ def find_model(name: str, recipe_dir: Path) -> Model:
 
 # Raw recipe -> values ------------------------------------------------------------------------------------------
 
-def read_values(raw: dict) -> tuple[dict, list[str]]:
-    """Every key of a raw recipe checked on its own: field name -> value, and the ignored keys."""
+def read_values(raw: dict) -> tuple[dict, dict]:
+    """Every key of a raw recipe checked on its own: field name -> value, and the ignored keys (dotted when nested)
+    with their values as written."""
     values: dict = {}
     seen: dict[str, str] = {}
-    ignored = []
+    ignored: dict = {}
     for name, value in raw.items():
         if not isinstance(name, str):
             raise RecipeError(shown(name), "a key must be a name, not a number or a list")
@@ -497,10 +523,10 @@ def read_values(raw: dict) -> tuple[dict, list[str]]:
             raise RecipeError(shown(name), f"given twice (as {seen[top]} and {name})")
         seen[top] = name
         if top in IGNORED_KEYS:
-            ignored.append(top)
+            ignored[top] = value
         elif top in NESTED:
             if value is not None:
-                values |= read_nested(shown(name), top, nested_mapping(shown(name), value))
+                values |= read_nested(shown(name), top, nested_mapping(shown(name), value), ignored)
         elif top not in BY_NAME:
             hint = difflib.get_close_matches(top, [*BY_NAME, *NESTED, *IGNORED_KEYS], n=1)
             raise RecipeError(shown(name), "unknown key" + (f" (did you mean {hint[0]}?)" if hint else ""))
@@ -509,7 +535,7 @@ def read_values(raw: dict) -> tuple[dict, list[str]]:
     return values, ignored
 
 
-def read_nested(name: str, top: str, mapping: dict) -> dict:
+def read_nested(name: str, top: str, mapping: dict, ignored: dict) -> dict:
     values = {}
     for inner, value in mapping.items():
         path = f"{name}.{shown(inner)}"
@@ -530,24 +556,34 @@ def read_nested(name: str, top: str, mapping: dict) -> dict:
             if value is not None:
                 field_name = BY_NAME[f"{top}.{inner}"]
                 values[field_name] = check_value(path, KEYS[field_name], value)
-        elif inner not in IGNORED_NESTED[top]:
+        elif inner in IGNORED_NESTED[top] or (top == "env" and not misspelt_env(inner)):
+            ignored[f"{top}.{inner}"] = value
+        else:
             known = sorted(k.name.split(".", 1)[1] for k in KEYS.values() if k.name.startswith(top + "."))
             raise RecipeError(path, f"unknown key; {top} takes {', '.join(known)}"
                                     + (" (each as NAME_gib or NAME_bytes)" if top == "memory" else ""))
     return values
 
 
+def misspelt_env(name: str) -> bool:
+    """An environment variable plan does not model is ignored, unless it is not one at all or looks like a typo of
+    one it does (VLLM_SPARSE_INDEXER_MAX_LOGIT_MB)."""
+    modelled = [k.name.split(".", 1)[1] for k in KEYS.values() if k.name.startswith("env.")]
+    return not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or bool(difflib.get_close_matches(name, modelled, cutoff=0.8))
+
+
 # Values -> Recipe ---------------------------------------------------------------------------------------------------
 
-def resolve(values: dict, recipe_dir: Path = Path("."), ignored: list[str] = ()) -> Recipe:
+def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = None) -> Recipe:
     """Defaults that depend on other keys (the GPU, the model, the vLLM version), then the checks across keys."""
     for required in ("model", "gpu"):
         if required not in values:
             raise RecipeError(required, "missing (every recipe names a model and a GPU)")
     gpu = find_gpu(values["gpu"])
     model = find_model(values["model"], recipe_dir)
+    model_arg = model.name if values["model"].lower() in MODEL_NAMES else values["model"]
     given = frozenset(values)
-    values = {f: k.default for f, k in KEYS.items()} | values | {"gpu": gpu, "model": model, "given": given}
+    values = DEFAULTS | values | {"gpu": gpu, "model": model, "given": given}
     engine = engines.DEEPINFER if values["engine_name"] == "deepinfer" else engines.vllm(values["vllm_version"])
     if values["max_model_len"] in (None, -1):
         values["max_model_len"] = model.max_position_embeddings
@@ -563,7 +599,9 @@ def resolve(values: dict, recipe_dir: Path = Path("."), ignored: list[str] = ())
         "attention_backend": values["attention_backend"] or values["attention_config_backend"],
         "indexer_kv_dtype": "mxfp4" if values["use_fp4_indexer_cache"] else values["indexer_kv_dtype"],
     }
-    recipe = Recipe(**values, engine=engine, layout=layout_for(values["deepgemm"], gpu), ignored_keys=tuple(ignored))
+    ignored = ignored or {}
+    recipe = Recipe(**values, engine=engine, layout=layout_for(values["deepgemm"], gpu), ignored_keys=tuple(ignored),
+                    passthrough=tuple(ignored.items()), model_arg=model_arg)
     check_across(recipe)
     return recipe
 
@@ -637,7 +675,7 @@ def check_across(recipe: Recipe) -> None:
                                     f"memory block (or measure on {gpu.name})")
 
 
-def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: list[str]) -> Recipe:
+def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: dict) -> Recipe:
     """resolve(), with a check across keys naming the key as the raw recipe spells it (max_model_len)."""
     try:
         return resolve(values, recipe_dir, ignored)
@@ -779,15 +817,24 @@ def yaml_loader():
     return Loader
 
 
-def read_yaml(path: Path) -> dict:
+def read_text(path: Path) -> str:
     try:
         data = inputs.read_bytes(path, RECIPE_MAX_BYTES, "recipe")
     except inputs.Unreadable as error:
         raise RecipeError("recipe", str(error)) from None
     try:
-        raw = yaml.load(data.decode(), Loader=yaml_loader())
+        return data.decode()
     except UnicodeDecodeError:
         raise RecipeError("recipe", f"{path} is not UTF-8 text") from None
+
+
+def read_yaml(path: Path) -> dict:
+    return yaml_mapping(read_text(path), path)
+
+
+def yaml_mapping(text: str, path: Path) -> dict:
+    try:
+        raw = yaml.load(text, Loader=yaml_loader())
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -803,12 +850,18 @@ def read_yaml(path: Path) -> dict:
 
 
 def read_recipe(path: Path, overrides: list[str] = ()) -> dict:
-    """The raw recipe of a file with --set overrides. Its memory block was measured on the GPU the file names,
-    whatever --set says: that is recorded as memory.gpu."""
-    raw = read_yaml(path)
+    """The raw recipe of a file with --set overrides: its YAML, or a launch script's `vllm serve` line. Its memory
+    block was measured on the GPU the file names, whatever --set says: that is recorded as memory.gpu."""
+    from dsa_kvcalc import vllm_args  # which reads the recipe's keys from this module
+
+    text = read_text(path)
+    launch_script = vllm_args.is_launch_script(text)
+    raw = vllm_args.recipe_from_command(text) if launch_script else yaml_mapping(text, path)
     file_gpu = raw.get("gpu")
     for assignment in overrides:
         set_override(raw, assignment)
+    if launch_script:
+        check_gpu_given(raw)
     return with_memory_gpu(raw, file_gpu)
 
 
@@ -821,19 +874,48 @@ def with_memory_gpu(raw: dict, file_gpu) -> dict:
     return raw
 
 
-def load_recipe(path: Path, overrides: list[str] = ()) -> Recipe:
-    """The recipe of a file with --set overrides. Its memory block was measured on the file's own recipe (with any
-    memory.* overrides): where the other overrides change it, that is kept as measured_on."""
-    recipe = load(read_recipe(path, overrides), path.parent)
-    shape_overrides = [o for o in overrides if not o.strip().startswith("memory.")]
+def check_gpu_given(raw: dict) -> None:
+    if "gpu" not in raw:
+        raise RecipeError("gpu", "missing: a vllm serve line does not name its GPU; add --set gpu=NAME (B200, "
+                                 "NVIDIA H200, ...)")
+
+
+def read_command(text: str, overrides: list[str] = ()) -> dict:
+    """The raw recipe of a pasted `vllm serve ...` command (--command) with --set overrides."""
+    from dsa_kvcalc import vllm_args  # which reads the recipe's keys from this module
+
+    raw = vllm_args.recipe_from_command(text)
+    for assignment in overrides:
+        set_override(raw, assignment)
+    check_gpu_given(raw)
+    return raw
+
+
+def load_recipe(path: Path | None, overrides: list[str] = (), command: str | None = None) -> Recipe:
+    """The recipe of a file (or of a pasted command) with --set overrides. Its memory block was measured on the
+    file's own recipe (with any memory.* overrides): where the other overrides change it, that is kept as
+    measured_on."""
+    def read(sets):
+        return read_command(command, sets) if path is None else read_recipe(path, sets)
+
+    folder = Path(".") if path is None else path.parent
+    recipe = load(read(overrides), folder)
+    # A memory block is measured on one GPU (memory.gpu, checked apart), and a serve line names none.
+    shape_overrides = [o for o in overrides if not o.strip().startswith(("memory.", "gpu="))]
     if not recipe.measured or not shape_overrides:
         return recipe
-    measured_on = load(read_recipe(path, [o for o in overrides if o not in shape_overrides]), path.parent)
+    measured_on = load(read([o for o in overrides if o not in shape_overrides]), folder)
     return recipe if measured_on.resolved() == recipe.resolved() else replace(recipe, measured_on=measured_on)
 
 
 def json_schema() -> dict:
-    """The recipe's JSON Schema (draft 2020-12), for editors. Names take dashes or underscores at the top level."""
+    """The recipe's JSON Schema (draft 2020-12), for editors. Names take dashes or underscores at the top level.
+    Every closed set is an enum of exactly what the loader takes. GPU names are not one: find_gpu takes them as
+    torch, nvidia-smi and people write them (counts, notes in brackets), so the schema gives examples."""
+    gpu_names = {"type": "string", "examples": [g.name for g in GPUS]}
+    releases = sorted(DEEPGEMM_RELEASES, key=lambda r: tuple(map(int, r.split("."))))
+    release_text = RELEASE_PATTERN.replace(r"(\d+\.\d+)", "(?:" + "|".join(re.escape(r) for r in releases) + ")")
+
     def schema(k: Key) -> dict:
         bounds = {"minimum": k.minimum} | ({} if k.maximum == math.inf else {"maximum": k.maximum})
         auto = [{"enum": [-1, "-1", "auto"]}] if k.name == "max-model-len" else []
@@ -843,11 +925,14 @@ def json_schema() -> dict:
                                {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?[kmgt]|\d+[KMGT]|\d+)\s*$"}, *auto]},
             "fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
             "bool": {"type": "boolean"},
-            "choice": {"type": ["string", "number"], "examples": list(k.choices)},
-            "release": {"type": ["string", "number"], "examples": list(k.choices)},
+            "choice": {"enum": list(k.choices)},
+            "release": {"anyOf": [{"type": "string", "pattern": rf"^\s*{release_text}\s*$"},
+                                  {"enum": [float(r) for r in releases]}]},
+            "gpu": gpu_names,
             "sizes": {"type": "array", "items": {"type": "integer"} | bounds},
             "version": {"type": ["string", "number"]},
-        }.get(k.kind, {"type": "string"})
+        }.get(k.kind, {"enum": list(k.choices)} if k.choices else gpu_names if k.name == "memory.gpu"
+               else {"type": "string"})
 
     def described(k: Key) -> dict:
         entry = schema(k) | {"description": k.help + (f" ({', '.join(k.choices)})" if k.kind == "choice" else "")}
@@ -869,10 +954,13 @@ def json_schema() -> dict:
     for k in KEYS.values():
         if "." not in k.name:
             properties[k.name] = described(k)
+    exclusive = {"memory": {"allOf": [{"not": {"required": [f"{term}_gib", f"{term}_bytes"]}} for term in MEMORY_TERMS],
+                            "description": "Each term once: NAME_gib or NAME_bytes, never both"},
+                 "env": {"propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}}}
     for top, inner in nested.items():
-        open_ = bool(IGNORED_NESTED[top])
-        properties[top] = {"anyOf": [{"type": "object", "properties": inner, "additionalProperties": open_},
-                                     {"type": "string", "description": "the same mapping as JSON"}]}
+        open_ = bool(IGNORED_NESTED[top]) or top == "env"
+        mapping = {"type": "object", "properties": inner, "additionalProperties": open_} | exclusive.get(top, {})
+        properties[top] = {"anyOf": [mapping, {"type": "string", "description": "the same mapping as JSON"}]}
     for name in IGNORED_KEYS:
         properties[name] = {"description": "vLLM argument; accepted and ignored (does not change memory)"}
     underscored = {name.replace("-", "_"): entry for name, entry in properties.items() if "-" in name}

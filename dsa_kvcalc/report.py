@@ -1,7 +1,7 @@
 """A Plan as plain data: the JSON contract of `plan --format json`, its warnings and assumptions. Every renderer and
 sweep read a plan through this module; it formats nothing for people."""
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc import __version__, capacity
 from dsa_kvcalc.capacity import BackendPlan, Plan, Sizing, Term
 from dsa_kvcalc.recipe import KEYS
 from dsa_kvcalc.engine import NEWEST_VLLM
@@ -10,13 +10,16 @@ from dsa_kvcalc.units import GIB, MIB
 OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilization): an unfixed vLLM's KV cache takes "
                   "the rest, and eager, piecewise and mixed steps allocate the decode logits from it (the seed's rank "
                   "had 3.04 GiB free plus 1.54 GiB of live BF16 logits when it died at 131 decodes)")
-UNCOMPUTED = ("decode_logits", "prefill_budget_bytes", "reserved_bytes", "cudagraph_logits_rows",
-              "cudagraph_logits_bytes", "cudagraph_bytes", "cudagraph_provenance", "indexer_headroom_bytes",
-              "peak_activation_bytes", "kv_cache_bytes", "kv_cache_tokens", "max_concurrency", "kv_cache_tokens_vs_auto",
-              "other_side_of_fix", "oom", "workaround")
+FITTED_LENGTH = 1_048_576  # the seed's max-model-len (estimates.V41_FLASH_LOGGED_TOKEN_BYTES)
 FIX = "vLLM #62860"
 PROFILE_BUDGET_LINE = "vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:503"
 PREFILL_CHUNKS_LINE = "vllm==0.33.0 vllm/v1/attention/backends/mla/indexer.py:1506"
+TOOL = {"name": "dsa-kvcalc", "version": __version__}  # in every JSON the tool writes
+
+
+def nulled(value):
+    """The same keys, every value null: a figure that does not apply keeps its key."""
+    return {key: nulled(inner) for key, inner in value.items()} if isinstance(value, dict) else None
 
 
 def provenance(t: Term) -> dict:
@@ -40,15 +43,41 @@ def sizing_json(side: Sizing) -> dict:
             "max_concurrency": side.max_concurrency}
 
 
+def refusal(plan: Plan, b: BackendPlan) -> str | None:
+    """Why vLLM would refuse to start this deployment with backend b, or None. It starts when max-num-seqs <=
+    max-num-batched-tokens (vllm==0.33.0 vllm/config/scheduler.py:331-336) and its KV cache holds one request of
+    max-model-len (check_enough_kv_cache_memory, vllm/v1/core/kv_cache_planning.py:50-84 and 151-180; no memory at
+    all is its own error, :57)."""
+    r, needed = plan.recipe, plan.memory.kv.request_bytes
+    if r.max_num_seqs > r.max_num_batched_tokens:
+        return f"max-num-seqs {r.max_num_seqs:,} is above max-num-batched-tokens {r.max_num_batched_tokens:,}"
+    if b.kv_cache_bytes <= 0:
+        return "no memory is left for the KV cache"
+    if b.kv_cache_bytes < needed:
+        return (f"one request of max-model-len {r.max_model_len:,} needs {needed / GIB:.2f} GiB of KV cache; "
+                f"{b.kv_cache_bytes / GIB:.2f} GiB is left")
+    return None
+
+
+def selected_refusal(plan: Plan) -> str | None:
+    """Why vLLM would refuse the recipe as written (with its own top-k backend), or None."""
+    selected = next((b for b in plan.backends if b.selected and b.available), None)
+    return None if selected is None else refusal(plan, selected)
+
+
 def backend_json(plan: Plan, b: BackendPlan) -> dict:
     head = {"backend": b.backend, "engine_label": plan.recipe.engine.label, "available": b.available,
             "reason": b.reason, "selected": b.selected}
-    if not b.available:
-        return head | dict.fromkeys(UNCOMPUTED)
+    figures = backend_figures(plan, b)
+    return head | (figures if b.available else nulled(figures))
+
+
+def backend_figures(plan: Plan, b: BackendPlan) -> dict:
     dl = b.decode_logits
     auto = next((p for p in plan.backends if p.backend == "auto"), b)
     fix = b.workaround
-    return head | {
+    return {
+        "refused": refusal(plan, b),
         "decode_logits": {
             "rows": dl.rows, "columns": dl.columns, "padded_columns": dl.padded_columns,
             "logits_dtype": dl.logits_dtype, "logits_bytes_per_element": dl.logits_bytes_per_element,
@@ -69,10 +98,63 @@ def backend_json(plan: Plan, b: BackendPlan) -> dict:
         "other_side_of_fix": sizing_json(b.other),
         "oom": {"free_bytes": b.oom.free_bytes, "bytes_per_decode": b.oom.bytes_per_decode,
                 "max_decodes": b.oom.max_decodes, "at_risk": b.oom.at_risk},
-        "workaround": None if fix is None else {
-            "env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": fix.prefill_budget_mb},
-            "kv_cache_tokens": fix.sizing.kv_cache_tokens,
-            "kv_cache_tokens_cost": b.kv_cache_tokens - fix.sizing.kv_cache_tokens},
+        "workaround": {
+            "env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": fix and fix.prefill_budget_mb},
+            "kv_cache_tokens": fix and fix.sizing.kv_cache_tokens,
+            "kv_cache_tokens_cost": fix and b.kv_cache_tokens - fix.sizing.kv_cache_tokens},
+    }
+
+
+# The answer first (plan's first lines, and "summary" in its JSON) ------------------------------------------------
+
+def answered_backend(plan: Plan) -> BackendPlan:
+    """The backend the answer is for: the recipe's where it runs here, else auto (or the first that runs), else the
+    recipe's all the same."""
+    selected = next((b for b in plan.backends if b.selected), plan.backends[0])
+    runs = [b for b in plan.backends if b.available]
+    if selected.available or not runs:
+        return selected
+    return next((b for b in runs if b.backend == "auto"), runs[0])
+
+
+def compared_backend(plan: Plan, b: BackendPlan) -> BackendPlan | None:
+    """Is deep_select worth it: deep_select against auto, auto against deep_select, or else the available backend
+    that holds the most KV tokens, where it holds more than the recipe's."""
+    available = {p.backend: p for p in plan.backends if p.available and p.backend != b.backend}
+    if b.backend != "deep_select" and "deep_select" in available:
+        return available["deep_select"]
+    if b.backend == "deep_select" and "auto" in available:
+        return available["auto"]
+    best = max(available.values(), key=lambda p: p.kv_cache_tokens, default=None)
+    return best if best is not None and best.kv_cache_tokens > b.kv_cache_tokens else None
+
+
+def risk_json(plan: Plan, b: BackendPlan) -> dict:
+    fix = b.workaround
+    return {"at_risk": b.oom.at_risk, "max_decodes": b.oom.max_decodes, "max_num_seqs": plan.recipe.max_num_seqs,
+            "workaround_env": None if fix is None else {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": fix.prefill_budget_mb},
+            "workaround_cost_tokens": None if fix is None else b.kv_cache_tokens - fix.sizing.kv_cache_tokens}
+
+
+def summary(plan: Plan) -> dict:
+    """The four answers for the recipe's backend: does this vLLM release start it, how many KV tokens a rank holds
+    (and requests of max-model-len), the OOM risk on this release with its workaround, and the other top-k backend
+    worth comparing (deep_select against auto)."""
+    b = answered_backend(plan)
+    other = compared_backend(plan, b)
+    deep_select = next((p for p in plan.backends if p.backend == "deep_select"), None)
+    return {
+        "engine_label": plan.recipe.engine.label, "reserves_decode_logits": plan.recipe.reserves_decode_logits,
+        "backend": b.backend,
+        "instead_of": None if b.selected else plan.recipe.topk_backend,
+        "refused": refusal(plan, b) if b.available else f"{b.backend} cannot run here: {b.reason}",
+        "kv_cache_tokens": b.kv_cache_tokens, "max_concurrency": b.max_concurrency,
+        "max_model_len": plan.recipe.max_model_len, "oom": risk_json(plan, b),
+        "compared": None if other is None else {
+            "backend": other.backend, "refused": refusal(plan, other), "kv_cache_tokens": other.kv_cache_tokens,
+            "kv_cache_tokens_vs_answered": tokens_vs(other, b), "oom": risk_json(plan, other)},
+        "deep_select_unavailable": deep_select.reason if deep_select is not None and not deep_select.available
+        else None,
     }
 
 
@@ -129,8 +211,12 @@ def warnings(plan: Plan) -> list[str]:
         found.append(f"{recipe.engine.label} is newer than the newest release modelled ({NEWEST_VLLM}): plan applies "
                      f"{NEWEST_VLLM}'s rules, which may have moved since")
     found += oom_warnings(plan)
-    if any(b.available and b.kv_cache_bytes == 0 for b in plan.backends):
-        found.append("no memory is left for the KV cache with some backends: vLLM would refuse to start")
+    refused: dict[str, list[str]] = {}
+    for b in plan.backends:
+        if b.available and refusal(plan, b):
+            refused.setdefault(refusal(plan, b), []).append(b.backend)
+    found += [f"{recipe.engine.label} would refuse to start with {', '.join(names)}: {reason}"
+              for reason, names in refused.items()]
     found += default_warnings(plan)
     estimated = estimated_terms(plan)
     if estimated and recipe.kv_cache_memory_bytes is None:
@@ -167,7 +253,9 @@ def plan_json(plan: Plan) -> dict:
     rules = {name: {"value": sorted(value) if isinstance(value := getattr(engine, name), frozenset) else value,
                     "source": source} for name, source in engine.sources.items()}
     return {
-        "recipe": recipe.resolved(),
+        "tool": TOOL,
+        "summary": summary(plan),
+        "recipe": recipe.resolved() | {"memory": recipe.memory_block()},
         "ignored_keys": list(recipe.ignored_keys),
         "engine": {"name": engine.name, "version": engine.version, "rules": rules},
         "gpu": {"name": recipe.gpu.name, "arch": recipe.gpu.arch, "total_memory_bytes": recipe.gpu.total_memory_bytes},

@@ -18,7 +18,8 @@ from dsa_kvcalc.catalog import BACKENDS
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import (
     BY_NAME, IGNORED_KEYS, KEYS, MEMORY_TERMS, NESTED, PER_BACKEND_TERMS, Recipe, RecipeError, as_written, canonical,
-    load, model_config_path, parse_size, read_values, resolve_as_written, set_value, with_memory_gpu)
+    load, load_recipe, model_config_path, parse_size, read_command, read_recipe, read_values, resolve_as_written,
+    set_value, with_memory_gpu)
 from dsa_kvcalc.report import backend_json, flatten
 
 BACKEND_NAMES = tuple(b.name for b in BACKENDS)
@@ -189,14 +190,36 @@ class Base:
     """The base recipe, validated once: raw for keys that merge into the memory block, values for the rest."""
     raw: dict
     values: dict
-    ignored: list[str]
+    ignored: dict
     recipe_dir: Path
     recipe: Recipe  # the base itself: it must be a valid recipe
+    measured_on: Recipe  # the recipe its memory block was measured on: the base, or the file under its --set
+    measured_shape: dict  # measured_on.resolved(), which every point is compared with
 
 
-def base_of(raw: dict, recipe_dir: Path) -> Base:
+def base_of(raw: dict, recipe_dir: Path, measured_on: Recipe | None = None) -> Base:
     values, ignored = read_values(raw)
-    return Base(raw, values, ignored, recipe_dir, resolve_as_written(raw, values, recipe_dir, ignored))
+    recipe = resolve_as_written(raw, values, recipe_dir, ignored)
+    measured_on = measured_on or recipe
+    return Base(raw, values, ignored, recipe_dir, recipe, measured_on, measured_on.resolved())
+
+
+def load_base(path: Path | None, overrides: list[str] = (), command: str | None = None) -> Base:
+    """The base of a recipe file (or of a pasted command) with --set overrides, its memory block measured where
+    load_recipe says."""
+    raw = read_command(command, overrides) if path is None else read_recipe(path, overrides)
+    folder = Path(".") if path is None else path.parent
+    return base_of(raw, folder, load_recipe(path, overrides, command).measured_on)
+
+
+def title(base: Base, varies: list[Vary]) -> str:
+    """The model, the GPU and the engine a sweep plans, or which of them it varies."""
+    varied = {canonical(vary.key.split(".")[0]) for vary in varies}
+    r = base.recipe
+    shown = [("model", r.model.name), ("gpu", r.gpu.name), ("vllm-version", r.engine.label)]
+    model, gpu, engine = (f"{key} varied" if key in varied or (key == "vllm-version" and "engine" in varied) else name
+                          for key, name in shown)
+    return f"{model} on {gpu}, {engine}"
 
 
 def model_configs(base: Base, varies: list[Vary]) -> list[Path]:
@@ -218,7 +241,9 @@ def recipe_at(base: Base, point: dict) -> Recipe:
     memory_point = {key: value for key, value in point.items() if canonical(key.split(".")[0]) == "memory"}
     if not recipe.measured or memory_point == point:
         return recipe
-    measured_on = values_at(base, memory_point) if memory_point else base.recipe
+    if not memory_point:  # measured on the base (or on the file under the base's --set), compared once
+        return recipe if recipe.resolved() == base.measured_shape else replace(recipe, measured_on=base.measured_on)
+    measured_on = values_at(base, memory_point)
     return recipe if recipe.resolved() == measured_on.resolved() else replace(recipe, measured_on=measured_on)
 
 
@@ -274,6 +299,12 @@ class Candidate:
     kv_cache_tokens: int | None  # at max_num_seqs
     max_concurrency: float | None  # at max_num_seqs: KV tokens / max-model-len
     stops: list[str]  # why max_num_seqs + 1 (or the target concurrency, when None) fails
+
+
+def pick_point(c: Candidate) -> dict:
+    """A candidate as the keys that set it."""
+    return {"max-num-seqs": c.max_num_seqs, "speculative-config.num_speculative_tokens": c.spec_tokens,
+            "sparse-indexer-topk-backend": c.backend}
 
 
 def shortfalls(recipe: Recipe, b: capacity.BackendPlan, min_kv_tokens: int) -> list[str]:

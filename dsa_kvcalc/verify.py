@@ -13,7 +13,10 @@ from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, GPUS, LAYOUTS, Gpu, Layout, la
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc.recipe import Recipe, RecipeError, find_gpu, load, read_recipe
 
-INSTALL = "pip install '.[gpu]' in the checkout"
+# DeepGEMM's sdist (deepinfer-gemm) imports torch to build and names itself deepgemm unless told: README, "Verify on a
+# GPU", says why each part is there.
+INSTALL = ("with a CUDA torch installed (pip install torch setuptools wheel packaging), in the checkout: "
+           "DG_PACKAGE_NAME=deepinfer-gemm DG_FORCE_BUILD=1 CXX=g++ pip install --no-build-isolation '.[gpu]'")
 RECIPES_DIR = Path(__file__).parent / "recipes"
 DEEPGEMM_ARCHS = ("sm90", "sm100", "sm103")
 ENTRY_POINTS = {"2.8": "fp8_fp4_paged_mqa_logits"}  # every older release: the legacy fp8_paged_mqa_logits

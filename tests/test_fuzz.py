@@ -84,11 +84,13 @@ runner = CliRunner()
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(raw=recipes(), format=st.sampled_from(["table", "json", "csv", "markdown"]))
-def test_cli_exits_0_or_2_without_traceback(tmp_path, raw, format):
+def test_cli_exits_0_2_or_4_without_traceback(tmp_path, raw, format):
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(raw))
     result = runner.invoke(app, ["plan", str(path), "--format", format])
-    assert result.exit_code in (0, 2), result.output
+    assert result.exit_code in (0, 2, 4), result.output  # 4: a deployment vLLM would refuse, after the plan
     assert "Traceback" not in result.output
     if result.exit_code == 2:
         assert result.output.startswith("error: ") and result.output.count("\n") == 1
+    if result.exit_code == 4:
+        assert "would refuse to start this deployment: " in result.output

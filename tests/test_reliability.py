@@ -347,8 +347,8 @@ def test_huge_capture_sizes_end_within_seconds_in_bounded_memory(tmp_path):
     recipe = write(tmp_path, BASE + "max-num-batched-tokens: 2000000000\n"
                                     "compilation-config:\n  max_cudagraph_capture_size: 2000000000\n")
     done = child("plan", recipe, timeout=SECONDS)
-    assert done.returncode in (0, 2) and "Traceback" not in done.stderr, done.stderr
-    if done.returncode == 2:
+    assert done.returncode in (0, 2, 4) and "Traceback" not in done.stderr, done.stderr  # 4: vLLM would refuse it
+    if done.returncode in (2, 4):
         one_line(done.stderr, "error: ")
 
 
@@ -575,7 +575,7 @@ def test_verify_table_at_80_columns_cuts_no_figure(fixture):
 
 @pytest.mark.parametrize("args, key", [
     (["plan", SEED, "--bogus"], "--bogus: no such option"),
-    (["plan", "--forma", "json", SEED], "--forma: no such option (did you mean --format?)"),
+    (["plan", "--forma", "json", SEED], "--forma: no such option (did you mean --format, --command?)"),
     (["plan", SEED, "-f", "xml"], "--format: 'xml' is not one of 'table', 'json', 'markdown', 'csv'"),
     (["plan", SEED, "--format"], "--format: requires an argument"),
     (["plan"], "recipe: missing"),

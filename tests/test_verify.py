@@ -242,7 +242,7 @@ def test_verify_gpu_without_torch_or_gpu_exits_3_with_one_line():
     assert result.exit_code == 3
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("error: verify --gpu needs")
-    assert "pip install '.[gpu]' in the checkout" in line or "sees none" in line
+    assert verify.INSTALL in line or "sees none" in line
     assert "Traceback" not in result.output
 
 

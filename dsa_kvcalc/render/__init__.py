@@ -1,5 +1,7 @@
 """Rendering for people: tables, markdown, CSV, text. No arithmetic beyond unit conversion for display."""
 
+import textwrap
+
 from dsa_kvcalc.units import GIB
 
 HEADER_WORD_MAX = 12  # a longer word of a header (a dotted recipe key) may fold; a figure never does
@@ -78,3 +80,14 @@ def print_table(console, header: list[str], rows: list[list], *, left=(0,), pros
     for row in cells:
         grid.add_row(*row)
     console.print(grid)
+
+
+def wrapped(text: str, width: int) -> str:
+    """Each line broken at spaces to fit width, its continuation indented four more: what a terminal would break
+    mid-number stays whole. A word wider than width is left whole too."""
+    lines = []
+    for line in text.splitlines():
+        indent = " " * (len(line) - len(line.lstrip(" ")) + 4)
+        lines += textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
+                               break_on_hyphens=False) or [""]
+    return "\n".join(lines) + "\n"

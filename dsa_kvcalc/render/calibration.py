@@ -8,6 +8,7 @@ import yaml
 from dsa_kvcalc.calibrate import Calibration, TermRow
 from dsa_kvcalc.recipe import shown
 from dsa_kvcalc.units import GIB
+from dsa_kvcalc.report import TOOL
 
 CARRIED = ("at this recipe the memory block is the log's; at another shape (--set, a sweep) plan keeps each measured "
            "term and carries it by its estimate of the change, and re-derives the decode logits, the graphs' logits "
@@ -70,6 +71,7 @@ def render_text(c: Calibration) -> str:
 def calibration_json(c: Calibration) -> dict:
     m = c.measured
     return {
+        "tool": TOOL,
         "log": {"version": m.version, "sizing_rank": m.rank, "ranks": m.ranks,
                 "weights_bytes": m.weights_bytes, "peak_activation_bytes": m.peak_activation_bytes,
                 "non_torch_bytes": m.non_torch_bytes, "cudagraph_bytes": m.cudagraph_bytes,

@@ -1,9 +1,13 @@
 """The model and GPU catalogs as tables (render.print_table: no figure or name is ever cut), each entry with its
 source."""
 
+import dataclasses
+import json
+
 from dsa_kvcalc.catalog import GPUS, MODELS
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.render import print_table
+from dsa_kvcalc.report import TOOL
 
 
 def render_models(console) -> None:
@@ -24,3 +28,16 @@ def render_gpus(console) -> None:
     print_table(console, header, rows, left=(0, 1, 2))
     for g in GPUS:
         console.print(f"{g.name}: {g.source}", highlight=False, markup=False)
+
+
+def catalog_json(name: str, entries) -> str:
+    """Every field of every entry (Paths as text)."""
+    return json.dumps({"tool": TOOL, name: [dataclasses.asdict(e) for e in entries]}, indent=2, default=str) + "\n"
+
+
+def models_json() -> str:
+    return catalog_json("models", MODELS)
+
+
+def gpus_json() -> str:
+    return catalog_json("gpus", GPUS)

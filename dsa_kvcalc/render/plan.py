@@ -10,9 +10,10 @@ from dsa_kvcalc.capacity import (BackendPlan, Plan, cudagraphs_subtracted, decod
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Layout
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc.render import csv_fields, gib, least_widths, print_table, table_width
-from dsa_kvcalc.report import assumptions, backend_json, flatten, plan_json, warnings
+from dsa_kvcalc.report import assumptions, backend_json, flatten, plan_json, summary, warnings
 
 MARKS = {"measured": "", "derived": "", "fitted": "^", "estimated": "~"}
+VERSUS_AUTO = "tokens vs auto"  # the one row in which backends with the same figures differ
 
 
 def quantities(plan: Plan, b: BackendPlan) -> list[tuple[str, str]]:
@@ -32,7 +33,7 @@ def quantities(plan: Plan, b: BackendPlan) -> list[tuple[str, str]]:
         ("KV GiB/rank", gib(b.kv_cache_bytes)),
         ("KV tokens/rank", f"{b.kv_cache_tokens:,}"),
         ("max concurrency", f"{b.max_concurrency:.2f}x"),
-        ("tokens vs auto", "" if change is None or b.backend == "auto" else f"{change:+.1%}"),
+        (VERSUS_AUTO, "" if change is None or b.backend == "auto" else f"{change:+.1%}"),
         (f"tokens {'with' if b.other.reserves_decode_logits else 'without'} fix", f"{b.other.kv_cache_tokens:,}"),
         ("OOM", f">{b.oom.max_decodes} decodes" if b.oom.at_risk else "no"),
         ("workaround MiB", f"{b.workaround.prefill_budget_mb:,}" if b.workaround else ""),
@@ -40,13 +41,56 @@ def quantities(plan: Plan, b: BackendPlan) -> list[tuple[str, str]]:
 
 
 def table(plan: Plan) -> tuple[list[str], list[list[str]], list[str]]:
-    """Header, rows (one per quantity, one column per available backend) and the unavailable backends."""
-    available = [b for b in plan.backends if b.available]
-    header = ["", *(b.backend + (" *" if b.selected else "") for b in available)]
-    columns = [quantities(plan, b) for b in available]
+    """Header, rows (one per quantity, one column per group of available backends with the same figures) and the
+    unavailable backends."""
+    alike: dict[tuple, list[BackendPlan]] = {}
+    for b in (b for b in plan.backends if b.available):
+        alike.setdefault(tuple(q for q in quantities(plan, b) if q[0] != VERSUS_AUTO), []).append(b)
+    columns = [quantities(plan, group[0]) for group in alike.values()]  # as for the group's first (auto, if in it)
+    header = ["", *(", ".join(b.backend + (" *" if b.selected else "") for b in group) for group in alike.values())]
     rows = [[label, *(column[i][1] for column in columns)] for i, (label, _) in enumerate(columns[0])] if columns else []
     unavailable = [f"{b.backend}: {b.reason}" for b in plan.backends if not b.available]
     return header, rows, unavailable
+
+
+def summary_lines(s: dict) -> list:
+    """The answer first, as rich Text (plain in a pipe): whether this release starts the recipe and how many KV
+    tokens a rank holds, the OOM risk and its workaround, and the top-k backend worth comparing."""
+    from rich.text import Text
+
+    label, oom = s["engine_label"], s["oom"]
+    lines = [] if s["instead_of"] is None else [Text(f"{s['instead_of']} cannot run here: answered for {s['backend']}")]
+    if s["refused"]:
+        lines.append(Text.assemble((f"{label} would not start", "bold red"), f": {s['refused']}."))
+    else:
+        lines.append(Text.assemble((f"{label} starts", "bold green"), f". Per rank {s['backend']} holds "
+                                   f"{s['kv_cache_tokens']:,} KV tokens: {s['max_concurrency']:.2f} x "
+                                   f"{s['max_model_len']:,}."))
+    if s["refused"]:
+        pass  # no step runs
+    elif oom["at_risk"]:
+        env = oom["workaround_env"]
+        lines += [Text.assemble(("OOM", "bold red"), f" above {oom['max_decodes']:,} concurrent decodes outside CUDA "
+                                f"graphs (max-num-seqs {oom['max_num_seqs']:,}). Fix:"),
+                  Text(f"max-num-seqs {oom['max_decodes']:,}, or {' '.join(f'{k}={v}' for k, v in env.items())} "
+                       f"(-{oom['workaround_cost_tokens']:,} tokens)")]
+    elif s["reserves_decode_logits"]:
+        lines.append(Text.assemble(("no OOM risk", "green"), ": this release reserves the decode logits (vLLM #62860)"))
+    else:
+        lines.append(Text.assemble(("no OOM risk", "green"), f": the decode logits of {oom['max_num_seqs']:,} "
+                                   f"sequences fit"))
+    compared = s["compared"]
+    if compared is not None and compared["refused"]:
+        lines.append(Text(f"{compared['backend']} would not start either: {compared['refused']}."))
+    elif compared is not None:
+        change, other = compared["kv_cache_tokens_vs_answered"], compared["oom"]
+        risk = f"OOM above {other['max_decodes']:,} decodes" if other["at_risk"] else "no OOM risk"
+        versus = () if change is None else (" (", (f"{change:+.1%}", "bold green" if change > 0 else "yellow"), ")")
+        lines.append(Text.assemble(f"{compared['backend']} instead: {compared['kv_cache_tokens']:,} KV tokens", *versus,
+                                   f", {risk}."))
+    elif s["deep_select_unavailable"]:
+        lines.append(Text(f"deep_select cannot run here: {s['deep_select_unavailable']}."))
+    return lines
 
 
 def heading(plan: Plan) -> str:
@@ -102,10 +146,12 @@ def render_table(plan: Plan, console) -> None:
     from rich.markup import escape
 
     header, rows, unavailable = table(plan)
-    console.print(heading(plan), highlight=False, markup=False)
+    for line in summary_lines(summary(plan)):
+        console.print(line, highlight=False)
     for group in column_groups(header, rows, console.width):
         columns = [0, *group]
         print_table(console, [header[i] for i in columns], [[row[i] for i in columns] for row in rows])
+    console.print(heading(plan), highlight=False, markup=False)
     console.print(CAPTION, highlight=False)
     for line in unavailable:
         console.print(f"unavailable: {line}", highlight=False, markup=False)
@@ -116,7 +162,8 @@ def render_table(plan: Plan, console) -> None:
 
 def render_markdown(plan: Plan) -> str:
     header, rows, unavailable = table(plan)
-    lines = [f"**{heading(plan)}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [*(f"- {line.plain.strip()}" for line in summary_lines(summary(plan))), "", f"**{heading(plan)}**", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     lines += ["", CAPTION, "", *(f"- unavailable: {u}" for u in unavailable), f"- {memory_line(plan)}",
               *(f"- warning: {w}" for w in warnings(plan))]

@@ -8,6 +8,7 @@ import pickle
 import tempfile
 
 from dsa_kvcalc.render import csv_fields, gib, print_table
+from dsa_kvcalc.report import TOOL
 from dsa_kvcalc.sweep import Candidate
 
 
@@ -50,8 +51,9 @@ def unpickled(file):
 
 
 def jsonl_lines(rows):
+    """One JSON object a row; a varied value YAML read as a date (an error row's) as its text."""
     for row in rows:
-        yield json.dumps(row) + "\n"
+        yield json.dumps(row, default=str) + "\n"
 
 
 def table_cells(keys: list[str], row: dict, notes: dict[str, int]) -> list[str]:
@@ -124,3 +126,13 @@ def render_recommendation(candidates: list[Candidate], target_concurrency: int, 
         f"Recommended: max-num-seqs {best.max_num_seqs}, speculative-config.num_speculative_tokens "
         f"{best.spec_tokens}, sparse-indexer-topk-backend {best.backend}: {best.kv_cache_tokens:,} KV tokens per "
         f"rank. One more sequence fails: {'; '.join(best.stops)}.", highlight=False)
+
+
+def recommendation_json(candidates: list[Candidate], target_concurrency: int, min_kv_tokens: int) -> str:
+    """The targets, every candidate (best first) and the pick (null when none meets the targets)."""
+    rows = [{"backend": c.backend, "spec_tokens": c.spec_tokens, "max_num_seqs": c.max_num_seqs,
+             "kv_cache_tokens": c.kv_cache_tokens, "max_concurrency": c.max_concurrency, "stops": c.stops}
+            for c in candidates]
+    best = rows[0] if rows and rows[0]["max_num_seqs"] is not None else None
+    return json.dumps({"tool": TOOL, "targets": {"concurrency": target_concurrency, "kv_cache_tokens": min_kv_tokens},
+                       "recommended": best, "candidates": rows}, indent=2) + "\n"

@@ -4,10 +4,11 @@ import json
 
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.render import print_table
+from dsa_kvcalc.report import TOOL
 
 
 def render_json(report: dict) -> str:
-    return json.dumps(report, indent=2) + "\n"
+    return json.dumps({"tool": TOOL} | report, indent=2) + "\n"
 
 
 def show(value) -> str:

@@ -1,0 +1,136 @@
+"""What fits, both ways, on plan's own arithmetic: the longest max-model-len at which a concurrency fits, the most
+sequences at a max-model-len, and the largest max-num-seqs vLLM would start with. Pure: plans in, answers out.
+
+"Fits" is what vLLM logs and checks, per rank:
+- it starts when max-num-seqs <= max-num-batched-tokens and its KV cache holds one request of max-model-len
+  (report.refusal);
+- N requests of max-model-len L fit when its "Maximum concurrency for L tokens per request" is at least N, that is
+  when the KV tokens it logs are at least N x L. Window and state pages (DeepSeek-V4) are in those tokens as vLLM
+  counts them, so a longer context does not cost in proportion.
+Each question holds for every value up to an edge and for none above it (KV tokens only shrink as max-num-seqs or
+max-model-len grows, and what a request needs only grows), so bisection finds the edge; the answer says what fails
+one step above it.
+"""
+
+from dataclasses import dataclass
+
+from dsa_kvcalc import capacity
+from dsa_kvcalc.capacity import BackendPlan, Plan
+from dsa_kvcalc.recipe import KEYS, Recipe
+from dsa_kvcalc.report import refusal
+from dsa_kvcalc.sweep import Base, recipe_at
+
+
+def shortfall(plan: Plan, b: BackendPlan, concurrency: int) -> str | None:
+    """Why `concurrency` requests of max-model-len do not fit at once, or None when they do."""
+    r = plan.recipe
+    refused = refusal(plan, b)
+    if refused:
+        return refused
+    if b.kv_cache_tokens < concurrency * r.max_model_len:
+        return (f"{concurrency:,} x {r.max_model_len:,} = {concurrency * r.max_model_len:,} tokens > the KV cache's "
+                f"{b.kv_cache_tokens:,}")
+    return None
+
+
+def largest(problem, low: int, high: int) -> int | None:
+    """The largest n in [low, high] where problem(n) is None (no problem), which holds up to an edge and not above
+    it; None when there is a problem at low already."""
+    if problem(low):
+        return None
+    if not problem(high):
+        return high
+    good, bad = low, high
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if problem(middle):
+            bad = middle
+        else:
+            good = middle
+    return good
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The edge of one question for one backend: the largest value that fits, the plan there, and why one more
+    does not fit."""
+    backend: str
+    question: str  # max-model-len, concurrency or max-num-seqs
+    held: dict  # the keys held fixed, as the recipe spells them
+    largest: int | None  # None: not even the smallest value fits
+    plan: BackendPlan | None  # at largest
+    above: str  # why largest + 1 (or the smallest value) does not fit
+
+
+class Planner:
+    """Plans at points of the base recipe, each once: the three questions probe many of the same points."""
+
+    def __init__(self, base: Base):
+        self.base = base
+        self.plans: dict[tuple, Plan] = {}
+
+    def at(self, point: dict) -> Plan:
+        key = tuple(sorted(point.items()))
+        if key not in self.plans:
+            self.plans[key] = capacity.plan(recipe_at(self.base, point))
+        return self.plans[key]
+
+    def backend(self, point: dict, name: str) -> tuple[Plan, BackendPlan]:
+        plan = self.at(point)
+        return plan, plan.backend(name)
+
+
+def answer(planner: Planner, name: str, question: str, key: str, held: dict, low: int, high: int, top: str,
+           fails) -> Answer:
+    """Bisect key over [low, high] with the other keys held; top says why high + 1 is out of bounds."""
+    def failing(value: int) -> str | None:
+        return fails(*planner.backend(held | {key: value}, name))
+
+    edge = largest(failing, low, high)
+    if edge is None:
+        return Answer(name, question, held, None, None, failing(low))
+    above = top if edge == high else failing(edge + 1)
+    return Answer(name, question, held, edge, planner.backend(held | {key: edge}, name)[1], above)
+
+
+def longest_context(planner: Planner, name: str, concurrency: int) -> Answer:
+    """The largest max-model-len at which `concurrency` requests (max-num-seqs = concurrency) fit at once."""
+    r = planner.base.recipe
+    return answer(planner, name, "max-model-len", "max-model-len", {"max-num-seqs": concurrency},
+                  r.indexer_width_ratio, r.model.max_position_embeddings,
+                  f"{r.model.name}'s maximum, {r.model.max_position_embeddings:,}",
+                  lambda plan, b: shortfall(plan, b, concurrency))
+
+
+def most_sequences(planner: Planner, name: str, length: int) -> Answer:
+    """The largest number of requests of max-model-len `length` that fit at once, with max-num-seqs set to it."""
+    r = planner.base.recipe
+    return answer(planner, name, "concurrency", "max-num-seqs", {"max-model-len": length}, 1, seqs_ceiling(r),
+                  seqs_top(r), lambda plan, b: shortfall(plan, b, plan.recipe.max_num_seqs))
+
+
+def largest_start(planner: Planner, name: str) -> Answer:
+    """The largest max-num-seqs vLLM would start with at the recipe's max-model-len."""
+    r = planner.base.recipe
+    return answer(planner, name, "max-num-seqs", "max-num-seqs", {}, 1, seqs_ceiling(r), seqs_top(r), refusal)
+
+
+def seqs_ceiling(r: Recipe) -> int:
+    return min(r.max_num_batched_tokens, int(KEYS["max_num_seqs"].maximum))
+
+
+def seqs_top(r: Recipe) -> str:
+    if r.max_num_batched_tokens <= KEYS["max_num_seqs"].maximum:
+        return (f"max-num-seqs above max-num-batched-tokens {r.max_num_batched_tokens:,}: {r.engine.label} refuses "
+                f"it")
+    return f"max-num-seqs is at most {int(KEYS['max_num_seqs'].maximum):,}"
+
+
+def fits(base: Base, backends: list[str], concurrency: int, length: int) -> list[Answer]:
+    """The three questions for each backend (default: those that run here), in that order."""
+    planner = Planner(base)
+    answers = []
+    for name in backends or [b.backend for b in planner.at({}).backends if b.available]:
+        answers += [longest_context(planner, name, concurrency), most_sequences(planner, name, length),
+                    largest_start(planner, name)]
+    return answers

@@ -1,0 +1,72 @@
+"""vLLM's own `vllm serve` argument parser, from one release's Python files, on a CPU: the oracle of
+tests/test_vllm_args.py. Run with a Python that has vLLM's dependencies (not the project's venv: vLLM pins a newer
+typer), the release's folder first:
+
+    $VLLM_ORACLE_PYTHON tests/vllm_parser.py /work/oracle/releases/0.33.0 < cases.json
+
+cases.json is a list of {"argv": [words after `vllm serve`]}, {"config": "a --config YAML"} or {"options": true};
+it prints one JSON object a case: the namespace (values vLLM's types made, JSON-able) or the parser's error, and for
+"options" every option string with its dest and number of values.
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+
+os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, sys.argv[1])
+
+from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
+
+try:
+    from vllm.entrypoints.common.cli_args import make_arg_parser  # 0.31 and later
+except ImportError:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+
+
+def serve_parser():
+    """The parser `vllm serve` runs (vllm/entrypoints/cli/main.py and serve.py: subparser_init)."""
+    top = FlexibleArgumentParser(description="vLLM CLI")
+    subparsers = top.add_subparsers(required=False, dest="subparser")
+    make_arg_parser(subparsers.add_parser("serve", usage="vllm serve [model_tag] [options]"))
+    return top, subparsers.choices["serve"]
+
+
+def jsonable(value, depth: int = 0):
+    """A namespace value as JSON: a config object (--compilation-config, --attention-config) as its fields, an enum
+    as its name."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
+    if hasattr(value, "__dataclass_fields__") and depth < 3:
+        return {name: jsonable(getattr(value, name, None), depth + 1) for name in value.__dataclass_fields__}
+    return getattr(value, "name", None) or str(value)
+
+
+def run(case: dict) -> dict:
+    top, serve = serve_parser()
+    if case.get("options"):
+        return {"options": {o: {"dest": a.dest, "nargs": a.nargs} for o, a in serve._option_string_actions.items()}}
+    argv = ["serve", "--config", case["config"]] if "config" in case else ["serve", *case["argv"]]
+    error = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(error):
+            namespace = top.parse_args(argv)
+    except SystemExit:
+        return {"error": error.getvalue().strip().splitlines()[-1]}
+    except Exception as problem:  # noqa: BLE001 - vLLM's own ValueErrors (a config file, --served-model-name)
+        return {"error": f"{type(problem).__name__}: {problem}"}
+    return {"namespace": {k: jsonable(v) for k, v in vars(namespace).items()}}
+
+
+if __name__ == "__main__":
+    with contextlib.redirect_stdout(sys.stderr):  # vLLM's import-time messages
+        results = [run(case) for case in json.load(sys.stdin)]
+    print(json.dumps(results))
