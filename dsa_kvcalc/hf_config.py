@@ -161,16 +161,16 @@ def kda_shape(config: dict, path: Path) -> dict:
         raise ConfigError(f"{path}: linear_attn_config must be a mapping, got {shown(nested)}")
     shape = {}
     for name, (flat, default, largest) in KDA_FIELDS.items():
-        source = nested if name in nested else config
-        key = name if name in nested else flat
-        shape[name] = whole(source, key, largest, path, default, least=1)
+        key = f"linear_attn_config.{name}" if name in nested else flat
+        value = nested[name] if name in nested else config.get(flat, default)
+        shape[name] = whole({key: value}, key, largest, path, least=1)
     return shape
 
 
 def glm5next_fields(config: dict, n: dict, path: Path) -> dict:
     """GLM-5.3-Flash: layer_types names each layer KDA (linear_attention) or DSA, and linear_attn_config's kda_layers
-    and full_attn_layers, where given, agree; KDA and DSA layers both present. index_kpool is required: its default
-    moved (vLLM's config class 4, transformers' from vLLM 0.32.0 16). The latent is kv_lora_rank + qk_rope_head_dim =
+    and full_attn_layers, where given, agree; KDA and DSA layers both present. index_kpool is required, a power of two:
+    its default moved (vLLM's config class 4, transformers' from vLLM 0.32.0 16). The latent is kv_lora_rank + qk_rope_head_dim =
     512 wide, the one width FlashInfer's NoPE sparse MLA serves for it."""
     layers = n["num_hidden_layers"]
     types = config.get("layer_types")
@@ -189,13 +189,17 @@ def glm5next_fields(config: dict, n: dict, path: Path) -> dict:
     shape = kda_shape(config, path)
     if "index_kpool" not in config:
         raise ConfigError(f"{path}: no index_kpool (vLLM's default for it moved from 4 to 16 in 0.32.0)")
+    kpool = whole(config, "index_kpool", 1024, path, least=2)
+    if kpool & (kpool - 1):
+        raise ConfigError(f"{path}: index_kpool must be a power of two (the block alignment is derived for those), "
+                          f"got {kpool}")
     head_size = whole(config, "kv_lora_rank", 1 << 14, path, 512) + whole(config, "qk_rope_head_dim", 1 << 14, path, 0)
     if head_size != NOPE_MLA_HEAD_SIZE:
         raise ConfigError(f"{path}: kv_lora_rank + qk_rope_head_dim must be {NOPE_MLA_HEAD_SIZE} (the NoPE latent "
                           f"vLLM serves for Glm5Next), got {head_size}")
     return {"linear_layers": linear, "linear_heads": shape["num_heads"], "linear_head_dim": shape["head_dim"],
             "linear_conv_kernel": shape["short_conv_kernel_size"],
-            "index_kpool": whole(config, "index_kpool", 1024, path, least=2), "mla_head_size": head_size,
+            "index_kpool": kpool, "mla_head_size": head_size,
             "num_attention_heads": n["num_attention_heads"] or 64, "first_release": "0.30.0",
             "auto_kv_cache_dtype": GLM5NEXT_AUTO_FP8}
 
