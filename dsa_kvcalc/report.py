@@ -69,7 +69,7 @@ def backend_json(plan: Plan, b: BackendPlan) -> dict:
         "kv_cache_tokens_vs_auto": tokens_vs(b, auto),
         "other_side_of_fix": sizing_json(b.other),
         "oom": {"free_bytes": b.oom.free_bytes, "bytes_per_decode": b.oom.bytes_per_decode,
-                "max_decodes": b.oom.max_decodes, "at_risk": b.oom.at_risk},
+                "max_decodes": b.oom.max_decodes, "at_risk": b.oom.at_risk, "shortfall_bytes": b.oom.shortfall_bytes},
         "workaround": None if fix is None else {
             "env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": fix.prefill_budget_mb},
             "kv_cache_tokens": fix.sizing.kv_cache_tokens,
