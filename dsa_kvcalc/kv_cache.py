@@ -11,7 +11,9 @@ window, a fixed number for a state (a compressor ring, a linear-attention state)
     "GPU KV cache size" = int(concurrency x max_model_len)
 
 V3.2 and GLM-5.x have one group: every layer's MLA page and indexer page. DeepSeek-V4 and V4.1 keep compressed,
-indexer, sliding-window and compressor-state caches in several groups. With pipeline parallelism each stage keeps its
+indexer, sliding-window and compressor-state caches in several groups. GLM-5.3-Flash, a hybrid, keeps a state per
+request in each KDA layer and in each DSA layer a latent, a kpool indexer and a tail ring, in blocks sized to hold a
+state. With pipeline parallelism each stage keeps its
 layers' caches and every stage is cut to the fewest blocks. The version-dependent rules are in engine.py.
 """
 

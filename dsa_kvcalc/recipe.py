@@ -131,7 +131,8 @@ class Recipe:
                                         "Share of total GPU memory vLLM may use; default: the vLLM version's")
     kv_cache_dtype: str = key("kv-cache-dtype", "choice", "auto",
                               "KV cache dtype; any fp8 becomes fp8_ds_mla on FlashMLA-sparse; auto is the model's "
-                              "default (GLM-5.x on SM10x: fp8 from vLLM 0.32.0)", choices=KV_CACHE_DTYPES)
+                              "default (on SM10x: GLM-5.x fp8 from vLLM 0.32.0, GLM-5.3-Flash from 0.33.0)",
+                              choices=KV_CACHE_DTYPES)
     kv_cache_memory_bytes: int | None = key("kv-cache-memory-bytes", "size", None,
                                             "Fixed KV cache size per rank; replaces the memory profile",
                                             ARG_UTILS, 1, 1 << 50)
