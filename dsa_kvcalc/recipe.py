@@ -638,8 +638,9 @@ def check_speculation(recipe: Recipe) -> None:
 def check_linear_attention(recipe: Recipe) -> None:
     """A hybrid model's caches (GLM-5.3-Flash) are derived as far as they were read in vLLM and checked against its
     planner: vLLM on SM90 and SM10x with FlashInfer's sparse MLA, one pipeline stage (vLLM balances the KDA groups
-    over stages, _pp_balanced_mamba_group_count), no decode context parallelism; tensor parallelism must split the
-    KDA heads (vllm==0.30.0 vllm/model_executor/layers/mamba/mamba_utils.py:317-320, divide())."""
+    over stages, _pp_balanced_mamba_group_count), no decode context parallelism, vLLM's block size (block-size enters
+    the attention block: vllm==0.30.0 vllm/platforms/interface.py:895-901); tensor parallelism must split the KDA heads
+    (vllm==0.30.0 vllm/model_executor/layers/mamba/mamba_utils.py:317-320, divide())."""
     model, gpu = recipe.model, recipe.gpu
     if not model.linear_layers:
         return
@@ -659,6 +660,9 @@ def check_linear_attention(recipe: Recipe) -> None:
     if recipe.decode_context_parallel_size > 1:
         raise RecipeError("decode-context-parallel-size", f"{model.name} is derived without decode context "
                                                           f"parallelism")
+    if "block-size" in recipe.ignored_keys:
+        raise RecipeError("block-size", f"sizes {model.name}'s attention block (128 or block-size, the larger, times "
+                                        f"what a KDA state needs), which is derived for vLLM's default only: drop it")
     if model.linear_heads % recipe.tensor_parallel_size:
         raise RecipeError("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
                                                   f"{model.linear_heads} KDA heads (vLLM would refuse to start)")

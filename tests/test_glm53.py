@@ -178,6 +178,7 @@ def test_auto_cache_dtype_and_backend(gpu, version, dtype, backend):
     ({"pipeline-parallel-size": 2}, "pipeline-parallel-size"), ({"decode-context-parallel-size": 2},
                                                                   "decode-context-parallel-size"),
     ({"tensor-parallel-size": 3}, "tensor-parallel-size"), ({"engine": "deepinfer"}, "engine"),
+    ({"block-size": 512}, "block-size"),
     ({"vllm-version": "0.29.0"}, "vllm-version")])
 def test_what_is_not_derived_is_refused_with_its_key(keys, key):
     with pytest.raises(RecipeError) as error:
