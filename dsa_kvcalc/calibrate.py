@@ -331,8 +331,8 @@ def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
     activation = split.activation
     if recipe.reserves_decode_logits:
         rise = estimate.backend(recipe.topk_backend).peak_activation_bytes - estimate.memory.peak_activation.bytes
-        activation = max(activation - rise, 0)  # the base peak, before the #62860 reservation
-        notes.append(f"{recipe.engine.label} reserves the decode logits (#62860): the profile's peak holds "
+        activation = max(activation - rise, 0)  # the base peak, before the reservation (#62860, or the kpool indexer's)
+        notes.append(f"{recipe.engine.label} reserves the decode logits in its profile run: the profile's peak holds "
                      f"{rise / GIB:.2f} GiB of it above the prefill budget; the memory block keeps the base peak")
     return replace(split, activation=activation, notes=notes)
 
