@@ -338,11 +338,13 @@ VLLM_RULES = {
                                     | {"dflash", "custom_class", "dspark"}),
                 "vllm==0.33.0 vllm/config/speculative.py:74: medusa and mlp_speculator removed"))),
     "kpool_indexer_reserves_decode_logits": Rule(
-        False, "vllm==0.29.0: no kpool indexer (vllm/models/glm5next and sparse_attn_indexer_kpool.py are new in 0.30.0)",
-        (Change("0.30.0", True, "vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:296-331 (0.31.0 "
-                                "vllm/models/glm5next/nvidia/sparse_indexer.py:131-166, 0.33.0 :148-187): its profiling "
-                                "branch allocates max(min(max_num_seqs x (1 + k), max_num_batched_tokens) x width x 4, "
-                                "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB MiB) bytes: FP32, no DeepGEMM padding"),)),
+        False, "vllm==0.29.0: no kpool indexer (vllm/models/glm5next and sparse_attn_indexer_kpool.py are new in "
+               "0.30.0)",
+        (Change("0.30.0", True, "vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:296-331 "
+                                "(0.31.0 vllm/models/glm5next/nvidia/sparse_indexer.py:131-166, 0.33.0 :148-187): its "
+                                "profiling branch allocates max(min(max_num_seqs x (1 + k), max_num_batched_tokens) "
+                                "x width x 4, VLLM_SPARSE_INDEXER_MAX_LOGITS_MB MiB) bytes: FP32, no DeepGEMM "
+                                "padding"),)),
     "kpool_logits_over_pools": Rule(
         False, "vllm==0.30.0 vllm/models/glm5next/nvidia/attention.py:299, 310: the kpool indexer's width is "
                "max_model_len",
@@ -355,15 +357,15 @@ VLLM_RULES = {
                                 "get_max_prefill_buffer_size // index_kpool"),)),
     "kpool_tail_holds_drafts": Rule(
         False, "vllm==0.30.0 vllm/models/glm5next/nvidia/attention.py:193-200: KpoolTailSpec(block_size=index_kpool)",
-        (Change("0.31.0", True, "vllm==0.31.0 vllm/models/glm5next/common/attention.py:191-212: a ring of index_kpool x "
-                                "next_pow2(cdiv(index_kpool + k, index_kpool)) slots, so that drafts keep the keys a "
-                                "rejected pool's redo reads"),)),
+        (Change("0.31.0", True, "vllm==0.31.0 vllm/models/glm5next/common/attention.py:191-212: a ring of "
+                                "index_kpool x next_pow2(cdiv(index_kpool + k, index_kpool)) slots, so that drafts "
+                                "keep the keys a rejected pool's redo reads"),)),
     "linear_states_share_attention_blocks": Rule(
         False, "vllm==0.29.0 vllm/v1/core/kv_cache_utils.py: no _get_kv_cache_groups_glm5_next",
         (Change("0.30.0", True, "vllm==0.30.0 vllm/v1/core/kv_cache_utils.py:1195-1274, 1588-1594, 1682-1745: MLA "
-                                "latents and indexers one group, tails one group padded to the indexer page, KDA states "
-                                "cdiv(states, latents) groups padded to the latent page; a block costs the latent and "
-                                "indexer pages, the states and tails alias them"),
+                                "latents and indexers one group, tails one group padded to the indexer page, KDA "
+                                "states cdiv(states, latents) groups padded to the latent page; a block costs the "
+                                "latent and indexer pages, the states and tails alias them"),
          Change("0.32.0", False, "vllm==0.32.0 vllm/v1/core/kv_cache_utils.py:1860-1994: the GLM-5.3-Flash grouping is "
                                  "gone; the generic packing, with the tails a CircularBufferSpec of their own "
                                  "(vllm/models/glm5next/common/attention.py:156-179)"))),
@@ -380,7 +382,8 @@ VLLM_RULES = {
                                 "(FlashInfer's sparse MLA: 1 row on SM90, flashinfer_mla_sparse_sm90.py:159-161; 32 on "
                                 "SM10x, flashinfer_mla_sparse.py:75-79), or of kernel blocks where every kernel block "
                                 "size is fixed (the kpool indexer's [kpool x 32, kpool x 64], "
-                                "vllm/v1/attention/backends/mla/indexer.py:296-306); applied to GLM-5.3-Flash's caches"),)),
+                                "vllm/v1/attention/backends/mla/indexer.py:296-306); applied to GLM-5.3-Flash's "
+                                "caches"),)),
     "rocm_accepts_fp8": Rule(
         False, "vllm==0.20.2 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:85-89: auto, float16, bfloat16",
         (Change("0.21.0", True, "vllm==0.21.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:266-272: fp8 and "

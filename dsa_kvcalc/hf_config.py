@@ -30,7 +30,8 @@ TEXT_FIELDS = (*NEEDED, *OPTIONAL, "compress_ratios", "kv_source_layer_ids", "in
 V4_RATIOS = (0, 4, 128)  # sliding window only, compressed with an indexer, heavily compressed
 V41_RATIOS = (0, 1, 2)
 GLM5NEXT_ARCHITECTURES = ("Glm5NextForConditionalGeneration", "Glm5NextForCausalLM")
-LINEAR_ATTENTION = "linear_attention"  # the layer_types entry of a KDA layer (vllm==0.33.0 .../glm5next/common/model.py:142-147)
+# the layer_types entry of a KDA layer (vllm==0.33.0 vllm/models/glm5next/common/model.py:142-147)
+LINEAR_ATTENTION = "linear_attention"
 # linear_attn_config key -> (the flat key vLLM folds it into, vLLM's default, largest plausible value)
 # (vllm==0.30.0 vllm/transformers_utils/configs/glm5_next.py: Glm5NextTextConfig)
 KDA_FIELDS = {"num_heads": ("linear_num_heads", 64, 1024), "head_dim": ("linear_head_dim", 128, 4096),
@@ -106,7 +107,8 @@ def shown(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def compress_ratios(config: dict, layers: int, draft_layers: int, kinds: tuple[int, ...], path: Path) -> tuple[int, ...]:
+def compress_ratios(config: dict, layers: int, draft_layers: int, kinds: tuple[int, ...],
+                    path: Path) -> tuple[int, ...]:
     """One ratio of the family's kinds for each layer, and for each draft layer or none."""
     ratios = config.get("compress_ratios")
     if not isinstance(ratios, list) or len(ratios) not in (layers, layers + draft_layers) or not all(
@@ -170,8 +172,8 @@ def kda_shape(config: dict, path: Path) -> dict:
 def glm5next_fields(config: dict, n: dict, path: Path) -> dict:
     """GLM-5.3-Flash: layer_types names each layer KDA (linear_attention) or DSA, and linear_attn_config's kda_layers
     and full_attn_layers, where given, agree; KDA and DSA layers both present. index_kpool is required, a power of two:
-    its default moved (vLLM's config class 4, transformers' from vLLM 0.32.0 16). The latent is kv_lora_rank + qk_rope_head_dim =
-    512 wide, the one width FlashInfer's NoPE sparse MLA serves for it."""
+    its default moved (vLLM's config class 4, transformers' from vLLM 0.32.0 16). The latent is kv_lora_rank +
+    qk_rope_head_dim = 512 wide, the one width FlashInfer's NoPE sparse MLA serves for it."""
     layers = n["num_hidden_layers"]
     types = config.get("layer_types")
     if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):

@@ -271,13 +271,13 @@ def v41_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
 
 # Layers: GLM-5.3-Flash ---------------------------------------------------------------------------------------------
 
-HYBRID_MLA_BLOCK_ALIGNMENT = 128  # MLA hybrids' blocks: multiples of 128 (vllm==0.30.0 vllm/platforms/interface.py:895-907)
+HYBRID_MLA_BLOCK_ALIGNMENT = 128  # MLA hybrids' blocks (vllm==0.30.0 vllm/platforms/interface.py:895-907)
 PAGED_MQA_PAGE_SIZES = (32, 64)  # the paged-MQA kernels' pages, in entries (vllm==0.30.0 vllm/utils/deep_gemm.py:35)
 KDA_CONV_STATE_BYTES = 2  # the model dtype, BF16 (kda_state_dtype, vllm==0.30.0 mamba_utils.py:133-149)
 KDA_RECURRENT_STATE_BYTES = 4  # FP32 for mamba_ssm_cache_dtype auto (the same lines)
 TAIL_SLOT_HEADS = 2  # a tail slot holds raw K and the gate score, BF16 (vllm==0.30.0 .../nvidia/attention.py:193-200)
 FLASHKDA_HEAD_DIM = 128  # FlashKDA takes head_dim 128 only (vllm==0.32.0 vllm/models/glm5next/common/kda.py:137-160)
-FLASHINFER_SM10X_ROWS = 32  # FlashInfer's sparse MLA on SM10x reads 32-row pages (flashinfer_mla_sparse.py:75-79, 95-96)
+FLASHINFER_SM10X_ROWS = 32  # FlashInfer's sparse MLA reads 32-row pages on SM10x (flashinfer_mla_sparse.py:75-96)
 
 
 def kda_state_bytes(recipe: Recipe) -> int:
@@ -355,7 +355,8 @@ def glm5next_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
     caches = []
     for layer in range(model.num_layers + draft_layers):
         if layer in model.linear_layers:
-            caches.append(Cache(layer, "linear", state_block, block * latent_bytes, state_pages=kda_state_pages(recipe)))
+            caches.append(Cache(layer, "linear", state_block, block * latent_bytes,
+                                state_pages=kda_state_pages(recipe)))
             continue
         caches += [Cache(layer, "full", block, block * latent_bytes, stride_alignment=latent_alignment),
                    Cache(layer, "full", block, indexer_page, stride_alignment=indexer_alignment,

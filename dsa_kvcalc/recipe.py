@@ -164,7 +164,8 @@ class Recipe:
                                       "vllm==0.33.0 vllm/engine/arg_utils.py:3045, 3075-3076 (on where the model "
                                       "supports it); vllm/model_executor/models/config.py:763-784 (MambaModelConfig)")
     no_enable_prefix_caching: bool = key("no-enable-prefix-caching", "bool", False,
-                                         "vLLM's spelling of enable-prefix-caching false: true turns prefix caching off",
+                                         "vLLM's spelling of enable-prefix-caching false: true turns prefix caching "
+                                         "off",
                                          "vllm==0.33.0 vllm/utils/argparse_utils.py:653-657 (a YAML flag)")
     topk_backend: str = key("sparse-indexer-topk-backend", "choice", "auto",
                             "The indexer top-k backend vLLM is told to use", choices=tuple(b.name for b in BACKENDS))

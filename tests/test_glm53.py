@@ -43,8 +43,11 @@ def planner_recipe(row: dict) -> dict:
         "enable-prefix-caching": row["mode"] == "align"}
 
 
-@pytest.mark.parametrize("row", PLANNER_ROWS, ids=lambda r: f"{r['rel']}-{r['mode']}-tp{r['TP']}-k{r['k']}-{r['dtype']}-"
-                                                           f"{r['L']}-{r['avail'] // GIB}g")
+def row_id(row: dict) -> str:
+    return f"{row['rel']}-{row['mode']}-tp{row['TP']}-k{row['k']}-{row['dtype']}-{row['L']}-{row['avail'] // GIB}g"
+
+
+@pytest.mark.parametrize("row", PLANNER_ROWS, ids=row_id)
 def test_plan_gives_what_each_releases_own_planner_gave(row):
     recipe = load(planner_recipe(row))
     kv = capacity.plan(recipe).memory.kv

@@ -96,8 +96,8 @@ RECORDS = [
     # A dev build, 0.1.dev20051+g487ecf187 (PR #53906's image), whose commit is no release's: its GLM-5.3-Flash rules
     # are 0.30.0's and 0.31.0's for this case (prefix caching on, vLLM's default); 0.32.0's would log 433,621.
     Record("GLM-5.3-Flash 4xH200 TP4 bf16 KV, dev build (0.30.0/0.31.0 rules), L=131,072, MTP k=3",
-           "shared/data/dsa-startup-records.json (GitHub note 'pending-release - 2026-09-01 GLM-5.3-Flash TP4 on 4xH200 "
-           "(off-gate)', arm D: kv-cache-memory-bytes 6 GiB)",
+           "shared/data/dsa-startup-records.json (GitHub note 'pending-release - 2026-09-01 GLM-5.3-Flash TP4 on "
+           "4xH200 (off-gate)', arm D: kv-cache-memory-bytes 6 GiB)",
            dict(model="zai-org/GLM-5.3-Flash", gpu="NVIDIA H200 SXM (143,771 MiB), NVLink mesh", **{
                "tensor-parallel-size": 4, "max-model-len": 131072, "max-num-seqs": 3, "vllm-version": "0.30.0",
                "kv-cache-memory-bytes": 6 * GIB, "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}),
