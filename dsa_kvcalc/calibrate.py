@@ -22,7 +22,7 @@ from dsa_kvcalc.vllm_log import LogReading, RankReading
 RECIPE_ARGS = ("model", "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel",
                "decode_context_parallel_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
                "gpu_memory_utilization", "kv_cache_dtype", "kv_cache_memory_bytes", "speculative_config",
-               "compilation_config", "enforce_eager", "attention_backend", "async_scheduling")
+               "compilation_config", "enforce_eager", "attention_backend", "async_scheduling", "enable_prefix_caching")
 PRINT_ROUNDING_BYTES = GIB // 200  # the log prints GiB with two decimals: each term is within 0.005 GiB
 GPU_MATCH_BYTES = GIB // 20  # a logged total memory names a catalog GPU within 0.05 GiB
 ESTIMATED_NON_TORCH = "plan's estimate (the log gives only the sum with activation)"
@@ -354,8 +354,8 @@ def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
     activation = split.activation
     if recipe.reserves_decode_logits:
         rise = estimate.backend(recipe.topk_backend).peak_activation_bytes - estimate.memory.peak_activation.bytes
-        activation = max(activation - rise, 0)  # the base peak, before the #62860 reservation
-        notes.append(f"{recipe.engine.label} reserves the decode logits (#62860): the profile's peak holds "
+        activation = max(activation - rise, 0)  # the base peak, before the reservation (#62860, or the kpool indexer's)
+        notes.append(f"{recipe.engine.label} reserves the decode logits in its profile run: the profile's peak holds "
                      f"{rise / GIB:.2f} GiB of it above the prefill budget; the memory block keeps the base peak")
     return replace(split, activation=activation, notes=notes)
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 
 from dsa_kvcalc import estimates, kv_cache
 from dsa_kvcalc.engine import ALL, MTP_METHODS, release_tuple
-from dsa_kvcalc.catalog import SPARSE_MLA_CACHE_DTYPES, BACKENDS, STRIDE_ALIGNMENT_BYTES, Backend, Layout
+from dsa_kvcalc.catalog import SPARSE_MLA_CACHE_DTYPES, BACKENDS, NOPE_MLA_HEAD_SIZE, NOPE_SPARSE_MLA_BACKENDS, \
+    STRIDE_ALIGNMENT_BYTES, Backend, Layout
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.kv_cache import KvSpec
 from dsa_kvcalc.recipe import Recipe, RecipeError
@@ -69,17 +70,23 @@ class DecodeLogits:
 
 def decode_rows(recipe: Recipe) -> int:
     """rows = min(max_num_seqs, max_num_batched_tokens) x (1 + num_speculative_tokens)   (vLLM #62860)
+    rows = min(max_num_seqs x (1 + num_speculative_tokens), max_num_batched_tokens)     (the kpool indexer's profile
+           branch, vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:312-321)
     rows = max_num_seqs x (1 + nextn)                                                     (DeepInfer's profile run)"""
-    seqs = recipe.max_num_seqs
+    seqs, per_seq = recipe.max_num_seqs, 1 + recipe.num_speculative_tokens
+    if recipe.model.kpool_indexer:
+        return min(seqs * per_seq, recipe.max_num_batched_tokens)
     if recipe.engine.rows_capped_by_batched_tokens:
         seqs = min(seqs, recipe.max_num_batched_tokens)
-    return seqs * (1 + recipe.num_speculative_tokens)
+    return seqs * per_seq
 
 
 def reads_bf16(recipe: Recipe, backend: Backend) -> bool:
     """The one predicate shared by the runtime upcast and the reservation: does the top-k read BF16 directly?
-    DeepSelect (and DeepInfer's own top-k) do, except under decode context parallelism (DCP merges need FP32)."""
-    return backend.reads_bf16 and recipe.decode_context_parallel_size == 1
+    DeepSelect (and DeepInfer's own top-k) do, except under decode context parallelism (DCP merges need FP32); the
+    kpool indexer upcasts whatever top-k runs (as_fp32_logits, vllm==0.33.0
+    vllm/models/glm5next/nvidia/sparse_indexer.py:617-629)."""
+    return backend.reads_bf16 and recipe.decode_context_parallel_size == 1 and not recipe.model.kpool_indexer
 
 
 def decode_logits(recipe: Recipe, topk_reads_bf16: bool, rows: int) -> DecodeLogits:
@@ -172,13 +179,15 @@ def weights_estimate(recipe: Recipe) -> Term:
 
 def prefill_workspace_bytes(recipe: Recipe) -> int:
     """The sparse-MLA prefill workspace, one buffer that its largest user sizes (vllm/v1/worker/workspace.py): the
-    indexer's K gather, 8 x factor x max_model_len / compress ratio entries of 132 B, or, with an fp8_ds_mla cache,
-    FlashMLA-sparse's BF16 gather of factor x max_model_len rows of 576 x 2 B; factor 5, and 2 above 262,144 tokens
-    from vLLM 0.32.0 (engine.py sparse_mla_prefill_workspace_factor)."""
-    length = recipe.max_model_len
+    indexer's K gather, 8 x factor x max_model_len / compress ratio entries of 132 B (the kpool indexer's / kpool
+    from vLLM 0.32.0, engine.py kpool_gather_over_pools), or, with an fp8_ds_mla cache, FlashMLA-sparse's BF16
+    gather of factor x max_model_len rows of 576 x 2 B; factor 5, and 2 above 262,144 tokens from vLLM 0.32.0
+    (engine.py sparse_mla_prefill_workspace_factor)."""
+    length, model = recipe.max_model_len, recipe.model
     short, long = recipe.engine.sparse_mla_prefill_workspace_factor
     factor = short if length <= 262_144 else long
-    gather_bytes = 8 * factor * length // recipe.model.indexer_logits_ratio * kv_cache.INDEXER_ENTRY_BYTES
+    pooled = model.index_kpool if recipe.engine.kpool_gather_over_pools else 1
+    gather_bytes = 8 * factor * length // (model.indexer_logits_ratio * pooled) * kv_cache.INDEXER_ENTRY_BYTES
     ds_mla = recipe.model.family == "mla" and kv_cache.mla_token_bytes(recipe.cache_dtype, sparse_mla_backend(recipe)) \
         == kv_cache.MLA_FP8_DS_BYTES
     return max(gather_bytes, factor * length * kv_cache.MLA_BF16_BYTES if ds_mla else 0)
@@ -203,13 +212,15 @@ def non_torch_estimate(recipe: Recipe) -> Term:
 
 def sparse_mla_backend(recipe: Recipe) -> str:
     """vLLM's sparse-MLA backend (vllm==0.33.0 vllm/platforms/cuda.py:84-160): the recipe's attention-backend, else
-    on SM12x the release's SM12x backend; on SM10x FLASHINFER_MLA_SPARSE for a quantized cache it takes (not the
-    DS-MLA formats), for BF16 the release's few-heads backend at <= 16 heads a rank, else FLASHMLA_SPARSE; on SM90
-    the release's BF16 backend without DCP, else FLASHMLA_SPARSE; ROCM_AITER_MLA_SPARSE on ROCm
-    (vllm/platforms/rocm.py:537-539)."""
+    FlashInfer's for a 512-wide latent (catalog.NOPE_SPARSE_MLA_BACKENDS), on SM12x the release's SM12x backend;
+    on SM10x FLASHINFER_MLA_SPARSE for a quantized cache it takes (not the DS-MLA formats), for BF16 the release's
+    few-heads backend at <= 16 heads a rank, else FLASHMLA_SPARSE; on SM90 the release's BF16 backend without DCP,
+    else FLASHMLA_SPARSE; ROCM_AITER_MLA_SPARSE on ROCm (vllm/platforms/rocm.py:537-539)."""
     arch, engine = recipe.gpu.arch, recipe.engine
     if recipe.attention_backend:
         return recipe.attention_backend
+    if recipe.model.mla_head_size == NOPE_MLA_HEAD_SIZE:
+        return NOPE_SPARSE_MLA_BACKENDS[arch]
     if arch in ("sm120", "sm121"):
         return engine.sm12x_sparse_mla_backend
     if arch.startswith("gfx"):
@@ -299,6 +310,8 @@ def profile_budget_bytes(recipe: Recipe) -> int:
 
 def reservation(recipe: Recipe, logits: DecodeLogits, reserves_decode_logits: bool) -> int:
     """reserved = max(prefill_budget, rows x padded_width x bytes_per_element)   (with #62860; without: the budget)
+    reserved = max(prefill_budget, rows x width x 4)        (the kpool indexer's own: FP32, unpadded; engine.py
+                                                             kpool_indexer_reserves_decode_logits)
     DeepInfer's profile run holds the decode logits themselves; ROCm's locked workspace holds them on top of the
     budget. Both are the same on either side of #62860."""
     budget = profile_budget_bytes(recipe)
@@ -307,6 +320,8 @@ def reservation(recipe: Recipe, logits: DecodeLogits, reserves_decode_logits: bo
     workspace = rocm_indexer_workspace_bytes(recipe)
     if workspace:
         return budget + workspace
+    if reserves_decode_logits and recipe.model.kpool_indexer:
+        return max(budget, logits.rows * logits.columns * FP32_BYTES)
     if reserves_decode_logits:
         return max(budget, logits.bytes)
     return budget
@@ -464,21 +479,28 @@ def sizing(recipe: Recipe, memory: RankMemory, reserves_decode_logits: bool, res
 @dataclass(frozen=True)
 class OomRisk:
     """Where the profile run does not hold the decode logits, eager, piecewise and mixed steps allocate them from what
-    the KV cache left."""
+    the KV cache left; where it reserves less than they take, the rest."""
     free_bytes: int  # assumed: total x (1 - gpu-memory-utilization)
     bytes_per_decode: int  # one sequence's (1 + k) rows at the padded width, FP32 copy included
-    max_decodes: int
-    at_risk: bool  # on this release, fewer than max-num-seqs concurrent decodes fit
+    max_decodes: int  # the decodes whose logits fit in free_bytes alone
+    at_risk: bool  # on this release, the decode worst case does not fit
+    shortfall_bytes: int  # what the worst case takes beyond the profile run's reservation, where it reserves one
 
 
-def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits) -> OomRisk:
-    """Decodes that fit = free at run time // one decode's logits; free = total x (1 - utilisation), assumed."""
+def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, reserved: int) -> OomRisk:
+    """Decodes that fit = free at run time // one decode's logits; free = total x (1 - utilisation), assumed. A release
+    that holds the decode logits in its profile run is at risk only where the worst case takes more than it reserved
+    (the kpool indexer reserves 4 B an element over the unpadded width: on SM100 with DeepGEMM 2.8 they run as BF16 +
+    an FP32 copy, 6 B an element over DeepGEMM's padded width) and the rest exceeds what is free."""
     free_bytes = recipe.gpu.total_memory_bytes - memory.requested_bytes
     per_decode = (1 + recipe.num_speculative_tokens) * logits.padded_columns * logits.bytes_per_element
     max_decodes = free_bytes // per_decode
-    held = recipe.reserves_decode_logits or recipe.engine.profile_holds_decode_logits or \
-        rocm_indexer_workspace_bytes(recipe)
-    return OomRisk(free_bytes, per_decode, max_decodes, not held and max_decodes < recipe.max_num_seqs)
+    if recipe.engine.profile_holds_decode_logits or rocm_indexer_workspace_bytes(recipe):
+        return OomRisk(free_bytes, per_decode, max_decodes, False, 0)
+    if not recipe.reserves_decode_logits:
+        return OomRisk(free_bytes, per_decode, max_decodes, max_decodes < recipe.max_num_seqs, 0)
+    shortfall = max(0, logits.bytes - reserved)
+    return OomRisk(free_bytes, per_decode, max_decodes, shortfall > free_bytes, shortfall)
 
 
 @dataclass(frozen=True)
@@ -552,7 +574,7 @@ NVFP4_DS_MLA_FIRST = "0.30.0"  # vllm==0.30.0 vllm/config/cache.py:48 (vllm==0.2
 def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
     """vLLM starts only where the sparse-MLA backend takes the KV-cache dtype (DeepSeek-V4's own attention resolves
     its fp8 layout itself)."""
-    if recipe.model.family != "mla":
+    if recipe.model.family not in ("mla", "glm5next"):
         return
     backend = memory.sparse_mla_backend
     dtypes, source = SPARSE_MLA_CACHE_DTYPES[backend]
@@ -595,7 +617,7 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
     graphs = cudagraph_pool(recipe, backend.name, graph_logits, logits_then)
     sides = {reserves: sizing(recipe, memory, reserves, reservation(recipe, dl, reserves), headroom, graphs.bytes)
              for reserves in (True, False)}
-    risk = oom(recipe, memory, dl)
+    risk = oom(recipe, memory, dl, sides[recipe.reserves_decode_logits].reserved_bytes)
     reason = availability(recipe, backend)
     note = backend.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows)
     return BackendPlan(

@@ -168,6 +168,16 @@ SPARSE_MLA_CACHE_DTYPES = {
 }
 
 
+# The sparse-MLA backend vLLM runs for a 512-wide latent (kv_lora_rank 512 without RoPE: GLM-5.3-Flash), by arch. On
+# SM90 FlashInfer's SM90 kernel goes first for head size 512 (vllm==0.30.0 vllm/platforms/cuda.py:143, the same to
+# 0.33.0); on SM10x FlashMLA-sparse and FA4 refuse head size 512 (vllm==0.30.0
+# vllm/v1/attention/backends/mla/flashmla_sparse.py:157-159, vllm==0.33.0 flashmla_sparse.py:219-248 and
+# flashattn_mla_sparse.py:299-301), FlashInfer's takes it (flashinfer_mla_sparse.py:57-61). Elsewhere: not determined.
+NOPE_MLA_HEAD_SIZE = 512
+NOPE_SPARSE_MLA_BACKENDS = {"sm90": "FLASHINFER_MLA_SPARSE_SM90", "sm100": "FLASHINFER_MLA_SPARSE",
+                            "sm103": "FLASHINFER_MLA_SPARSE"}
+
+
 @dataclass(frozen=True)
 class Backend:
     name: str
@@ -240,6 +250,16 @@ class Model:
     # DeepSeek-V4.1: its attention heads and wo_a groups pick the attention class (mega attention on SM100)
     num_attention_heads: int = 0
     o_groups: int = 0
+    # GLM-5.3-Flash (Glm5Next): the layers whose layer_types entry is linear_attention are KDA layers, each with a
+    # conv and a recurrent state (linear_attn_config: num_heads, head_dim, short_conv_kernel_size); the others and
+    # the MTP layers are DSA layers whose MLA latent is kv_lora_rank + qk_rope_head_dim wide and whose indexer keeps
+    # one entry per index_kpool tokens.
+    linear_layers: tuple[int, ...] = ()
+    linear_heads: int = 0
+    linear_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    index_kpool: int = 1
+    mla_head_size: int = 576
     # The drafters vLLM runs for it: mtp (its MTP layers), dspark (dspark_layers window-only draft layers)
     drafters: tuple[str, ...] = ("mtp",)
     dspark_layers: int = 3  # n_mtp_layers or 3 (vllm==0.26.0 vllm/models/deepseek_v4/nvidia/dspark.py:69)
@@ -255,7 +275,15 @@ class Model:
     def family(self) -> str:
         if self.kv_source_layers:
             return "deepseek_v41"
+        if self.linear_layers:
+            return "glm5next"
         return "deepseek_v4" if self.compress_ratios else "mla"
+
+    @property
+    def kpool_indexer(self) -> bool:
+        """Its indexer keeps one entry per index_kpool tokens (vLLM's sparse_attn_indexer_kpool), with its own rules
+        for the decode logits (engine.py kpool_*)."""
+        return self.index_kpool > 1
 
 
 AIC = "ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/model_configs"
@@ -285,6 +313,15 @@ V32_ARCH, GLM5_ARCH, V4_ARCH = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM",
 GLM5_AUTO_FP8 = (("0.32.0", ("sm100", "sm103"), "fp8_e4m3",
                   "vllm==0.32.0 vllm/model_executor/models/config.py:49-55 (vllm==0.31.0 :43-50 has no such rule)"),)
 V4_PRO_RATIOS = (128, 128) + (4, 128) * 29 + (4,)
+GLM5NEXT_ARCH = "Glm5NextForConditionalGeneration"
+# Glm5NextForConditionalGeneration runs an fp8 cache for kv-cache-dtype auto on SM10x from vLLM 0.33.0 (Hopper stays
+# BF16: the recipe says FP8 KV does not work there for this model)
+GLM5NEXT_AUTO_FP8 = (("0.33.0", ("sm100", "sm103"), "fp8",
+                      "vllm==0.33.0 vllm/model_executor/models/config.py:119-145, 1228-1229 (Glm5NextModelConfig; "
+                      "vllm==0.32.0 has none)"),)
+# GLM-5.3-Flash: 42 MoE layers (first_k_dense_replace 3 of 45) x 288 experts, FP8 with 128 x 128 block scales
+GLM53_FLASH_EXPERT_BYTES = 42 * 288 * 3 * 4096 * 2048 * 4097 // 4096
+GLM53_FLASH_LINEAR_LAYERS = tuple(layer for layer in range(45) if layer % 4 != 3)  # layer_types linear_attention
 
 MLA_MODELS = [
     Model("deepseek-ai/DeepSeek-V3.2", f"{AIC}/deepseek-ai--DeepSeek-V3.2_config.json", V32_ARCH, 61, 1, 7168, 64, 128, 2048,
@@ -307,6 +344,11 @@ MLA_MODELS = [
           estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, num_attention_heads=64, aliases=("GLM-5.2-NVFP4",),
           index_topk_freq=4, index_skip_topk_offset=3,
           note="NVFP4 routed experts; shared indexers as GLM-5.2"),
+    Model("zai-org/GLM-5.3", f"{SYFI}/glm53_nvfp4.json (commit bee7da91, the NVFP4 re-quantization of GLM-5.3: 78 "
+          "layers, kv_lora_rank 512 + rope 64, index_topk_freq 4, index_skip_topk_offset 3; ROCm/ATOM#2291 states "
+          "every KV field of GLM-5.3 equals GLM-5.2's)", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
+          estimates.GLM53_CHECKPOINT, GLM_EXPERT_BYTES, index_topk_freq=4, index_skip_topk_offset=3,
+          note="GLM-5.2's shape: shared indexers on 21 of 78 layers (and the MTP layer)"),
 ]
 # vLLM's rules for GlmMoeDsaForCausalLM hold for every GLM-5.x checkpoint
 MLA_MODELS = [replace(m, auto_kv_cache_dtype=GLM5_AUTO_FP8) if m.architecture == GLM5_ARCH else m for m in MLA_MODELS]
@@ -333,4 +375,14 @@ V4_MODELS = [
           note="only the kv-source layers 2, 8, 14, 20 keep compressed caches and the index sources among them "
                "indexer caches; every layer a 32-token window; DSpark (its only drafter) adds 3 window-only layers"),
 ]
-MODELS = MLA_MODELS + V4_MODELS
+GLM5NEXT_MODELS = [
+    Model("zai-org/GLM-5.3-Flash", f"{SYFI}/glm53_flash.json (commit d8fc2f3a, the flattened text config of "
+          "zai-org/GLM-5.3-Flash, model_type glm5_next_text)", GLM5NEXT_ARCH, 45, 1, 4096, 32, 128, 2048, 1048576,
+          estimates.GLM53_FLASH_CHECKPOINT, GLM53_FLASH_EXPERT_BYTES, linear_layers=GLM53_FLASH_LINEAR_LAYERS,
+          linear_heads=64, linear_head_dim=128, linear_conv_kernel=4, index_kpool=4, mla_head_size=512,
+          num_attention_heads=64, first_release="0.30.0", auto_kv_cache_dtype=GLM5NEXT_AUTO_FP8,
+          note="hybrid: 34 KDA linear-attention layers keep a per-request state (conv + recurrent, per TP rank), 11 "
+               "DSA layers and the MTP layer an MLA latent without RoPE, a kpool indexer and a tail ring; the "
+               "attention block is sized to hold a KDA state (derived for SM90 and SM10x)"),
+]
+MODELS = MLA_MODELS + V4_MODELS + GLM5NEXT_MODELS

@@ -128,6 +128,14 @@ class Engine:
     sparse_mla_prefill_workspace_factor: tuple[int, int]  # up to 262,144 tokens of max_model_len, and above
     rocm_accepts_fp8: bool
     speculative_methods: frozenset
+    # GLM-5.3-Flash's kpool indexer and hybrid KDA/DSA cache layout
+    kpool_indexer_reserves_decode_logits: bool  # its own profile branch, not #62860
+    kpool_logits_over_pools: bool  # the decode logits score max_model_len // index_kpool pools (else every token)
+    kpool_gather_over_pools: bool  # the prefill K-gather workspace holds pools (else tokens)
+    kpool_tail_holds_drafts: bool  # tail ring of kpool x next_pow2(cdiv(kpool + k, kpool)) slots (else kpool)
+    linear_states_share_attention_blocks: bool  # KDA states and tails alias the attention block's bytes
+    kda_prefill_checkpoint_archs: frozenset  # FlashKDA keeps one more KDA state block in 'align' mode
+    backend_block_stride_alignment: bool  # the attention backends align block strides (customize_attention_spec)
 
     @property
     def label(self) -> str:
@@ -355,6 +363,53 @@ VLLM_RULES = {
          Change("0.33.0", frozenset(SPECULATIVE_METHODS_019 - {"medusa", "mlp_speculator"}
                                     | {"dflash", "custom_class", "dspark"}),
                 "vllm==0.33.0 vllm/config/speculative.py:74: medusa and mlp_speculator removed"))),
+    "kpool_indexer_reserves_decode_logits": Rule(
+        False, "vllm==0.29.0: no kpool indexer (vllm/models/glm5next and sparse_attn_indexer_kpool.py are new in "
+               "0.30.0)",
+        (Change("0.30.0", True, "vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:296-331 "
+                                "(0.31.0 vllm/models/glm5next/nvidia/sparse_indexer.py:131-166, 0.33.0 :148-187): its "
+                                "profiling branch allocates max(min(max_num_seqs x (1 + k), max_num_batched_tokens) "
+                                "x width x 4, VLLM_SPARSE_INDEXER_MAX_LOGITS_MB MiB) bytes: FP32, no DeepGEMM "
+                                "padding"),)),
+    "kpool_logits_over_pools": Rule(
+        False, "vllm==0.30.0 vllm/models/glm5next/nvidia/attention.py:299, 310: the kpool indexer's width is "
+               "max_model_len",
+        (Change("0.31.0", True, "vllm==0.31.0 vllm/models/glm5next/common/attention.py:311: max_pool_len = "
+                                "max_model_len // index_kpool"),)),
+    "kpool_gather_over_pools": Rule(
+        False, "vllm==0.31.0 vllm/models/glm5next/common/attention.py:315: the K-gather workspace holds "
+               "get_max_prefill_buffer_size entries",
+        (Change("0.32.0", True, "vllm==0.32.0 vllm/models/glm5next/common/attention.py:282-284: "
+                                "get_max_prefill_buffer_size // index_kpool"),)),
+    "kpool_tail_holds_drafts": Rule(
+        False, "vllm==0.30.0 vllm/models/glm5next/nvidia/attention.py:193-200: KpoolTailSpec(block_size=index_kpool)",
+        (Change("0.31.0", True, "vllm==0.31.0 vllm/models/glm5next/common/attention.py:191-212: a ring of "
+                                "index_kpool x next_pow2(cdiv(index_kpool + k, index_kpool)) slots, so that drafts "
+                                "keep the keys a rejected pool's redo reads"),)),
+    "linear_states_share_attention_blocks": Rule(
+        False, "vllm==0.29.0 vllm/v1/core/kv_cache_utils.py: no _get_kv_cache_groups_glm5_next",
+        (Change("0.30.0", True, "vllm==0.30.0 vllm/v1/core/kv_cache_utils.py:1195-1274, 1588-1594, 1682-1745: MLA "
+                                "latents and indexers one group, tails one group padded to the indexer page, KDA "
+                                "states cdiv(states, latents) groups padded to the latent page; a block costs the "
+                                "latent and indexer pages, the states and tails alias them"),
+         Change("0.32.0", False, "vllm==0.32.0 vllm/v1/core/kv_cache_utils.py:1860-1994: the GLM-5.3-Flash grouping is "
+                                 "gone; the generic packing, with the tails a CircularBufferSpec of their own "
+                                 "(vllm/models/glm5next/common/attention.py:156-179)"))),
+    "kda_prefill_checkpoint_archs": Rule(
+        frozenset(), "vllm==0.31.0 vllm/models/glm5next/common/kda.py: no prefill checkpoint block",
+        (Change("0.32.0", frozenset({"sm90", "sm100", "sm103", "sm120", "sm121"}),
+                "vllm==0.32.0 vllm/models/glm5next/common/kda.py:137-176 and vllm/model_executor/layers/mamba/"
+                "kda_checkpoint.py:16-17: FlashKDA (CUDA SM90, SM10x, SM12x; BF16, head_dim 128, a bounded gate) "
+                "sets num_prefill_checkpoint_blocks = 1"),)),
+    "backend_block_stride_alignment": Rule(
+        False, "vllm==0.31.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm90.py: no customize_spec",
+        (Change("0.32.0", True, "vllm==0.32.0 vllm/v1/worker/utils.py:476-486 customize_attention_spec and "
+                                "vllm/v1/kv_cache_interface.py:183-193: blocks a whole number of kernel rows apart "
+                                "(FlashInfer's sparse MLA: 1 row on SM90, flashinfer_mla_sparse_sm90.py:159-161; 32 on "
+                                "SM10x, flashinfer_mla_sparse.py:75-79), or of kernel blocks where every kernel block "
+                                "size is fixed (the kpool indexer's [kpool x 32, kpool x 64], "
+                                "vllm/v1/attention/backends/mla/indexer.py:296-306); applied to GLM-5.3-Flash's "
+                                "caches"),)),
     "rocm_accepts_fp8": Rule(
         False, "vllm==0.20.2 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:85-89: auto, float16, bfloat16",
         (Change("0.21.0", True, "vllm==0.21.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:266-272: fp8 and "

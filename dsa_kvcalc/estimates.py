@@ -51,6 +51,15 @@ GLM5_NVFP4_CHECKPOINT = Figure(
     724_775_731_200 * 9 // 16 + 29_100_000_000 * 2, "estimated",
     "the GLM-5 shape with NVFP4 routed experts (724.8B weights at 0.5 B + a 1 B scale per 16) and the other 29.1B "
     "weights in BF16: 466 GB (a GLM-5.2-NVFP4 startup log prints 'Checkpoint size: 432.90 GiB')")
+GLM53_CHECKPOINT = Figure(
+    756 * 10**9, "estimated",
+    "about 756 GB, GLM-5's: vllm-project/recipes models/zai-org/GLM-5.3.yaml gives 743B parameters in a native FP8 "
+    "checkpoint whose architecture is 'identical to GLM-5.2' (the MTP layer makes GLM-5's 753.9B), at about 1 B a "
+    "parameter plus BF16 embeddings")
+GLM53_FLASH_CHECKPOINT = Figure(
+    bytes_of_gib(306), "estimated",
+    "306 GiB: 'about 306 GiB for the default native FP8 checkpoint' (vllm-project/recipes "
+    "models/zai-org/GLM-5.3-Flash.yaml, stored commit 0400c4ef; 321B parameters), not a summed safetensors index")
 V4_FLASH_CHECKPOINT = Figure(
     bytes_of_gib(2 * 74.08), "fitted",
     "2 x 74.08 GiB: 'Model loading took 74.08 GiB' on each rank of a TP2 vLLM 0.23.0 start without MTP "

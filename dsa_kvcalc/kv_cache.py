@@ -11,13 +11,15 @@ window, a fixed number for a state (a compressor ring, a linear-attention state)
     "GPU KV cache size" = int(concurrency x max_model_len)
 
 V3.2 and GLM-5.x have one group: every layer's MLA page and indexer page. DeepSeek-V4 and V4.1 keep compressed,
-indexer, sliding-window and compressor-state caches in several groups. With pipeline parallelism each stage keeps its
+indexer, sliding-window and compressor-state caches in several groups. GLM-5.3-Flash, a hybrid, keeps a state per
+request in each KDA layer and in each DSA layer a latent, a kpool indexer and a tail ring, in blocks sized to hold a
+state. With pipeline parallelism each stage keeps its
 layers' caches and every stage is cut to the fewest blocks. The version-dependent rules are in engine.py.
 """
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dsa_kvcalc.engine import release_tuple
 from dsa_kvcalc.recipe import Recipe
@@ -58,12 +60,15 @@ SM10X = ("sm100", "sm103")
 class Cache:
     """One KV-cache spec of one layer."""
     layer: int
-    kind: str  # full (pages for all of max_model_len), window (a sliding window) or state (a fixed number of pages)
+    # full (pages for all of max_model_len), window (a sliding window), state (a ring: a fixed number of pages) or
+    # linear (a linear-attention layer's state, vLLM's MambaSpec: a fixed number of pages)
+    kind: str
     block: int  # tokens per page (states: slots per page)
     page_bytes: int
     window: int = 0  # window: its tokens
-    state_pages: int = 0  # state: the pages one request holds
+    state_pages: int = 0  # state, linear: the pages one request holds
     stride_alignment: int = 1  # block_stride_alignment: the block's bytes are a multiple of it (vLLM 0.31.0+)
+    tokens_per_state: int = 1  # tokens an entry stands for (GLM-5.3-Flash's kpool indexer: index_kpool)
 
 
 @dataclass(frozen=True)
@@ -271,6 +276,102 @@ def v41_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
     return caches
 
 
+# Layers: GLM-5.3-Flash ---------------------------------------------------------------------------------------------
+
+HYBRID_MLA_BLOCK_ALIGNMENT = 128  # MLA hybrids' blocks (vllm==0.30.0 vllm/platforms/interface.py:895-907)
+PAGED_MQA_PAGE_SIZES = (32, 64)  # the paged-MQA kernels' pages, in entries (vllm==0.30.0 vllm/utils/deep_gemm.py:35)
+KDA_CONV_STATE_BYTES = 2  # the model dtype, BF16 (kda_state_dtype, vllm==0.30.0 mamba_utils.py:133-149)
+KDA_RECURRENT_STATE_BYTES = 4  # FP32 for mamba_ssm_cache_dtype auto (the same lines)
+TAIL_SLOT_HEADS = 2  # a tail slot holds raw K and the gate score, BF16 (vllm==0.30.0 .../nvidia/attention.py:193-200)
+FLASHKDA_HEAD_DIM = 128  # FlashKDA takes head_dim 128 only (vllm==0.32.0 vllm/models/glm5next/common/kda.py:137-160)
+
+
+def kda_state_bytes(recipe: Recipe) -> int:
+    """One KDA layer's state on a rank (kda_state_shape, vllm==0.30.0 vllm/model_executor/layers/mamba/
+    mamba_utils.py:298-321): a conv state of (conv kernel - 1 + k) x 3 x heads x head_dim / TP in BF16 and a
+    recurrent state of heads / TP x head_dim x head_dim in FP32; k widens the conv state in every release
+    (vllm==0.30.0 vllm/models/glm5next/nvidia/model.py:985-1002)."""
+    model, tp = recipe.model, recipe.tensor_parallel_size
+    conv_dim = 3 * model.linear_heads * model.linear_head_dim
+    conv = (model.linear_conv_kernel - 1 + recipe.num_speculative_tokens) * (conv_dim // tp) * KDA_CONV_STATE_BYTES
+    recurrent = model.linear_heads // tp * model.linear_head_dim ** 2 * KDA_RECURRENT_STATE_BYTES
+    return conv + recurrent
+
+
+def latent_token_bytes(recipe: Recipe) -> int:
+    """One DSA layer's MLA latent a token: mla_head_size (512, no RoPE) x 2 B, or x 1 B for fp8, which FlashInfer's
+    sparse MLA keeps as standard fp8 (MLAAttentionSpec, vllm==0.30.0 vllm/model_executor/layers/attention/
+    mla_attention.py:1347-1361; the block alignment sizes it the same, vllm/platforms/interface.py:813-821)."""
+    return recipe.model.mla_head_size * (1 if recipe.quantized_cache else 2)
+
+
+def attention_block(recipe: Recipe) -> int:
+    """The attention block's tokens, so that one latent page holds a KDA state (_align_hybrid_block_size,
+    vllm==0.30.0 vllm/platforms/interface.py:895-929; vllm==0.33.0 :940-1135): 128 x cdiv(state, 128 x latent bytes a
+    token), a multiple of kpool x 32 for the indexer's paged-MQA pages (vllm==0.30.0 vllm/platforms/cuda.py:430-447;
+    from 0.32.0 the lcm of the backends' smallest kernel blocks, of which kpool x 32 is the largest on SM90 and
+    SM10x)."""
+    block = HYBRID_MLA_BLOCK_ALIGNMENT * cdiv(kda_state_bytes(recipe), HYBRID_MLA_BLOCK_ALIGNMENT
+                                              * latent_token_bytes(recipe))
+    return round_up(block, recipe.model.index_kpool * min(PAGED_MQA_PAGE_SIZES))
+
+
+def tail_ring_slots(recipe: Recipe) -> int:
+    """The tail ring's slots, in which the kpool indexer keeps the raw keys of the pool in progress: kpool, and from
+    vLLM 0.31.0 kpool x next_pow2(cdiv(kpool + k, kpool)) (engine.py kpool_tail_holds_drafts)."""
+    kpool = recipe.model.index_kpool
+    if not recipe.engine.kpool_tail_holds_drafts:
+        return kpool
+    return kpool * next_power_of_2(cdiv(kpool + recipe.num_speculative_tokens, kpool))
+
+
+def kda_state_pages(recipe: Recipe) -> int:
+    """The state blocks a request holds in one KDA group (MambaSpec.max_memory_usage_bytes, vllm==0.30.0
+    vllm/v1/kv_cache_interface.py:1034-1045): 1 + k without prefix caching (mamba_cache_mode none), 2 + k with it
+    (align, vLLM's default for a hybrid model: vllm==0.30.0 vllm/model_executor/models/config.py:609-657), one more
+    where FlashKDA keeps a prefill checkpoint (engine.py kda_prefill_checkpoint_archs)."""
+    k = recipe.num_speculative_tokens
+    if not recipe.enable_prefix_caching:
+        return 1 + k
+    flashkda = recipe.gpu.arch in recipe.engine.kda_prefill_checkpoint_archs \
+        and recipe.model.linear_head_dim == FLASHKDA_HEAD_DIM
+    return 2 + k + flashkda
+
+
+def glm5next_caches(recipe: Recipe, backend: str, draft_layers: int) -> list[Cache]:
+    """GLM-5.3-Flash, per layer (vllm==0.30.0 vllm/models/glm5next/nvidia/; 0.31.0+ common/): a KDA layer keeps its
+    state, padded to the latent page (mamba_page_size_padded, vllm==0.30.0 vllm/platforms/interface.py:944-958), in
+    blocks of the attention block (align) or of max_model_len (none); a DSA layer, and each MTP layer
+    (vllm==0.30.0 vllm/models/glm5next/nvidia/mtp.py:74-81, 117), an MLA latent page, an indexer page of block /
+    kpool entries of 132 B (attention.py:78-156, 282) on the same block table, and a tail ring of 2 x index_head_dim
+    BF16 a slot, one block a request (KpoolTailSpec; CircularBufferSpec from 0.32.0). From vLLM 0.32.0 the backends
+    align the block stride: the latent's to the rows its backend reads (mla_stride_alignment), the indexer's to whole
+    pages of its largest kernel block, kpool x 64 tokens, unless the block is one (engine.py
+    backend_block_stride_alignment)."""
+    model, engine = recipe.model, recipe.engine
+    block = attention_block(recipe)
+    latent_bytes = latent_token_bytes(recipe)
+    indexer_page = block // model.index_kpool * INDEXER_ENTRY_BYTES
+    ring = tail_ring_slots(recipe)
+    state_block = block if recipe.enable_prefix_caching else recipe.max_model_len  # mamba_block_size
+    latent_alignment = mla_stride_alignment(recipe, backend, latent_bytes)
+    indexer_alignment = 1
+    if engine.backend_block_stride_alignment:
+        kernel_block = math.gcd(model.index_kpool * max(PAGED_MQA_PAGE_SIZES), block)
+        indexer_alignment = 1 if kernel_block == block else kernel_block // model.index_kpool * INDEXER_ENTRY_BYTES
+    caches = []
+    for layer in range(model.num_layers + draft_layers):
+        if layer in model.linear_layers:
+            caches.append(Cache(layer, "linear", state_block, block * latent_bytes,
+                                state_pages=kda_state_pages(recipe)))
+            continue
+        caches += [Cache(layer, "full", block, block * latent_bytes, stride_alignment=latent_alignment),
+                   Cache(layer, "full", block, indexer_page, stride_alignment=indexer_alignment,
+                         tokens_per_state=model.index_kpool),
+                   Cache(layer, "state", ring, ring * TAIL_SLOT_HEADS * model.index_head_dim * 2, state_pages=1)]
+    return caches
+
+
 # Groups ------------------------------------------------------------------------------------------------------------
 
 def approximate_gcd(values: list[int], lower_bound: int) -> int:
@@ -334,7 +435,7 @@ def packed_groups(caches: list[Cache]) -> list[Group]:
         return cdiv(most[i], repeats) if balanced[i] and repeats is not None else 1
 
     def splits_by_width(i: int) -> bool:
-        return buckets[i][0].kind == "state" or (repeats is None and buckets[i][0].kind == "window")
+        return buckets[i][0].kind in ("state", "linear") or (repeats is None and buckets[i][0].kind == "window")
 
     def widest(i: int, n: int) -> int:
         return sum(cdiv(len(members), n) * size for size, members in by_size[i].items())
@@ -353,10 +454,26 @@ def packed_groups(caches: list[Cache]) -> list[Group]:
     return groups
 
 
+def shared_groups(caches: list[Cache]) -> list[Group]:
+    """vLLM 0.30.0 and 0.31.0 (_get_kv_cache_groups_glm5_next, vllm==0.30.0 vllm/v1/core/kv_cache_utils.py:1195-1274):
+    the MLA latents and indexers one group; the tails one, each padded to the indexer page; the KDA states dealt
+    round-robin into cdiv(states, latents) groups. Each state shares a latent's bytes and each tail an indexer's
+    (:1682-1745), so no group is wider than the first, whose pages a block costs (:1588-1594)."""
+    attention = tuple(c for c in caches if c.kind == "full")
+    indexer_page = next(c.page_bytes for c in attention if c.tokens_per_state > 1)
+    tails = tuple(replace(c, page_bytes=indexer_page) for c in caches if c.kind == "state")
+    states = [c for c in caches if c.kind == "linear"]
+    parts = cdiv(len(states), sum(c.tokens_per_state == 1 for c in attention))
+    return [Group("full", attention[0].block, 0, attention), Group("state", tails[0].block, 0, tails),
+            *(Group("linear", states[0].block, 0, tuple(states[i::parts])) for i in range(parts))]
+
+
 def group(recipe: Recipe, caches: list[Cache]) -> list[Group]:
     engine = recipe.engine
     if all(c.kind == "full" and c.block == caches[0].block for c in caches):
         return [Group("full", caches[0].block, 0, tuple(caches))]
+    if engine.linear_states_share_attention_blocks and any(c.kind == "linear" for c in caches):
+        return shared_groups(caches)
     if engine.kv_grouping == "packed":
         return packed_groups(caches)
     return uniform_groups(caches, engine.pad_window_pages)
@@ -431,6 +548,8 @@ def spec(recipe: Recipe, backend: str, draft_layers: int, in_flight_tokens: int,
         caches = mla_caches(recipe, backend, draft_layers)
     elif family == "deepseek_v41":
         caches = v41_caches(recipe, draft_layers)
+    elif family == "glm5next":
+        caches = glm5next_caches(recipe, backend, draft_layers)
     else:
         caches = v4_caches(recipe, draft_layers)
     groups = group(recipe, caches)
@@ -444,6 +563,8 @@ def spec(recipe: Recipe, backend: str, draft_layers: int, in_flight_tokens: int,
         per_request = cdiv(sum(p * g.page_bytes for p, g in zip(pages, logged)), logged[0].page_bytes)
     if len(logged) == 1:
         request = pages[0] * logged[0].page_bytes
+    elif recipe.engine.kv_grouping == "packed":  # a block for each page (vllm==0.29.0 kv_cache_utils.py:2043-2070)
+        request = per_request * stride
     else:  # _max_memory_usage_bytes_from_groups, DeepSeek-V4 branch (kv_cache_utils.py:1957-1981)
         request = sum(set(logged[0].pages)) * max(max(Counter(g.pages).values()) for g in logged) * sum(pages)
     return KvSpec(tuple(logged), stride, per_request, request, recipe.max_model_len, recipe.engine.tokens_from_concurrency,

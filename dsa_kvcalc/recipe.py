@@ -18,8 +18,8 @@ import yaml
 
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc import hf_config, inputs
-from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS, MODELS, UNSUPPORTED_GPUS, Gpu, Layout, Model, \
-    layout_for
+from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS, MODELS, NOPE_SPARSE_MLA_BACKENDS, UNSUPPORTED_GPUS, \
+    Gpu, Layout, Model, layout_for
 from dsa_kvcalc.engine import Engine
 from dsa_kvcalc.units import GIB, MIB
 
@@ -133,7 +133,8 @@ class Recipe:
                                         "Share of total GPU memory vLLM may use; default: the vLLM version's")
     kv_cache_dtype: str = key("kv-cache-dtype", "choice", "auto",
                               "KV cache dtype; any fp8 becomes fp8_ds_mla on FlashMLA-sparse; auto is the model's "
-                              "default (GLM-5.x on SM10x: fp8 from vLLM 0.32.0)", choices=KV_CACHE_DTYPES)
+                              "default (on SM10x: GLM-5.x fp8 from vLLM 0.32.0, GLM-5.3-Flash from 0.33.0)",
+                              choices=KV_CACHE_DTYPES)
     kv_cache_memory_bytes: int | None = key("kv-cache-memory-bytes", "size", None,
                                             "Fixed KV cache size per rank; replaces the memory profile",
                                             ARG_UTILS, 1, 1 << 50)
@@ -158,6 +159,16 @@ class Recipe:
     async_scheduling: bool = key("async-scheduling", "bool", True, "Two batches in flight: sliding-window caches "
                                  "hold twice max-num-batched-tokens (vLLM 0.26+); on by default",
                                  "vllm/config/vllm.py:583-605")
+    enable_prefix_caching: bool = key("enable-prefix-caching", "bool", True,
+                                      "Prefix caching, vLLM's default: a hybrid model's KDA states then keep 2 + k "
+                                      "blocks a request (mamba_cache_mode align; + 1 with FlashKDA from vLLM 0.32.0), "
+                                      "1 + k without it (none)",
+                                      "vllm==0.33.0 vllm/engine/arg_utils.py:3045, 3075-3076 (on where the model "
+                                      "supports it); vllm/model_executor/models/config.py:763-784 (MambaModelConfig)")
+    no_enable_prefix_caching: bool = key("no-enable-prefix-caching", "bool", False,
+                                         "vLLM's spelling of enable-prefix-caching false: true turns prefix caching "
+                                         "off",
+                                         "vllm==0.33.0 vllm/utils/argparse_utils.py:653-657 (a YAML flag)")
     topk_backend: str = key("sparse-indexer-topk-backend", "choice", "auto",
                             "The indexer top-k backend vLLM is told to use", choices=tuple(b.name for b in BACKENDS))
     enforce_eager: bool = key("enforce-eager", "bool", False, "No CUDA graphs")
@@ -202,7 +213,10 @@ class Recipe:
 
     @property
     def reserves_decode_logits(self) -> bool:
-        """Does this release's profile run reserve the decode worst case (vLLM #62860)?"""
+        """Does this release's profile run reserve the decode worst case: the DSA indexer's from vLLM #62860, the
+        kpool indexer's (GLM-5.3-Flash) by its own profile branch?"""
+        if self.model.kpool_indexer:
+            return self.engine.kpool_indexer_reserves_decode_logits
         return self.engine.reserves_decode_logits
 
     @property
@@ -212,9 +226,12 @@ class Recipe:
     @property
     def indexer_width_ratio(self) -> int:
         """The indexer scores max_model_len // this many keys: 4 for DeepSeek-V4 on vLLM (its compressed keys), 1 for
-        the MLA models; DeepInfer scores max_model_len // kv_compress_ratio."""
+        the MLA models, the kpool indexer's pools from vLLM 0.31.0 (engine.py kpool_logits_over_pools); DeepInfer scores
+        max_model_len // kv_compress_ratio."""
         if self.engine.logits_over_compressed_keys:
             return self.model.kv_compress_ratio
+        if self.model.kpool_indexer and self.engine.kpool_logits_over_pools:
+            return self.model.index_kpool
         return self.model.indexer_logits_ratio
 
     @property
@@ -294,8 +311,7 @@ IGNORED_KEYS = {
     "host", "port", "api-key", "served-model-name", "trust-remote-code", "tokenizer", "tokenizer-mode", "revision",
     "tool-call-parser", "reasoning-parser", "enable-auto-tool-choice", "chat-template", "disable-log-requests",
     "disable-log-stats", "enable-log-requests", "uvicorn-log-level", "max-log-len", "seed", "dtype", "quantization",
-    "load-format", "download-dir", "block-size", "enable-prefix-caching", "no-enable-prefix-caching",
-    "enable-chunked-prefill", "data-parallel-rpc-port",
+    "load-format", "download-dir", "block-size", "enable-chunked-prefill", "data-parallel-rpc-port",
     "data-parallel-size-local", "data-parallel-address", "data-parallel-start-rank", "data-parallel-hybrid-lb",
     "data-parallel-external-lb", "api-server-count", "distributed-executor-backend", "enable-eplb", "eplb-config",
     "model-impl", "disable-custom-all-reduce", "stream-interval", "swap-space", "hf-overrides", "model-tag",
@@ -598,6 +614,7 @@ def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = N
         "cache_dtype": cache_dtype(values["kv_cache_dtype"], model, engine, gpu),
         "attention_backend": values["attention_backend"] or values["attention_config_backend"],
         "indexer_kv_dtype": "mxfp4" if values["use_fp4_indexer_cache"] else values["indexer_kv_dtype"],
+        "enable_prefix_caching": prefix_caching(values),
     }
     ignored = ignored or {}
     recipe = Recipe(**values, engine=engine, layout=layout_for(values["deepgemm"], gpu), ignored_keys=tuple(ignored),
@@ -624,6 +641,15 @@ def batch_defaults(values: dict, engine: Engine, gpu: Gpu) -> dict:
     return {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
 
 
+def prefix_caching(values: dict) -> bool:
+    """enable-prefix-caching, which no-enable-prefix-caching true turns off; the two may not say opposite things (vLLM
+    would take the later flag)."""
+    given = values["given"]
+    if values["no_enable_prefix_caching"] and values["enable_prefix_caching"] and "enable_prefix_caching" in given:
+        raise RecipeError("no-enable-prefix-caching", "true contradicts enable-prefix-caching: true; give one of them")
+    return values["enable_prefix_caching"] and not values["no_enable_prefix_caching"]
+
+
 def cache_dtype(written: str, model: Model, engine: Engine, gpu: Gpu) -> str:
     """The KV-cache dtype vLLM runs: the one written, or for auto the model's own default where its rule holds."""
     if written != "auto":
@@ -648,6 +674,39 @@ def check_speculation(recipe: Recipe) -> None:
                                                        f"drafters: {', '.join(recipe.model.drafters)}")
 
 
+def check_linear_attention(recipe: Recipe) -> None:
+    """A hybrid model's caches (GLM-5.3-Flash) are derived as far as they were read in vLLM and checked against its
+    planner: vLLM on SM90 and SM10x with FlashInfer's sparse MLA, one pipeline stage (vLLM balances the KDA groups
+    over stages, _pp_balanced_mamba_group_count), no decode context parallelism, vLLM's block size (block-size enters
+    the attention block: vllm==0.30.0 vllm/platforms/interface.py:895-901); tensor parallelism must split the KDA heads
+    (vllm==0.30.0 vllm/model_executor/layers/mamba/mamba_utils.py:317-320, divide())."""
+    model, gpu = recipe.model, recipe.gpu
+    if not model.linear_layers:
+        return
+    if recipe.engine.name != "vllm":
+        raise RecipeError("engine", f"{model.name}'s KV cache is derived for vLLM only")
+    backend = NOPE_SPARSE_MLA_BACKENDS.get(gpu.arch)
+    if backend is None:
+        raise RecipeError("gpu", f"{model.name}'s KV cache is derived for SM90 and SM10x; on {gpu.name} ({gpu.arch}) "
+                                 f"it is not determined (SM12x's fp8_ds_mla pages are not what its block alignment "
+                                 f"sizes; ROCm builds its own indexer and ring caches)")
+    if recipe.attention_backend not in (None, backend):
+        raise RecipeError("attention-backend", f"{model.name} on {gpu.arch} runs {backend}; its pages under "
+                                               f"{recipe.attention_backend} are not determined")
+    if recipe.pipeline_parallel_size > 1:
+        raise RecipeError("pipeline-parallel-size", f"{model.name} is derived for one stage: vLLM balances its KDA "
+                                                    f"groups over the stages, which is not modelled")
+    if recipe.decode_context_parallel_size > 1:
+        raise RecipeError("decode-context-parallel-size", f"{model.name} is derived without decode context "
+                                                          f"parallelism")
+    if "block-size" in recipe.ignored_keys:
+        raise RecipeError("block-size", f"sizes {model.name}'s attention block (128 or block-size, the larger, times "
+                                        f"what a KDA state needs), which is derived for vLLM's default only: drop it")
+    if model.linear_heads % recipe.tensor_parallel_size:
+        raise RecipeError("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
+                                                  f"{model.linear_heads} KDA heads (vLLM would refuse to start)")
+
+
 def check_across(recipe: Recipe) -> None:
     model, gpu = recipe.model, recipe.gpu
     if recipe.max_model_len > model.max_position_embeddings:
@@ -665,6 +724,7 @@ def check_across(recipe: Recipe) -> None:
         raise RecipeError("vllm-version", f"{recipe.engine.label} predates {model.name}'s model code (vLLM "
                                           f"{model.first_release}+)")
     check_speculation(recipe)
+    check_linear_attention(recipe)
     if recipe.kv_cache_memory_bytes is not None and recipe.kv_cache_memory_bytes > gpu.total_memory_bytes:
         raise RecipeError("kv-cache-memory-bytes", f"{recipe.kv_cache_memory_bytes:,} B is more than {gpu.name}'s "
                                                    f"{gpu.total_memory_bytes:,} B")

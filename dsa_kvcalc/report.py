@@ -20,6 +20,7 @@ TOOL = {"name": "dsa-kvcalc", "version": __version__}  # in every JSON the tool 
 def nulled(value):
     """The same keys, every value null: a figure that does not apply keeps its key."""
     return {key: nulled(inner) for key, inner in value.items()} if isinstance(value, dict) else None
+KPOOL_BUDGET_LINE = "vllm==0.33.0 vllm/models/glm5next/nvidia/sparse_indexer.py:176-178"
 
 
 def provenance(t: Term) -> dict:
@@ -97,7 +98,7 @@ def backend_figures(plan: Plan, b: BackendPlan) -> dict:
         "kv_cache_tokens_vs_auto": tokens_vs(b, auto),
         "other_side_of_fix": sizing_json(b.other),
         "oom": {"free_bytes": b.oom.free_bytes, "bytes_per_decode": b.oom.bytes_per_decode,
-                "max_decodes": b.oom.max_decodes, "at_risk": b.oom.at_risk},
+                "max_decodes": b.oom.max_decodes, "at_risk": b.oom.at_risk, "shortfall_bytes": b.oom.shortfall_bytes},
         "workaround": {
             "env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": fix and fix.prefill_budget_mb},
             "kv_cache_tokens": fix and fix.sizing.kv_cache_tokens,
@@ -169,7 +170,7 @@ def oom_warnings(plan: Plan) -> list[str]:
     recipe = plan.recipe
     at_risk: dict[tuple, list[BackendPlan]] = {}
     for b in plan.backends:
-        if b.available and b.oom.at_risk:
+        if b.available and b.oom.at_risk and not b.release.reserves_decode_logits:
             at_risk.setdefault((b.oom, b.decode_logits.padded_columns, b.decode_logits.bytes_per_element), []).append(b)
     found = []
     for (oom, padded, element), backends in at_risk.items():
@@ -186,6 +187,30 @@ def oom_warnings(plan: Plan) -> list[str]:
             f"{backends[0].kv_cache_tokens - fix.sizing.kv_cache_tokens:,} KV tokens; that covers decode-only steps, "
             f"but the same budget sizes the prefill logits chunks ({PREFILL_CHUNKS_LINE}), so a mixed step can hold "
             f"up to that much prefill logits beside the decode logits")
+    return found
+
+
+def reservation_warnings(plan: Plan) -> list[str]:
+    """Where this release's profile run reserves less for the decode logits than they take (the kpool indexer of
+    GLM-5.3-Flash reserves 4 B an element over the unpadded width), by how much, and whether what is free covers it."""
+    shortfalls: dict[tuple, list[BackendPlan]] = {}
+    for b in plan.backends:
+        if b.available and b.oom.shortfall_bytes:
+            shortfalls.setdefault((b.oom, b.decode_logits, b.reserved_bytes), []).append(b)
+    found = []
+    for (oom, dl, reserved), backends in shortfalls.items():
+        copy = f": {dl.logits_dtype.upper()} and the FP32 copy the top-k reads" if dl.copy_bytes_per_element else ""
+        fix = backends[0].workaround
+        verdict = (f"more than that: at risk of running out of memory; VLLM_SPARSE_INDEXER_MAX_LOGITS_MB="
+                   f"{fix.prefill_budget_mb} would reserve them all ({KPOOL_BUDGET_LINE})" if oom.at_risk
+                   else "which covers it, so not at risk")
+        found.append(
+            f"{plan.recipe.engine.label}'s profile run reserves {reserved / GIB:.2f} GiB for the decode logits "
+            f"({dl.rows:,} rows x {dl.columns:,} columns x 4 B, or the prefill budget if larger), but with "
+            f"{', '.join(b.backend for b in backends)} they take {dl.bytes / GIB:.2f} GiB ({dl.rows:,} rows x "
+            f"{dl.padded_columns:,} columns x {dl.bytes_per_element} B{copy}): the {oom.shortfall_bytes / GIB:.2f} GiB "
+            f"beyond the reservation come from the {oom.free_bytes / GIB:.2f} GiB free (assumed: see assumptions), "
+            f"{verdict}")
     return found
 
 
@@ -211,6 +236,7 @@ def warnings(plan: Plan) -> list[str]:
         found.append(f"{recipe.engine.label} is newer than the newest release modelled ({NEWEST_VLLM}): plan applies "
                      f"{NEWEST_VLLM}'s rules, which may have moved since")
     found += oom_warnings(plan)
+    found += reservation_warnings(plan)
     refused: dict[str, list[str]] = {}
     for b in plan.backends:
         if b.available and refusal(plan, b):

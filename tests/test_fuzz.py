@@ -15,7 +15,8 @@ junk = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**13), st.floa
 sizes = st.one_of(st.integers(-2, 2_000_000), st.sampled_from(["128k", "1M", "1m", "auto", "2.5K", "64K", "-1"]))
 good = {
     "model": st.sampled_from(["DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3.2-Exp", "GLM-5", "zai-org/GLM-5-FP8",
-                              "deepseek-v4-flash", "DeepSeek-V4-Pro", "DeepSeek-V4.1-Flash", "Qwen3"]),
+                              "deepseek-v4-flash", "DeepSeek-V4-Pro", "DeepSeek-V4.1-Flash", "GLM-5.3-Flash",
+                              "GLM-5.3", "Qwen3"]),
     "gpu": st.sampled_from(["H100", "h200", "B200", "GB200", "B300", "MI300X", "MI355X", "A100"]),
     "max-num-seqs": st.integers(-1, 4096),
     "max-model-len": sizes,
@@ -47,7 +48,7 @@ good = {
     "port": st.integers(1, 65535),
 }
 # Mostly valid (so that plans run), sometimes broken, rarely unknown.
-valid_model = st.sampled_from(["DeepSeek-V3.2", "GLM-5", "deepseek-v4-flash", "DeepSeek-V4.1-Flash"])
+valid_model = st.sampled_from(["DeepSeek-V3.2", "GLM-5", "deepseek-v4-flash", "DeepSeek-V4.1-Flash", "GLM-5.3-Flash"])
 valid_gpu = st.sampled_from(["H200", "B200", "B300", "MI355X"])
 
 

@@ -93,6 +93,15 @@ RECORDS = [
            dict(model="nvidia/GLM-5.2-NVFP4", gpu="NVIDIA GB200", **{
                "tensor-parallel-size": 4, "enable-expert-parallel": True, "kv-cache-dtype": "fp8_e4m3",
                "max-model-len": 819200, "vllm-version": "0.26.0"}), 50.62, 1_139_456),
+    # A dev build, 0.1.dev20051+g487ecf187 (PR #53906's image), whose commit is no release's: its GLM-5.3-Flash rules
+    # are 0.30.0's and 0.31.0's for this case (prefix caching on, vLLM's default); 0.32.0's would log 433,621.
+    Record("GLM-5.3-Flash 4xH200 TP4 bf16 KV, dev build (0.30.0/0.31.0 rules), L=131,072, MTP k=3",
+           "shared/data/dsa-startup-records.json (GitHub note 'pending-release - 2026-09-01 GLM-5.3-Flash TP4 on "
+           "4xH200 (off-gate)', arm D: kv-cache-memory-bytes 6 GiB)",
+           dict(model="zai-org/GLM-5.3-Flash", gpu="NVIDIA H200 SXM (143,771 MiB), NVLink mesh", **{
+               "tensor-parallel-size": 4, "max-model-len": 131072, "max-num-seqs": 3, "vllm-version": "0.30.0",
+               "kv-cache-memory-bytes": 6 * GIB, "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}),
+           6.0, 443_628),
 ]
 V4_TOLERANCE = 0.01  # the issue's bound for the DeepSeek-V4 family
 MLA_TOLERANCE = 0.001  # V3.2 and GLM-5.x
@@ -142,6 +151,17 @@ def test_serving_arguments_alone_predict_kv_memory_and_tokens(name, bound):
     kv_bytes, tokens = serving_prediction(record)
     assert abs(kv_bytes / (record.available_gib * GIB) - 1) <= bound
     assert abs(tokens / record.tokens - 1) <= bound
+
+
+@pytest.mark.parametrize("version, tokens", [("0.30.0", 443_628), ("0.31.0", 443_628), ("0.32.0", 433_621),
+                                             ("0.33.0", 433_621)])
+def test_glm53_flash_record_exactly_under_030_and_031_rules_only(version, tokens):
+    # 6 GiB // 14,611,968 B = 440 blocks over 114 + 1 + 3 x (2 + 3) = 130 pages: int(440 / 130 x 131,072) = 443,628,
+    # the record's "GPU KV cache size" to the token; 0.32.0's rules (14,631,936 B, 133 pages) would not give it
+    record = next(r for r in RECORDS if r.name.startswith("GLM-5.3-Flash"))
+    plan = capacity.plan(load(record.recipe | {"vllm-version": version}))
+    assert tokens_at(plan, record.available_gib) == tokens
+    assert plan.backend(plan.recipe.topk_backend).kv_cache_tokens == tokens  # kv-cache-memory-bytes pins the 6 GiB
 
 
 def test_glm51_moves_by_the_default_utilisation_between_019_and_020():

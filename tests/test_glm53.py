@@ -1,0 +1,250 @@
+"""GLM-5.3-Flash (Glm5Next: KDA linear attention + DSA) and GLM-5.3 against figures the code did not produce: vLLM's own
+planner run per release (tests/fixtures/glm53_planner, SOURCES.md), and cases worked out by hand from the release
+lines engine.py and kv_cache.py cite. The real record (443,628 tokens) is in test_records.py."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import fails, run
+from dsa_kvcalc import capacity, kv_cache, report
+from dsa_kvcalc.recipe import RecipeError, load
+from dsa_kvcalc.units import GIB, MIB
+
+PLANNER_ROWS = [json.loads(line) for line in
+                (Path(__file__).parent / "fixtures" / "glm53_planner" / "rows.jsonl").read_text().splitlines()]
+FLASH = {"model": "GLM-5.3-Flash", "gpu": "H200", "tensor-parallel-size": 4, "max-model-len": 131072}
+MTP3 = {"speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}
+RECORD = FLASH | MTP3 | {"max-num-seqs": 3, "kv-cache-memory-bytes": 6 * GIB}
+
+
+def write_recipe(folder: Path, raw: dict) -> Path:
+    path = folder / "recipe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def flash(**keys):
+    recipe = load(FLASH | keys)
+    return recipe, capacity.plan(recipe)
+
+
+def mtp(k: int) -> dict:
+    return {"speculative-config": {"method": "mtp", "num_speculative_tokens": k}} if k else {}
+
+
+def planner_recipe(row: dict) -> dict:
+    return FLASH | mtp(row["k"]) | {
+        "tensor-parallel-size": row["TP"], "max-model-len": row["L"], "kv-cache-memory-bytes": row["avail"],
+        "vllm-version": row["rel"].lstrip("v"), "kv-cache-dtype": "auto" if row["dtype"] == "bf16" else "fp8",
+        "enable-prefix-caching": row["mode"] == "align"}
+
+
+def row_id(row: dict) -> str:
+    return f"{row['rel']}-{row['mode']}-tp{row['TP']}-k{row['k']}-{row['dtype']}-{row['L']}-{row['avail'] // GIB}g"
+
+
+@pytest.mark.parametrize("row", PLANNER_ROWS, ids=row_id)
+def test_plan_gives_what_each_releases_own_planner_gave(row):
+    recipe = load(planner_recipe(row))
+    kv = capacity.plan(recipe).memory.kv
+    if "refused" in row:  # vLLM's "X GiB KV cache is needed, ... larger than the available (Y GiB)"
+        assert round(kv.request_bytes / GIB, 2) == row["refused"]["needed_gib"]
+        assert round((row["avail"] - kv.block_bytes) / GIB, 2) == row["refused"]["available_gib"]
+        assert kv.request_bytes > row["avail"] - kv.block_bytes
+        return
+    assert next(g.block for g in kv.groups if g.kind == "full") == row["B"]
+    assert row["avail"] // kv.block_bytes == row["num_blocks"]
+    assert [kv_cache.group_pages(recipe, g, 0, 0) for g in kv.groups] == row["pages_per_group"]
+    assert (kv.pages_per_request, kv.tokens(row["avail"])) == (row["pages_per_req"], row["tokens"])
+    if row["bytes_per_block"] is not None:
+        assert kv.block_bytes == row["bytes_per_block"]
+
+
+@pytest.mark.parametrize("tp, k, state", [
+    # conv (3 + k) x 24,576 / TP x 2 B + recurrent 64 / TP x 128 x 128 x 4 B (glm53.md section 3d)
+    (1, 0, 4_341_760), (1, 3, 4_489_216), (2, 1, 2_195_456), (4, 0, 1_085_440), (4, 3, 1_122_304), (8, 1, 548_864)])
+def test_kda_state_per_rank(tp, k, state):
+    assert kv_cache.kda_state_bytes(load(FLASH | mtp(k) | {"tensor-parallel-size": tp})) == state
+
+
+@pytest.mark.parametrize("tp, k, dtype, block", [
+    # 128 x cdiv(KDA state, 128 x 1,024 B bf16 / 512 B fp8): TP4 k=3 bf16 cdiv(1,122,304, 131,072) = 9 -> 1,152
+    (1, 0, "auto", 4352), (1, 3, "fp8", 8832), (2, 0, "fp8", 4352), (2, 3, "auto", 2304), (4, 0, "auto", 1152),
+    (4, 1, "fp8", 2176), (4, 3, "auto", 1152), (4, 3, "fp8", 2304), (8, 0, "auto", 640), (8, 3, "fp8", 1152)])
+def test_attention_block_holds_a_kda_state(tp, k, dtype, block):
+    recipe = load(FLASH | mtp(k) | {"tensor-parallel-size": tp, "kv-cache-dtype": dtype})
+    assert kv_cache.attention_block(recipe) == block
+
+
+@pytest.mark.parametrize("version", ["0.30.0", "0.32.0"])
+@pytest.mark.parametrize("k, linear_groups", [(3, [12, 11, 11]), (0, [9, 9, 8, 8])])
+def test_34_kda_layers_in_3_groups_with_mtp_and_4_without(version, k, linear_groups):
+    # cdiv(34 KDA layers, 12 latents) = 3 with the MTP layer (0.30.0 _pp_balanced_mamba_group_count; 0.32.0's
+    # packing: anchor // page = 12 a group); cdiv(34, 11) = 4 without
+    _, plan = flash(**mtp(k), **{"vllm-version": version})
+    assert [len(g.caches) for g in plan.memory.kv.groups if g.kind == "linear"] == linear_groups
+
+
+def test_block_price_by_release():
+    # 12 latents x 1,152 x 1,024 B + 12 indexers x 288 x 132 B = 14,611,968 (0.30.0, 0.31.0: the KDA states and the
+    # tails alias these bytes); 0.32.0 rounds it up to lcm(1 row x 1,024 B, a 128-token indexer page of 4,224 B) =
+    # 33,792: 14,631,936
+    raw = 12 * 1152 * 1024 + 12 * 288 * 132
+    assert raw == 14_611_968
+    for version, price in (("0.30.0", raw), ("0.31.0", raw), ("0.32.0", 14_631_936), ("0.33.0", 14_631_936)):
+        assert flash(**MTP3, **{"vllm-version": version})[1].memory.kv.block_bytes == price
+    assert 14_631_936 == math.ceil(raw / math.lcm(1024, 32 * 132)) * math.lcm(1024, 32 * 132)
+
+
+@pytest.mark.parametrize("version, prefix_caching, pages", [
+    # cdiv(131,072, 1,152) = 114 + 1 tail + 3 KDA groups x (1 + k) 'none', (2 + k) 'align', (3 + k) 'align' with
+    # FlashKDA's checkpoint block (0.32.0+)
+    ("0.30.0", False, 114 + 1 + 3 * 4), ("0.30.0", True, 114 + 1 + 3 * 5), ("0.31.0", True, 114 + 1 + 3 * 5),
+    ("0.32.0", False, 114 + 1 + 3 * 4), ("0.32.0", True, 114 + 1 + 3 * 6), ("0.33.0", True, 114 + 1 + 3 * 6)])
+def test_pages_a_request_by_release_and_prefix_caching(version, prefix_caching, pages):
+    _, plan = flash(**MTP3, **{"vllm-version": version, "enable-prefix-caching": prefix_caching})
+    assert plan.memory.kv.pages_per_request == pages
+
+
+def test_prefix_caching_is_on_by_default_and_vllms_negative_turns_it_off():
+    assert load(FLASH).enable_prefix_caching
+    off = load(FLASH | MTP3 | {"no-enable-prefix-caching": True, "vllm-version": "0.30.0"})
+    assert not off.enable_prefix_caching and capacity.plan(off).memory.kv.pages_per_request == 114 + 1 + 3 * 4
+    assert load(FLASH | {"no-enable-prefix-caching": False}).enable_prefix_caching  # vLLM drops --no-no-...
+    with pytest.raises(RecipeError, match="no-enable-prefix-caching: true contradicts enable-prefix-caching"):
+        load(FLASH | {"enable-prefix-caching": True, "no-enable-prefix-caching": True})
+    assert "enable-prefix-caching" not in load(FLASH | {"enable-prefix-caching": False}).ignored_keys
+
+
+@pytest.mark.parametrize("version, slots", [("0.30.0", 4), ("0.31.0", 8), ("0.32.0", 8)])
+def test_tail_ring_holds_the_drafts_from_031(version, slots):
+    # 0.30.0: index_kpool slots; 0.31.0: 4 x next_pow2(cdiv(4 + 3, 4)) = 8. 0.30/0.31 pad each ring to the indexer page
+    # (288 x 132 B); 0.32.0's CircularBufferSpec keeps its own page: 8 slots x 2 x 128 x 2 B
+    tail = next(g for g in flash(**MTP3, **{"vllm-version": version})[1].memory.kv.groups if g.kind == "state")
+    assert tail.block == slots
+    assert tail.page_bytes == 12 * (288 * 132 if version < "0.32.0" else slots * 512)
+
+
+def test_record_shape_reserves_the_budget_and_a_large_batch_its_decode_logits():
+    # min(3 x 4, 8192) = 12 rows x 131,072 x 4 B = 6 MiB < 512 MiB (0.30.0); 1,024 sequences, 8,192 batched tokens,
+    # k = 3: 4,096 rows x 131,072 x 4 B = 2 GiB (0.30.0: every token a column), x 32,768 = 512 MiB (0.31.0: pools)
+    record = capacity.plan(load(RECORD | {"vllm-version": "0.30.0"})).backend("auto")
+    assert (record.decode_logits.rows, record.decode_logits.columns, record.reserved_bytes) == (12, 131072, 512 * MIB)
+    large = {"max-num-seqs": 1024, "max-num-batched-tokens": 8192}
+    for version, columns, reserved in (("0.30.0", 131072, 2 * GIB), ("0.31.0", 32768, 512 * MIB)):
+        recipe, plan = flash(**MTP3, **large, **{"vllm-version": version})
+        b = plan.backend("auto")
+        assert recipe.reserves_decode_logits and b.release.reserves_decode_logits
+        assert (b.decode_logits.rows, b.decode_logits.columns, b.reserved_bytes) == (4096, columns, reserved)
+        assert not b.oom.at_risk and b.oom.shortfall_bytes == 0  # FP32 at an unpadded width of 1,024-multiples
+
+
+def test_sm100_on_033_runs_6_bytes_where_4_are_reserved():
+    # B200, vLLM 0.33.0: auto -> fp8; 1,024 sequences x 4 rows (under 16,384 batched tokens) = 4,096 rows over
+    # 1,048,576 // 4 = 262,144 pools. Reserved: 4,096 x 262,144 x 4 B = 4 GiB. Run: DeepGEMM 2.8's BF16 logits padded
+    # to lcm(384, 512) = 1,536 columns (262,656) + the FP32 copy as_fp32_logits makes, whatever top-k: 6 B.
+    recipe, plan = flash(**MTP3, **{"gpu": "B200", "max-model-len": 1048576, "max-num-seqs": 1024})
+    assert recipe.cache_dtype == "fp8"
+    for name in ("auto", "deep_select"):
+        b = plan.backend(name)
+        assert (b.decode_logits.padded_columns, b.decode_logits.bytes_per_element) == (262_656, 6)
+        assert b.reserved_bytes == 4 * GIB
+        assert b.oom.shortfall_bytes == 4096 * 262_656 * 6 - 4 * GIB == 2_160_066_560
+        assert not b.oom.at_risk  # 2.01 GiB beyond the reservation, 14.27 GiB free (178.35 GiB x 0.08)
+    warning = next(w for w in report.warnings(plan) if "reserves 4.00 GiB" in w)
+    assert "6.01 GiB" in warning and "2.01 GiB beyond" in warning and "not at risk" in warning
+    crowded = flash(**MTP3, **{"gpu": "B200", "max-model-len": 1048576, "max-num-seqs": 8192,
+                               "max-num-batched-tokens": 32768})[1].backend("auto")
+    assert crowded.oom.at_risk and crowded.oom.shortfall_bytes > crowded.oom.free_bytes
+    assert flash(**MTP3, **{"gpu": "B200", "max-model-len": 1048576, "max-num-seqs": 1024, "vllm-version": "0.32.0"}
+                 )[1].backend("auto").oom.shortfall_bytes == 0  # FP32 at 262,144 columns: what is reserved
+
+
+@pytest.mark.parametrize("gpu, version, dtype, backend", [
+    # Glm5NextModelConfig: auto -> fp8 on SM10x from 0.33.0 only (vllm==0.33.0 model_executor/models/config.py:119-145)
+    ("B200", "0.32.0", "auto", "FLASHINFER_MLA_SPARSE"), ("B200", "0.33.0", "fp8", "FLASHINFER_MLA_SPARSE"),
+    ("B300", "0.33.0", "fp8", "FLASHINFER_MLA_SPARSE"), ("H200", "0.33.0", "auto", "FLASHINFER_MLA_SPARSE_SM90")])
+def test_auto_cache_dtype_and_backend(gpu, version, dtype, backend):
+    recipe, plan = flash(**{"gpu": gpu, "vllm-version": version})
+    assert (recipe.cache_dtype, plan.memory.sparse_mla_backend) == (dtype, backend)
+    latent = next(g for g in plan.memory.kv.groups if g.kind == "full").caches[0]
+    assert latent.page_bytes == latent.block * (512 if dtype == "fp8" else 1024)
+
+
+@pytest.mark.parametrize("keys, key", [
+    ({"gpu": "RTX PRO 6000"}, "gpu"), ({"gpu": "MI355X"}, "gpu"), ({"attention-backend": "FLASHMLA_SPARSE"},
+                                                                   "attention-backend"),
+    ({"pipeline-parallel-size": 2}, "pipeline-parallel-size"), ({"decode-context-parallel-size": 2},
+                                                                  "decode-context-parallel-size"),
+    ({"tensor-parallel-size": 3}, "tensor-parallel-size"), ({"engine": "deepinfer"}, "engine"),
+    ({"block-size": 512}, "block-size"),
+    ({"vllm-version": "0.29.0"}, "vllm-version")])
+def test_what_is_not_derived_is_refused_with_its_key(keys, key):
+    with pytest.raises(RecipeError) as error:
+        load(FLASH | keys)
+    assert error.value.key == key
+
+
+def test_a_cache_dtype_flashinfer_refuses_is_refused():
+    with pytest.raises(RecipeError, match="kv-cache-dtype: fp8_ds_mla: .*FLASHINFER_MLA_SPARSE_SM90"):
+        flash(**{"kv-cache-dtype": "fp8_ds_mla"})
+
+
+def test_kpool_width_and_gather_by_release():
+    # 0.30.0 scores max_model_len columns, 0.31.0 max_model_len // 4; the K gather holds 8 x 5 x L entries of 132 B to
+    # 0.31.0 and a quarter of them from 0.32.0 (factor 5 up to 262,144 tokens)
+    widths = {v: flash(**{"vllm-version": v})[1].backend("auto").decode_logits.columns for v in ("0.30.0", "0.31.0")}
+    assert widths == {"0.30.0": 131072, "0.31.0": 32768}
+    gathers = {v: capacity.prefill_workspace_bytes(load(FLASH | {"vllm-version": v})) for v in ("0.31.0", "0.32.0")}
+    assert gathers == {"0.31.0": 40 * 131072 * 132, "0.32.0": 10 * 131072 * 132}
+
+
+def test_glm53_is_glm52s_shape_and_takes_fp8_on_sm10x_from_032():
+    # 78 layers + MTP, indexers on layers 0, 1, 2, 6, ..., 74 (21) and the MTP layer; B200 0.32.0: auto -> fp8_e4m3,
+    # FlashInfer's standard fp8: 64 x (79 x 576 + 22 x 132) = 3,098,112 B a block, a multiple of its 32-row pages
+    # (32 x 576 = 18,432 B) from 0.32.0: 169 x 18,432 = 3,115,008
+    recipe = load({"model": "GLM-5.3", "gpu": "B200", "tensor-parallel-size": 8, "vllm-version": "0.32.0"} | MTP3)
+    assert recipe.cache_dtype == "fp8_e4m3"
+    assert capacity.plan(recipe).memory.kv.block_bytes == 169 * 32 * 576
+    assert load({"model": "zai-org/GLM-5.3", "gpu": "B200", "vllm-version": "0.31.0"}).cache_dtype == "auto"
+
+
+def test_local_configs_flat_and_nested_give_the_catalogs_kv_cache(tmp_path):
+    layers = [("linear_attention" if i % 4 != 3 else "deepseek_sparse_attention") for i in range(45)]
+    text = {"architectures": ["Glm5NextForConditionalGeneration"], "num_hidden_layers": 45, "hidden_size": 4096,
+            "num_nextn_predict_layers": 1, "max_position_embeddings": 1048576, "index_n_heads": 32,
+            "index_head_dim": 128, "index_topk": 2048, "index_kpool": 4, "kv_lora_rank": 512, "qk_rope_head_dim": 0,
+            "layer_types": layers, "linear_attn_config": {"num_heads": 64, "head_dim": 128,
+                                                          "short_conv_kernel_size": 4}}
+    v41 = {"num_hidden_layers": 40, "hidden_size": 5120, "num_nextn_predict_layers": 3, "index_n_heads": 32,
+           "index_head_dim": 128, "index_topk": 512, "max_position_embeddings": 1048576, "sliding_window": 128,
+           "num_attention_heads": 64, "o_groups": 8, "compress_ratios": [0, 0] + [2] * 18 + [1] * 20 + [0] * 3,
+           "kv_source_layer_ids": [2, 8, 14, 20], "index_source_layer_ids": [2, 8, 14, 20, 24, 28, 32, 36]}
+    configs = {"flat": text, "nested": {"architectures": text["architectures"], "text_config": text},
+               "v41": {"architectures": ["DeepseekV41ForCausalLM"], "text_config": v41}}
+    for name, config in configs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    shape = {"gpu": "B200", "tensor-parallel-size": 4, "kv-cache-memory-bytes": 6 * GIB}
+    cases = [("GLM-5.3-Flash", "flat", MTP3), ("GLM-5.3-Flash", "nested", MTP3),
+             ("DeepSeek-V4.1-Flash", "v41", {"speculative-config": {"method": "dspark", "num_speculative_tokens": 3},
+                                             "tensor-parallel-size": 1, "data-parallel-size": 4,
+                                             "enable-expert-parallel": True})]
+    for catalog, local, keys in cases:
+        for version in ("0.30.0", "0.33.0"):
+            a = capacity.plan(load(shape | keys | {"model": catalog, "vllm-version": version})).memory.kv
+            b = capacity.plan(load(shape | keys | {"model": str(tmp_path / local), "vllm-version": version})).memory.kv
+            assert (a.block_bytes, a.pages_per_request, [g.page_bytes for g in a.groups]) == \
+                (b.block_bytes, b.pages_per_request, [g.page_bytes for g in b.groups]), (local, version)
+
+
+def test_plan_prints_the_glm53_flash_record_shape(tmp_path):
+    recipe = write_recipe(tmp_path, RECORD | {"vllm-version": "0.31.0"})
+    data = json.loads(run("plan", recipe, "--format", "json").output)
+    assert data["backends"][0]["kv_cache_tokens"] == 443_628
+    assert data["kv_cache"]["block_bytes"] == 14_611_968 and data["kv_cache"]["pages_per_request"] == 130
+    fails(run("plan", write_recipe(tmp_path, FLASH | {"gpu": "GB10"})), "error: gpu:", "SM90 and SM10x")
