@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from dsa_kvcalc import capacity
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc.catalog import GPUS
+from dsa_kvcalc.choices import draft_layers, kv_spec, sparse_mla_backend
+from dsa_kvcalc.memory_terms import RankMemory, rank_memory
 from dsa_kvcalc.engine import RELEASES, build_of
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import KEYS, Recipe, RecipeError, canonical, check_value, load
@@ -198,7 +200,7 @@ def version_from_kv(raw: dict, measured: Measured, recipe_dir) -> tuple[str | No
             recipe = load({**raw, "vllm-version": release}, recipe_dir)
         except RecipeError:  # a release that predates the model, say
             continue
-        kv = capacity.rank_memory(recipe).kv
+        kv = rank_memory(recipe).kv
         low, high = (kv.tokens(measured.available_kv_bytes + d * PRINT_ROUNDING_BYTES) for d in (-1, 1))
         if low <= measured.kv_tokens <= high:
             fits.append(release)
@@ -249,7 +251,7 @@ def require(raw: dict, measured: Measured) -> dict:
     return raw
 
 
-def kv_target_bytes(memory: capacity.RankMemory, measured: Measured) -> tuple[int | None, bool | None]:
+def kv_target_bytes(memory: RankMemory, measured: Measured) -> tuple[int | None, bool | None]:
     """The KV bytes plan must reach: the logged tokens through plan's KV-cache groups when they agree with the
     logged Available KV memory (exact to the block, unlike the two-decimal GiB), else the logged memory."""
     tokens = measured.kv_tokens
@@ -264,14 +266,14 @@ def kv_target_bytes(memory: capacity.RankMemory, measured: Measured) -> tuple[in
 
 
 def logged_token_bytes(recipe: Recipe) -> int:
-    return capacity.kv_spec(recipe, capacity.sparse_mla_backend(recipe)).bytes_per_logged_token
+    return kv_spec(recipe, sparse_mla_backend(recipe)).bytes_per_logged_token
 
 
 def mismatch_notes(recipe: Recipe, measured: Measured, kv_per_token: int, implied: int) -> list[str]:
     notes = [f"KV bytes per logged token: the log implies {implied:,} B (Available KV "
              f"{measured.available_kv_bytes / GIB:.2f} GiB / {measured.kv_tokens:,} tokens); plan's KV-cache groups give "
              f"{kv_per_token:,} B for {recipe.model.name} with {recipe.kv_cache_dtype} KV on {recipe.engine.label}"]
-    mtp_on = bool(capacity.draft_layers(recipe))
+    mtp_on = bool(draft_layers(recipe))
     toggled = replace(recipe, num_speculative_tokens=0 if mtp_on else 1, speculative_method="mtp")
     if recipe.model.mtp_layers and abs(logged_token_bytes(toggled) - implied) < abs(kv_per_token - implied):
         notes.append(f"with{'out' if mtp_on else ''} the MTP layer's KV cache the figure is "
@@ -342,9 +344,10 @@ def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
         notes.append(f"{recipe.engine.label} logs peak activation with the CUDA-graph estimate in it (vLLM PR #49208): "
                      f"taken out")
     # vLLM's sizing identity, solved for what the log gives only as a sum: activation + non-torch
-    residual = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, 0, 0, graphs) - target
+    subtracted = graphs if capacity.cudagraphs_subtracted(recipe) else 0
+    residual = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, 0, 0, subtracted) - target
     if residual < 0:
-        logged_bytes = weights + graphs + target
+        logged_bytes = weights + subtracted + target
         raise RecipeError("gpu", f"the log's weights, CUDA graphs and KV ({logged_bytes / GIB:.2f} GiB) exceed "
                                  f"what {recipe.gpu.name} at gpu-memory-utilization {recipe.gpu_memory_utilization} "
                                  f"allows ({estimate.memory.requested_bytes / GIB:.2f} GiB): is the gpu right?")
@@ -353,7 +356,7 @@ def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
     notes += split.notes
     activation = split.activation
     if recipe.reserves_decode_logits:
-        rise = estimate.backend(recipe.topk_backend).peak_activation_bytes - estimate.memory.peak_activation.bytes
+        rise = estimate.backend(recipe.topk_backend).peak_activation_bytes - estimate.memory.base_peak.bytes
         activation = max(activation - rise, 0)  # the base peak, before the reservation (#62860, or the kpool indexer's)
         notes.append(f"{recipe.engine.label} reserves the decode logits in its profile run: the profile's peak holds "
                      f"{rise / GIB:.2f} GiB of it above the prefill budget; the memory block keeps the base peak")
@@ -429,12 +432,13 @@ def logged_weights(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
     if measured.weights_bytes is not None:
         return measured.weights_bytes, None, []
     weights = estimate.memory.weights.bytes
-    others = estimate.memory.peak_activation.bytes + estimate.memory.non_torch.bytes
-    spare = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, others, 0, graphs) - target
+    others = estimate.memory.base_peak.bytes + estimate.memory.non_torch.bytes
+    subtracted = graphs if capacity.cudagraphs_subtracted(recipe) else 0
+    spare = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, others, 0, subtracted) - target
     if spare > 0 or recipe.kv_cache_memory_bytes is not None:
         return weights, None, [f"the log prints no weights: plan's estimate ({weights / GIB:.2f} GiB) stands in, and "
                                f"the peak activation is what the log's KV leaves"]
-    rest = estimate.memory.requested_bytes - graphs - target - others
+    rest = estimate.memory.requested_bytes - subtracted - target - others
     if rest < 0:
         raise RecipeError("log", f"its KV ({target / GIB:.2f} GiB) and CUDA graphs leave less than plan's peak and "
                                  f"non-torch estimates on {recipe.gpu.name} at gpu-memory-utilization "
@@ -450,7 +454,7 @@ def term_rows(recipe: Recipe, estimate: capacity.Plan, measured: Measured, sourc
     memory, selected = estimate.memory, estimate.backend(recipe.topk_backend)
     return [
         TermRow("weights", "bytes", measured.weights_bytes, memory.weights.bytes, sources["weights"]),
-        TermRow("peak activation", "bytes", measured.peak_activation_bytes, memory.peak_activation.bytes,
+        TermRow("peak activation", "bytes", measured.peak_activation_bytes, memory.base_peak.bytes,
                 sources["peak_activation"]),
         TermRow("non-torch", "bytes", measured.non_torch_bytes, memory.non_torch.bytes, sources["non_torch"]),
         TermRow("CUDA graphs", "bytes", measured.cudagraph_bytes, selected.cudagraph.bytes, sources["cudagraph"]),
@@ -472,11 +476,11 @@ def with_memory(raw: dict, memory: dict, gpu: str, rest: str | None = None) -> d
 def measured_kv_bytes(recipe: Recipe, rank: Measured) -> tuple[int, str]:
     if rank.available_kv_bytes is not None:
         return rank.available_kv_bytes, "Available KV cache memory"
-    return (capacity.rank_memory(recipe).kv.bytes_for(rank.kv_tokens),
+    return (rank_memory(recipe).kv.bytes_for(rank.kv_tokens),
             "GPU KV cache size through plan's KV-cache groups")
 
 
-def indexer_headroom(recipe: Recipe, before: Measured, after: Measured) -> Headroom:
+def headroom_from_logs(recipe: Recipe, before: Measured, after: Measured) -> Headroom:
     """How far the profile's peak sat above what was live inside the indexer: the #62860 reservation minus the KV
     it cost."""
     for name, rank in (("log", before), ("--after", after)):
@@ -510,7 +514,7 @@ def calibrate_pair(reading: LogReading, after_reading: LogReading, raw: dict, re
     if not engines.vllm(check_value("--after", KEYS["vllm_version"], after.version)).reserves_decode_logits:
         raise RecipeError("--after", f"the log is of vLLM {after.version}, which does not reserve the decode logits "
                                      f"(#62860): give the log of a vLLM with the fix")
-    headroom = indexer_headroom(result.recipe, before, after)
+    headroom = headroom_from_logs(result.recipe, before, after)
     measured = {"indexer_headroom": {headroom.backend: headroom.headroom_bytes}}
     memory = result.memory | measured
     raw_recipe = with_memory(result.raw_recipe, measured, result.recipe.gpu.name)

@@ -1,50 +1,72 @@
 """The capacity model of shared/design/capacity-model.md, as pure arithmetic over a validated Recipe.
 
-Reads top to bottom like the design doc: (1) the indexer's decode logits (the doc's section 1), (2) which top-k
-backends run (section 2), (3) the memory terms vLLM's profile measures and (4) the steps of KV-cache sizing for one
-backend, before and after vLLM PR #62860 (section 3), and plan(), which strings them together. The KV bytes per
-token (section 4) are kv_cache.py's. Bytes and tokens are integers.
+Reads in the design's order, one step a section: the decode logits' rows, width and bytes per element (the doc's
+section 1), the profile run's reservation, the peak it raises, the CUDA graphs, the KV bytes, and the blocks and tokens
+they hold (section 3), then the out-of-memory risk and plan(), which strings the steps together for each top-k backend.
+What vLLM picks before it counts memory (the top-k backends of section 2, the sparse-MLA backend, the KV-cache spec)
+is choices.py's; the terms its profile measures are memory_terms.py's; the KV bytes per token (section 4) are
+kv_cache.py's. Bytes and tokens are integers.
 """
 
 import math
 from dataclasses import dataclass, replace
+from enum import Enum
 
-from dsa_kvcalc import estimates, kv_cache
-from dsa_kvcalc.engine import ALL, MTP_METHODS, release_tuple
-from dsa_kvcalc.catalog import SPARSE_MLA_CACHE_DTYPES, BACKENDS, NOPE_MLA_HEAD_SIZE, NOPE_SPARSE_MLA_BACKENDS, \
-    STRIDE_ALIGNMENT_BYTES, Backend, Layout
-from dsa_kvcalc.units import GIB, MIB
-from dsa_kvcalc.kv_cache import KvSpec
+from dsa_kvcalc import estimates
+from dsa_kvcalc.catalog import SPARSE_MLA_CACHE_DTYPES, STRIDE_ALIGNMENT_BYTES, Backend, Layout, Rows
+from dsa_kvcalc.choices import availability, engine_backends, on_model_runner_v2
+from dsa_kvcalc.engine import release_tuple
+from dsa_kvcalc.kv_cache import round_up
+from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, profile_budget_bytes, rank_memory
 from dsa_kvcalc.recipe import Recipe, RecipeError
+from dsa_kvcalc.units import GIB, MIB
 
 DTYPE_BYTES = {"bf16": 2, "fp32": 4}
 FP32_BYTES = 4
 
 
-def align(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
+# 1. Rows: the decode worst case ---------------------------------------------------------------------------------
+
+def rows_rule(recipe: Recipe) -> Rows:
+    """The indexer's own rule (catalog.Indexer), or DeepInfer's, whose profile run takes max_num_seqs x (1 + nextn)."""
+    return recipe.model.indexer.rows if recipe.engine.rows_capped_by_batched_tokens else Rows.UNCAPPED
 
 
-# 1. Decode logits of the DSA indexer -------------------------------------------------------------------------
+def decode_rows(recipe: Recipe) -> int:
+    """rows = min(max_num_seqs, max_num_batched_tokens) x (1 + num_speculative_tokens)   (vLLM #62860)
+    rows = min(max_num_seqs x (1 + num_speculative_tokens), max_num_batched_tokens)     (the kpool indexer's profile
+           branch, vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:312-321)
+    rows = max_num_seqs x (1 + nextn)                                                     (DeepInfer's profile run)"""
+    seqs, tokens, per_seq = recipe.max_num_seqs, recipe.max_num_batched_tokens, 1 + recipe.num_speculative_tokens
+    rule = rows_rule(recipe)
+    if rule is Rows.TOKENS_CAPPED:
+        return min(seqs * per_seq, tokens)
+    if rule is Rows.SEQS_CAPPED:
+        return min(seqs, tokens) * per_seq
+    return seqs * per_seq
 
-def stride_columns(layout: Layout) -> int:
-    """Logits columns in one 1024-byte step of the row stride."""
-    return STRIDE_ALIGNMENT_BYTES // DTYPE_BYTES[layout.logits_dtype]
+
+# 2. Width: DeepGEMM's padded row --------------------------------------------------------------------------------
+
+def width_multiple(layout: Layout) -> int:
+    """Whole KV splits, and where the layout aligns its row stride to 1024 B, whole strides too."""
+    stride_columns = STRIDE_ALIGNMENT_BYTES // DTYPE_BYTES[layout.logits_dtype]
+    return math.lcm(layout.split_columns, stride_columns) if layout.stride_aligned else layout.split_columns
 
 
 def padded_columns(columns: int, layout: Layout) -> int:
     """DeepGEMM allocates [rows, padded] and returns a view of width `columns`: the row stride is `padded`."""
-    if layout.stride_rule == "lcm":
-        return align(columns, math.lcm(layout.split_columns, stride_columns(layout)))
-    if layout.stride_rule == "split":
-        return align(columns, layout.split_columns)
-    return align(align(columns, layout.split_columns), stride_columns(layout))
+    return round_up(columns, width_multiple(layout))
 
+
+# 3. Bytes per element -------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class DecodeLogits:
+    rows_rule: Rows
     rows: int
     columns: int  # the view's width: the keys the indexer scores (decode_logits)
+    width_multiple: int  # the padded width is the columns rounded up to this
     padded_columns: int  # the row stride
     logits_dtype: str
     logits_bytes_per_element: int  # DeepGEMM's output
@@ -68,224 +90,47 @@ class DecodeLogits:
         return self.rows * (self.padded_columns - self.columns) * self.bytes_per_element
 
 
-def decode_rows(recipe: Recipe) -> int:
-    """rows = min(max_num_seqs, max_num_batched_tokens) x (1 + num_speculative_tokens)   (vLLM #62860)
-    rows = min(max_num_seqs x (1 + num_speculative_tokens), max_num_batched_tokens)     (the kpool indexer's profile
-           branch, vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:312-321)
-    rows = max_num_seqs x (1 + nextn)                                                     (DeepInfer's profile run)"""
-    seqs, per_seq = recipe.max_num_seqs, 1 + recipe.num_speculative_tokens
-    if recipe.model.kpool_indexer:
-        return min(seqs * per_seq, recipe.max_num_batched_tokens)
-    if recipe.engine.rows_capped_by_batched_tokens:
-        seqs = min(seqs, recipe.max_num_batched_tokens)
-    return seqs * per_seq
-
-
 def reads_bf16(recipe: Recipe, backend: Backend) -> bool:
     """The one predicate shared by the runtime upcast and the reservation: does the top-k read BF16 directly?
-    DeepSelect (and DeepInfer's own top-k) do, except under decode context parallelism (DCP merges need FP32); the
-    kpool indexer upcasts whatever top-k runs (as_fp32_logits, vllm==0.33.0
-    vllm/models/glm5next/nvidia/sparse_indexer.py:617-629)."""
-    return backend.reads_bf16 and recipe.decode_context_parallel_size == 1 and not recipe.model.kpool_indexer
+    DeepSelect (and DeepInfer's own top-k) do, except under decode context parallelism (DCP merges need FP32) and
+    under an indexer that upcasts whatever top-k runs (the kpool indexer's as_fp32_logits, catalog.KPOOL_INDEXER)."""
+    return backend.reads_bf16 and recipe.decode_context_parallel_size == 1 and not recipe.model.indexer.upcasts_always
 
 
-def decode_logits(recipe: Recipe, topk_reads_bf16: bool, rows: int) -> DecodeLogits:
+def decode_logits(recipe: Recipe, topk_reads_bf16: bool) -> DecodeLogits:
     """[rows, padded(max_model_len // ratio)] in DeepGEMM's dtype, plus the FP32 copy where the top-k reads FP32."""
     layout = recipe.layout
     columns = recipe.max_model_len // recipe.indexer_width_ratio
     needs_copy = layout.logits_dtype != "fp32" and not topk_reads_bf16
-    return DecodeLogits(rows, columns, padded_columns(columns, layout), layout.logits_dtype,
-                        DTYPE_BYTES[layout.logits_dtype], FP32_BYTES if needs_copy else 0)
+    return DecodeLogits(rows_rule(recipe), decode_rows(recipe), columns, width_multiple(layout),
+                        padded_columns(columns, layout), layout.logits_dtype, DTYPE_BYTES[layout.logits_dtype],
+                        FP32_BYTES if needs_copy else 0)
 
 
-# 2. Top-k backends ---------------------------------------------------------------------------------------------
-
-def engine_backends(recipe: Recipe) -> list[Backend]:
-    return [b for b in BACKENDS if recipe.engine.name in b.engines]
-
-
-def availability(recipe: Recipe, backend: Backend) -> str | None:
-    """None when the backend runs on this recipe's engine, GPU and model, else why not."""
-    if recipe.engine.name not in backend.engines:
-        return f"a {'/'.join(backend.engines)} backend; this recipe runs {recipe.engine.label}"
-    if not recipe.engine.topk_backend_flag and backend.name != "auto":
-        return f"{recipe.engine.label} has no --sparse-indexer-topk-backend (vLLM 0.30.0+): its built-in chain runs"
-    if recipe.gpu.arch not in backend.archs:
-        return f"needs {'/'.join(backend.archs)}; {recipe.gpu.name} is {recipe.gpu.arch}"
-    if backend.topk is not None and recipe.model.index_topk not in backend.topk:
-        supported = f"<= {backend.topk[-1]}" if len(backend.topk) > 8 else "/".join(map(str, backend.topk))
-        return f"index_topk {recipe.model.index_topk} not supported ({supported})"
-    return None
+def backend_logits(recipe: Recipe, backends: list[Backend]) -> dict[str, DecodeLogits]:
+    """Each backend's decode logits: one computation per way the top-k reads them."""
+    by_reader = {reads: decode_logits(recipe, reads) for reads in {reads_bf16(recipe, b) for b in backends}}
+    return {b.name: by_reader[reads_bf16(recipe, b)] for b in backends}
 
 
-# 3. The memory terms of one rank ---------------------------------------------------------------------------------
+# 4. Reservation: what the profile run sets aside for the indexer's logits ---------------------------------------
+
+class Reserved(Enum):
+    """What a profile run reserves for the indexer's logits."""
+    BUDGET = "the prefill budget, no decode term"
+    DECODE_LOGITS = "max(prefill budget, decode logits)"  # vLLM #62860
+    UNPADDED_FP32 = "max(prefill budget, rows x width x 4 B)"  # the kpool indexer's own: FP32, unpadded
+    HELD = "the decode logits themselves"  # DeepInfer's profile run holds them, before and after any fix
+    WORKSPACE = "prefill budget + ROCm's locked indexer workspace"  # the same either side of #62860
+
 
 @dataclass(frozen=True)
-class Term:
+class Reservation:
+    kind: Reserved
+    budget_bytes: int  # the prefill logits budget the profile run allocates
+    term_bytes: int  # what it reserves beside the budget: the decode logits, their FP32 unpadded bytes, the workspace
     bytes: int
-    provenance: str  # measured (the recipe's memory block, a log), derived (config and cited rule, or a measured
-    # term carried over), fitted or estimated (estimates.py)
-    source: str
 
-
-def term(recipe: Recipe, name: str, estimate) -> Term:
-    """The memory block's figure for a term, else plan's estimate (estimate: recipe -> Term). memory.rest marks the one
-    figure that is what a measured sum leaves after plan's estimates of the others: as uncertain as they are. A figure
-    measured at another shape (the recipe file's, before --set or a sweep's point) is carried by plan's estimate of
-    the change: measured + estimate here - estimate there."""
-    given = getattr(recipe, f"{name}_bytes")
-    if given is None:
-        return estimate(recipe)
-    if recipe.memory_rest == name:
-        return Term(given, "estimated", "the recipe's memory block: what a measured sum leaves after plan's estimates "
-                                        "of the other terms (memory.rest)")
-    then = recipe.measured_on
-    change = 0 if then is None else estimate(recipe).bytes - estimate(then).bytes
-    if not change:
-        return Term(given, "measured", "the recipe's memory block")
-    return Term(given + change, "derived", f"measured at {then.shape_change(recipe)}; carried here by plan's estimate "
-                                           f"of the change ({change / GIB:+.2f} GiB)")
-
-
-def estimated(value: int, figure: estimates.Figure) -> Term:
-    return Term(value, figure.provenance, figure.basis)
-
-
-@dataclass(frozen=True)
-class RankMemory:
-    requested_bytes: int  # total x gpu-memory-utilization
-    weights: Term
-    peak_activation: Term  # the dummy run's torch peak with only the prefill logits budget reserved
-    non_torch: Term
-    kv: KvSpec
-    kv_provenance: Term  # bytes of one request of max_model_len, and where the spec comes from
-    sparse_mla_backend: str
-
-
-def weights_estimate(recipe: Recipe) -> Term:
-    """The dense part / TP, plus the routed experts / (TP x DP with expert parallelism, else TP)."""
-    model, checkpoint = recipe.model, recipe.model.checkpoint
-    expert_ranks = recipe.tensor_parallel_size * (recipe.data_parallel_size if recipe.enable_expert_parallel else 1)
-    offloaded = model.offloadable_bytes if recipe.engram_cpu_offload else 0
-    dense_bytes = checkpoint.value - model.routed_expert_bytes - model.offloadable_bytes
-    on_gpu = model.offloadable_bytes - offloaded  # split over the data-parallel ranks (vllm/config/engram.py)
-    weights_bytes = (dense_bytes // recipe.tensor_parallel_size + model.routed_expert_bytes // expert_ranks
-                     + on_gpu // (recipe.tensor_parallel_size * recipe.data_parallel_size)) \
-        // recipe.pipeline_parallel_size  # each stage its share of the layers
-    offload = f"; {offloaded / GIB:.1f} GiB of Engram tables in host memory" if offloaded else ""
-    return Term(weights_bytes, checkpoint.provenance, f"the checkpoint's dense part / TP + routed experts / "
-                                                      f"expert-parallel ranks{offload}; checkpoint: {checkpoint.basis}")
-
-
-def prefill_workspace_bytes(recipe: Recipe) -> int:
-    """The sparse-MLA prefill workspace, one buffer that its largest user sizes (vllm/v1/worker/workspace.py): the
-    indexer's K gather, 8 x factor x max_model_len / compress ratio entries of 132 B (the kpool indexer's / kpool
-    from vLLM 0.32.0, engine.py kpool_gather_over_pools), or, with an fp8_ds_mla cache, FlashMLA-sparse's BF16
-    gather of factor x max_model_len rows of 576 x 2 B; factor 5, and 2 above 262,144 tokens from vLLM 0.32.0
-    (engine.py sparse_mla_prefill_workspace_factor)."""
-    length, model = recipe.max_model_len, recipe.model
-    short, long = recipe.engine.sparse_mla_prefill_workspace_factor
-    factor = short if length <= 262_144 else long
-    pooled = model.index_kpool if recipe.engine.kpool_gather_over_pools else 1
-    gather_bytes = 8 * factor * length // (model.indexer_logits_ratio * pooled) * kv_cache.INDEXER_ENTRY_BYTES
-    ds_mla = recipe.model.family == "mla" and kv_cache.mla_token_bytes(recipe.cache_dtype, sparse_mla_backend(recipe)) \
-        == kv_cache.MLA_FP8_DS_BYTES
-    return max(gather_bytes, factor * length * kv_cache.MLA_BF16_BYTES if ds_mla else 0)
-
-
-def peak_activation_estimate(recipe: Recipe) -> Term:
-    """The prefill logits budget + the sparse-MLA prefill workspace + max_num_batched_tokens x hidden x 2 B x
-    ACTIVATION_HIDDEN_COPIES."""
-    hidden_copies = estimates.ACTIVATION_HIDDEN_COPIES
-    hidden_bytes = recipe.max_num_batched_tokens * recipe.model.hidden_size * 2 * hidden_copies.value
-    return Term(profile_budget_bytes(recipe) + prefill_workspace_bytes(recipe) + hidden_bytes, hidden_copies.provenance,
-                f"the prefill logits budget, the sparse-MLA prefill workspace (derived), and {hidden_copies.basis}")
-
-
-def non_torch_estimate(recipe: Recipe) -> Term:
-    """One process's CUDA context and workspaces, plus the collectives' buffers when TP x DP > 1."""
-    single, collectives = estimates.NON_TORCH_SINGLE, estimates.NON_TORCH_COLLECTIVES
-    if recipe.tensor_parallel_size * recipe.data_parallel_size == 1:
-        return estimated(single.value, single)
-    return Term(single.value + collectives.value, "estimated", f"{single.basis}; plus {collectives.basis}")
-
-
-def sparse_mla_backend(recipe: Recipe) -> str:
-    """vLLM's sparse-MLA backend (vllm==0.33.0 vllm/platforms/cuda.py:84-160): the recipe's attention-backend, else
-    FlashInfer's for a 512-wide latent (catalog.NOPE_SPARSE_MLA_BACKENDS), on SM12x the release's SM12x backend;
-    on SM10x FLASHINFER_MLA_SPARSE for a quantized cache it takes (not the DS-MLA formats), for BF16 the release's
-    few-heads backend at <= 16 heads a rank, else FLASHMLA_SPARSE; on SM90 the release's BF16 backend without DCP,
-    else FLASHMLA_SPARSE; ROCM_AITER_MLA_SPARSE on ROCm (vllm/platforms/rocm.py:537-539)."""
-    arch, engine = recipe.gpu.arch, recipe.engine
-    if recipe.attention_backend:
-        return recipe.attention_backend
-    if recipe.model.mla_head_size == NOPE_MLA_HEAD_SIZE:
-        return NOPE_SPARSE_MLA_BACKENDS[arch]
-    if arch in ("sm120", "sm121"):
-        return engine.sm12x_sparse_mla_backend
-    if arch.startswith("gfx"):
-        return "ROCM_AITER_MLA_SPARSE"
-    heads_per_rank = recipe.model.num_attention_heads // recipe.tensor_parallel_size
-    if arch in ("sm100", "sm103"):
-        if recipe.quantized_cache:
-            return "FLASHMLA_SPARSE" if recipe.cache_dtype.endswith("_ds_mla") else "FLASHINFER_MLA_SPARSE"
-        return engine.sm10x_few_heads_unquantized_sparse_mla_backend if heads_per_rank <= 16 else "FLASHMLA_SPARSE"
-    if not recipe.quantized_cache and recipe.decode_context_parallel_size == 1:
-        return engine.sm90_unquantized_sparse_mla_backend
-    return "FLASHMLA_SPARSE"
-
-
-def draft_layers(recipe: Recipe) -> int:
-    """The draft layers whose caches join the KV cache: all the checkpoint's MTP layers under MTP, whatever k
-    (vllm==0.26.0 vllm/models/deepseek_v4/nvidia/mtp.py:174-200), DeepSeek-V4's DSpark drafts under dspark."""
-    method = recipe.speculative_method
-    if not recipe.num_speculative_tokens:
-        return 0
-    if method == "dspark":
-        return recipe.model.dspark_layers
-    return recipe.model.mtp_layers if method is None or method in MTP_METHODS else 0
-
-
-def concurrent_batches(recipe: Recipe) -> int:
-    """The batches in flight whose new tokens a window holds (vllm==0.26.0 vllm/config/vllm.py:512-533): with async
-    scheduling PP + 1 on Model Runner V2, 2 on V1 (PP 1), else PP; one before vLLM 0.26.0."""
-    stages = recipe.pipeline_parallel_size
-    if not recipe.engine.windows_count_concurrent_batches:
-        return 1
-    if not recipe.async_scheduling:
-        return stages
-    if on_model_runner_v2(recipe):
-        return stages + 1
-    return 2 if stages <= 1 else stages
-
-
-def kv_spec(recipe: Recipe, backend: str) -> KvSpec:
-    """The recipe's KV-cache groups (kv_cache.py), with the tokens in flight that windows hold (vLLM 0.26.0+: two
-    batches under async scheduling) and the draft tokens multi-layer MTP keeps (0.28.0+)."""
-    engine, k = recipe.engine, recipe.num_speculative_tokens
-    in_flight = recipe.max_num_batched_tokens * concurrent_batches(recipe)
-    multi_layer_mtp = recipe.speculative_method != "dspark" and draft_layers(recipe) > 1 and k > 1
-    extra = k - 1 if engine.retains_draft_tokens and multi_layer_mtp else 0
-    return kv_cache.spec(recipe, backend, draft_layers(recipe), in_flight, extra)
-
-
-def kv_provenance(recipe: Recipe, kv: KvSpec) -> Term:
-    return Term(kv.request_bytes, "derived", f"{recipe.model.name}'s config ({recipe.model.config_source}) and "
-                                             f"{recipe.engine.label}'s KV-cache grouping (kv_cache.py)")
-
-
-def rank_memory(recipe: Recipe) -> RankMemory:
-    backend = sparse_mla_backend(recipe)
-    kv = kv_spec(recipe, backend)
-    return RankMemory(
-        requested_bytes=math.ceil(recipe.gpu.total_memory_bytes * recipe.gpu_memory_utilization),
-        weights=term(recipe, "weights", weights_estimate),
-        peak_activation=term(recipe, "peak_activation", peak_activation_estimate),
-        non_torch=term(recipe, "non_torch", non_torch_estimate),
-        kv=kv, kv_provenance=kv_provenance(recipe, kv), sparse_mla_backend=backend)
-
-
-# 4. KV-cache sizing, step by step ----------------------------------------------------------------------------------
 
 def rocm_indexer_workspace_bytes(recipe: Recipe) -> int:
     """ROCm's AITER indexer locks an FP32 buffer for the decode logits while profiling (engine.py
@@ -300,32 +145,26 @@ def rocm_indexer_workspace_bytes(recipe: Recipe) -> int:
     return rows * recipe.max_model_len * FP32_BYTES
 
 
-def profile_budget_bytes(recipe: Recipe) -> int:
-    """The prefill logits budget the profile run allocates: none on ROCm before vLLM 0.23.0, whose profiling branch
-    returns at once."""
-    if recipe.gpu.arch.startswith("gfx") and recipe.engine.rocm_indexer_workspace == "none":
-        return 0
-    return recipe.prefill_budget_bytes
-
-
-def reservation(recipe: Recipe, logits: DecodeLogits, reserves_decode_logits: bool) -> int:
+def reservation(recipe: Recipe, logits: DecodeLogits, reserves_decode_logits: bool) -> Reservation:
     """reserved = max(prefill_budget, rows x padded_width x bytes_per_element)   (with #62860; without: the budget)
-    reserved = max(prefill_budget, rows x width x 4)        (the kpool indexer's own: FP32, unpadded; engine.py
-                                                             kpool_indexer_reserves_decode_logits)
+    reserved = max(prefill_budget, rows x width x 4)        (the kpool indexer's own: FP32, unpadded)
     DeepInfer's profile run holds the decode logits themselves; ROCm's locked workspace holds them on top of the
     budget. Both are the same on either side of #62860."""
     budget = profile_budget_bytes(recipe)
-    if recipe.engine.profile_holds_decode_logits:
-        return logits.bytes
     workspace = rocm_indexer_workspace_bytes(recipe)
+    unpadded_fp32 = logits.rows * logits.columns * FP32_BYTES
+    if recipe.engine.profile_holds_decode_logits:
+        return Reservation(Reserved.HELD, budget, logits.bytes, logits.bytes)
     if workspace:
-        return budget + workspace
-    if reserves_decode_logits and recipe.model.kpool_indexer:
-        return max(budget, logits.rows * logits.columns * FP32_BYTES)
+        return Reservation(Reserved.WORKSPACE, budget, workspace, budget + workspace)
+    if reserves_decode_logits and recipe.model.indexer.reserves_unpadded_fp32:
+        return Reservation(Reserved.UNPADDED_FP32, budget, unpadded_fp32, max(budget, unpadded_fp32))
     if reserves_decode_logits:
-        return max(budget, logits.bytes)
-    return budget
+        return Reservation(Reserved.DECODE_LOGITS, budget, logits.bytes, max(budget, logits.bytes))
+    return Reservation(Reserved.BUDGET, budget, 0, budget)
 
+
+# 5. Peak: the activation peak the reservation raises ------------------------------------------------------------
 
 def indexer_headroom(recipe: Recipe, logits: dict[str, DecodeLogits], backend: str) -> int:
     """How far the run's global peak sits above what is live inside the indexer when the reservation is made
@@ -340,11 +179,13 @@ def indexer_headroom(recipe: Recipe, logits: dict[str, DecodeLogits], backend: s
     return max(headroom, recipe.prefill_budget_bytes)
 
 
-def peak_activation(memory: RankMemory, reserved: int, headroom: int) -> int:
+def raised_peak_bytes(memory: RankMemory, reserved: int, headroom: int) -> int:
     """peak = base peak + max(0, reserved - indexer headroom): the reservation stacks on what is live inside the
     indexer, not on the run's global peak."""
-    return memory.peak_activation.bytes + max(0, reserved - headroom)
+    return memory.base_peak.bytes + max(0, reserved - headroom)
 
+
+# 6. Graphs: the CUDA-graph pool and the decode logits its FULL graphs hold ---------------------------------------
 
 def on_grid(size: int, limit: int, interactive: bool) -> bool:
     """vLLM's capture grid up to limit: 1, 2, 4 (every size up to 32 with performance-mode interactivity), multiples
@@ -367,6 +208,18 @@ def largest_on_grid(at_most: int, limit: int, step: int, interactive: bool) -> i
 DEFAULT_CAPTURE_CEILING = 512
 
 
+def capture_ceiling(recipe: Recipe) -> int:
+    return recipe.engine.capture_ceiling_sm10x if recipe.gpu.arch in ("sm100", "sm103") else DEFAULT_CAPTURE_CEILING
+
+
+def given_capture_rows(recipe: Recipe, worst: int, per_seq: int) -> int:
+    """The largest of the recipe's cudagraph_capture_sizes that is whole requests of 1 + k tokens, at most the decode
+    worst case, max_num_batched_tokens and max_cudagraph_capture_size."""
+    tokens, limit = recipe.max_num_batched_tokens, recipe.max_cudagraph_capture_size
+    largest = min(worst, tokens, tokens if limit is None else limit)
+    return max((size for size in recipe.cudagraph_capture_sizes if size <= largest and size % per_seq == 0), default=0)
+
+
 def cudagraph_logits_rows(recipe: Recipe) -> int:
     """Decode rows whose logits the graph pool holds: the largest FULL graph of a uniform decode batch, a multiple of
     1 + k tokens, at most the decode worst case. vLLM captures the given sizes, or its grid up to
@@ -374,16 +227,14 @@ def cudagraph_logits_rows(recipe: Recipe) -> int:
     (engine.py): max_num_batched_tokens itself, whole requests n x (1 + k) with n on the grid, and max_num_seqs."""
     if recipe.cudagraph_mode not in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
         return 0
-    engine, seqs = recipe.engine, recipe.max_num_seqs
+    engine, seqs, tokens = recipe.engine, recipe.max_num_seqs, recipe.max_num_batched_tokens
     per_seq = 1 + recipe.num_speculative_tokens
-    worst, tokens = decode_rows(recipe), recipe.max_num_batched_tokens
+    worst = decode_rows(recipe)
+    if recipe.cudagraph_capture_sizes:
+        return given_capture_rows(recipe, worst, per_seq)
     given_limit = recipe.max_cudagraph_capture_size  # None: vLLM's default rule
     interactive = recipe.performance_mode == "interactivity"
-    if recipe.cudagraph_capture_sizes:
-        largest = min(worst, tokens, tokens if given_limit is None else given_limit)
-        return max((size for size in recipe.cudagraph_capture_sizes if size <= largest and size % per_seq == 0),
-                   default=0)
-    ceiling = engine.capture_ceiling_sm10x if recipe.gpu.arch in ("sm100", "sm103") else DEFAULT_CAPTURE_CEILING
+    ceiling = capture_ceiling(recipe)
     limit = min(min(seqs * per_seq * 2, ceiling) if given_limit is None else given_limit, tokens)
     candidates = [largest_on_grid(worst, limit, per_seq, interactive)]
     if engine.captures_max_num_batched_tokens and tokens <= min(limit, worst) and tokens % per_seq == 0:
@@ -425,17 +276,6 @@ def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], l
     return Term(pool, "measured", "the recipe's memory block")
 
 
-def on_model_runner_v2(recipe: Recipe) -> bool:
-    """Model Runner V2 runs the model by default where the release lists its architecture (engine.py), on ROCm unless
-    the release keeps it on V1, and whenever DSpark drafts (which V1 lacks)."""
-    engine, architectures = recipe.engine, {ALL, recipe.model.architecture}
-    if recipe.speculative_method == "dspark" and engine.dspark_on_model_runner_v2:
-        return True
-    if recipe.gpu.arch.startswith("gfx") and architectures & engine.rocm_model_runner_v1_architectures:
-        return False
-    return bool(architectures & engine.model_runner_v2_architectures)
-
-
 def cudagraphs_subtracted(recipe: Recipe) -> bool:
     """Does this vLLM subtract its CUDA-graph estimate before sizing the KV cache? From v0.20.0
     (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS), on ROCm from v0.26.0; Model Runner V2 estimates nothing before 0.29.0."""
@@ -445,36 +285,46 @@ def cudagraphs_subtracted(recipe: Recipe) -> bool:
     return not on_model_runner_v2(recipe) or engine.model_runner_v2_estimates_cudagraphs
 
 
+# 7. KV bytes, 8. blocks and 9. tokens ---------------------------------------------------------------------------
+
 def kv_cache_bytes(recipe: Recipe, requested: int, weights: int, peak: int, non_torch: int, graphs: int) -> int:
     """KV bytes = requested - weights - peak activation - non-torch - CUDA graphs (vllm/v1/worker/gpu_worker.py
-    determine_available_memory; graphs only where this vLLM subtracts its estimate); --kv-cache-memory-bytes
+    determine_available_memory; `graphs` is 0 where this vLLM subtracts no estimate); --kv-cache-memory-bytes
     replaces it all."""
     if recipe.kv_cache_memory_bytes is not None:
         return recipe.kv_cache_memory_bytes
-    if not cudagraphs_subtracted(recipe):
-        graphs = 0
     return max(requested - weights - peak - non_torch - graphs, 0)
 
 
 @dataclass(frozen=True)
 class Sizing:
-    """The KV cache on one side of vLLM #62860: what the profile run reserves for the indexer's logits, the peak it
-    raises, and the KV bytes and tokens that leaves."""
+    """The KV cache on one side of vLLM #62860 (or of the model's own reservation): what the profile run reserves for
+    the indexer's logits, the peak it raises, and the KV bytes, blocks and tokens that leaves."""
     reserves_decode_logits: bool
-    reserved_bytes: int
-    peak_activation_bytes: int
+    reservation: Reservation
+    peak_activation_bytes: int  # the base peak, raised by the reservation: what vLLM's log prints
     kv_cache_bytes: int
+    kv_cache_blocks: int
     kv_cache_tokens: int
     max_concurrency: float  # KV tokens / max-model-len
 
+    @property
+    def reserved_bytes(self) -> int:
+        return self.reservation.bytes
 
-def sizing(recipe: Recipe, memory: RankMemory, reserves_decode_logits: bool, reserved: int, headroom: int,
-           graphs: int) -> Sizing:
-    peak = peak_activation(memory, reserved, headroom)
-    kv_bytes = kv_cache_bytes(recipe, memory.requested_bytes, memory.weights.bytes, peak, memory.non_torch.bytes, graphs)
+
+def sizing(recipe: Recipe, memory: RankMemory, reserves_decode_logits: bool, reserved: Reservation, headroom: int,
+           subtracted_graph_bytes: int) -> Sizing:
+    peak = raised_peak_bytes(memory, reserved.bytes, headroom)
+    kv_bytes = kv_cache_bytes(recipe, memory.requested_bytes, memory.weights.bytes, peak, memory.non_torch.bytes,
+                              subtracted_graph_bytes)
+    blocks = memory.kv.blocks(kv_bytes)
     tokens = memory.kv.tokens(kv_bytes)
-    return Sizing(reserves_decode_logits, reserved, peak, kv_bytes, tokens, round(tokens / recipe.max_model_len, 2))
+    return Sizing(reserves_decode_logits, reserved, peak, kv_bytes, blocks, tokens,
+                  round(tokens / recipe.max_model_len, 2))
 
+
+# The out-of-memory risk, and what a release without the fix lets the user do ------------------------------------
 
 @dataclass(frozen=True)
 class OomRisk:
@@ -487,7 +337,7 @@ class OomRisk:
     shortfall_bytes: int  # what the worst case takes beyond the profile run's reservation, where it reserves one
 
 
-def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, reserved: int) -> OomRisk:
+def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, reserved: Reservation) -> OomRisk:
     """Decodes that fit = free at run time // one decode's logits; free = total x (1 - utilisation), assumed. A release
     that holds the decode logits in its profile run is at risk only where the worst case takes more than it reserved
     (the kpool indexer reserves 4 B an element over the unpadded width: on SM100 with DeepGEMM 2.8 they run as BF16 +
@@ -495,11 +345,11 @@ def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, reserved: int)
     free_bytes = recipe.gpu.total_memory_bytes - memory.requested_bytes
     per_decode = (1 + recipe.num_speculative_tokens) * logits.padded_columns * logits.bytes_per_element
     max_decodes = free_bytes // per_decode
-    if recipe.engine.profile_holds_decode_logits or rocm_indexer_workspace_bytes(recipe):
+    if reserved.kind in (Reserved.HELD, Reserved.WORKSPACE):
         return OomRisk(free_bytes, per_decode, max_decodes, False, 0)
-    if not recipe.reserves_decode_logits:
+    if reserved.kind is Reserved.BUDGET:
         return OomRisk(free_bytes, per_decode, max_decodes, max_decodes < recipe.max_num_seqs, 0)
-    shortfall = max(0, logits.bytes - reserved)
+    shortfall = max(0, logits.bytes - reserved.bytes)
     return OomRisk(free_bytes, per_decode, max_decodes, shortfall > free_bytes, shortfall)
 
 
@@ -511,10 +361,14 @@ class Workaround:
     sizing: Sizing
 
 
-def workaround(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, headroom: int, graphs: int) -> Workaround:
+def workaround(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, headroom: int,
+               subtracted_graph_bytes: int) -> Workaround:
     budget_mb = -(-logits.bytes // MIB)
-    return Workaround(budget_mb, sizing(recipe, memory, False, budget_mb * MIB, headroom, graphs))
+    budget = Reservation(Reserved.BUDGET, budget_mb * MIB, 0, budget_mb * MIB)
+    return Workaround(budget_mb, sizing(recipe, memory, False, budget, headroom, subtracted_graph_bytes))
 
+
+# The plan: every step for each top-k backend ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class BackendPlan:
@@ -527,9 +381,10 @@ class BackendPlan:
     cudagraph_logits_rows: int
     cudagraph_logits_bytes: int
     cudagraph: Term
+    cudagraph_subtracted_bytes: int  # what KV sizing subtracts for the graphs: the pool, or 0 where vLLM does not
     indexer_headroom_bytes: int
     release: Sizing  # this vLLM's own: what its profile reserves and its log prints
-    other: Sizing  # the other side of #62860, for comparison
+    other: Sizing  # the other side of the fix, for comparison
     oom: OomRisk
     workaround: Workaround | None  # where this release is at risk
 
@@ -611,13 +466,15 @@ def check_graph_pools(recipe: Recipe, logits_then: dict[str, int]) -> None:
 
 def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: dict[str, DecodeLogits],
                  graph_rows: int, graph_logits: dict[str, int], logits_then: dict[str, int]) -> BackendPlan:
-    """The doc's steps for one top-k backend, on this release's side of #62860 and on the other."""
+    """The doc's steps for one top-k backend, on this release's side of the fix and on the other."""
     dl = logits[backend.name]
     headroom = indexer_headroom(recipe, logits, backend.name)
     graphs = cudagraph_pool(recipe, backend.name, graph_logits, logits_then)
-    sides = {reserves: sizing(recipe, memory, reserves, reservation(recipe, dl, reserves), headroom, graphs.bytes)
+    subtracted = graphs.bytes if cudagraphs_subtracted(recipe) else 0
+    sides = {reserves: sizing(recipe, memory, reserves, reservation(recipe, dl, reserves), headroom, subtracted)
              for reserves in (True, False)}
-    risk = oom(recipe, memory, dl, sides[recipe.reserves_decode_logits].reserved_bytes)
+    release = sides[recipe.reserves_decode_logits]
+    risk = oom(recipe, memory, dl, release.reservation)
     reason = availability(recipe, backend)
     note = backend.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows)
     return BackendPlan(
@@ -625,12 +482,32 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
         selected=backend.name == recipe.topk_backend,
         decode_logits=dl, prefill_budget_bytes=recipe.prefill_budget_bytes,
         cudagraph_logits_rows=graph_rows, cudagraph_logits_bytes=graph_logits[backend.name], cudagraph=graphs,
-        indexer_headroom_bytes=headroom,
-        release=sides[recipe.reserves_decode_logits], other=sides[not recipe.reserves_decode_logits],
-        oom=risk, workaround=workaround(recipe, memory, dl, headroom, graphs.bytes) if risk.at_risk else None)
+        cudagraph_subtracted_bytes=subtracted, indexer_headroom_bytes=headroom,
+        release=release, other=sides[not recipe.reserves_decode_logits],
+        oom=risk, workaround=workaround(recipe, memory, dl, headroom, subtracted) if risk.at_risk else None)
 
 
-# Defaults that can decide the answer, and the values a deployment plausibly has instead.
+def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
+    """Every backend of the recipe's engine through the doc's steps, or those in `only` (and auto, which the report
+    compares them with): a sweep plans just the backends it shows."""
+    memory = rank_memory(recipe)
+    check_cache_dtype(recipe, memory)
+    check_weights_fit(recipe, memory)
+    backends = engine_backends(recipe)
+    logits = backend_logits(recipe, backends)
+    graph_logits = graph_logits_bytes(recipe, logits)
+    then = recipe.measured_on
+    logits_then = graph_logits if then is None else graph_logits_bytes(then, backend_logits(then, backends))
+    check_graph_pools(recipe, logits_then)
+    graph_rows = cudagraph_logits_rows(recipe)
+    shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
+    return Plan(recipe, memory, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits, logits_then)
+                                 for b in shown])
+
+
+# Defaults that can decide the answer ------------------------------------------------------------------------------
+
+# The values a deployment plausibly has instead of each default.
 PLAUSIBLE_DEFAULTS = {
     "max_num_batched_tokens": (2048, 8192, 16384),
     "async_scheduling": (True, False),
@@ -666,28 +543,3 @@ def default_impacts(recipe: Recipe) -> list[DefaultImpact]:
             if abs(change) > MOVES_THE_ANSWER:
                 found.append(DefaultImpact(field_name, value, other, round(change, 4)))
     return found
-
-
-def backend_logits(recipe: Recipe, backends: list[Backend]) -> dict[str, DecodeLogits]:
-    """Each backend's decode logits: one computation per way the top-k reads them."""
-    rows = decode_rows(recipe)
-    by_reader = {reads: decode_logits(recipe, reads, rows) for reads in {reads_bf16(recipe, b) for b in backends}}
-    return {b.name: by_reader[reads_bf16(recipe, b)] for b in backends}
-
-
-def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
-    """Every backend of the recipe's engine through the doc's steps, or those in `only` (and auto, which the report
-    compares them with): a sweep plans just the backends it shows."""
-    memory = rank_memory(recipe)
-    check_cache_dtype(recipe, memory)
-    check_weights_fit(recipe, memory)
-    backends = engine_backends(recipe)
-    logits = backend_logits(recipe, backends)
-    graph_logits = graph_logits_bytes(recipe, logits)
-    then = recipe.measured_on
-    logits_then = graph_logits if then is None else graph_logits_bytes(then, backend_logits(then, backends))
-    check_graph_pools(recipe, logits_then)
-    graph_rows = cudagraph_logits_rows(recipe)
-    shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
-    return Plan(recipe, memory, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits, logits_then)
-                                 for b in shown])

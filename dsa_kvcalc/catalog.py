@@ -3,6 +3,7 @@
 Data only, each entry with its source. The arithmetic that uses it is in capacity.py.
 """
 
+from enum import Enum
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -90,8 +91,9 @@ class Layout:
     archs: tuple[str, ...]
     logits_dtype: str  # bf16 or fp32
     split_columns: int  # KV split: a row holds whole splits
-    stride_rule: str  # lcm: align(L, lcm(split, 1024 B / elem)); nested: align(align(L, split), 1024 B / elem);
-    # split: align(L, split)
+    stride_aligned: bool  # the row stride is also a multiple of 1024 B: padded = align(L, lcm(split, 1024 B / elem));
+    # else padded = align(L, split). DeepGEMM 2.3-2.6.1 nest the two, align(align(L, 256), 1024 B / elem): the lcm,
+    # as 256 columns divide 1024 B / elem for either dtype.
     source: str
 
 
@@ -99,34 +101,34 @@ STRIDE_ALIGNMENT_BYTES = 1024  # "Logits row stride must be 1024-byte aligned" (
 
 LAYOUTS = {
     ("2.8", "sm100"): Layout(
-        "2.8.x", ("sm100", "sm103"), "bf16", 384, "lcm",
+        "2.8.x", ("sm100", "sm103"), "bf16", 384, True,
         "deepinfer-gemm==2.8.2 sdist (upstream DeepGEMM 2.8.2): csrc/apis/attention.hpp fp8_fp4_paged_mqa_logits, "
         "out_dtype = arch_major == 10 ? kBFloat16 : kFloat32; split_kv = kMQALogitsSplitKV = 384 "
         "(csrc/jit_kernels/impls/sm100_mqa_logits.hpp); aligned_max_context_len = align(L, split / gcd(split, 512) * 512)"),
     ("2.8", "sm90"): Layout(
-        "2.8.x", ("sm90",), "fp32", 256, "lcm",
+        "2.8.x", ("sm90",), "fp32", 256, True,
         "deepinfer-gemm==2.8.2 sdist: csrc/apis/attention.hpp, split_kv = 256 off SM100, FP32 output; "
         "measured on an H200 (shared/design/deepgemm-on-h200.md: L=4097 -> stride 4352)"),
     ("2.6", "sm100"): Layout(
-        "2.3 - 2.6.1", ("sm100", "sm103"), "fp32", 256, "nested",
+        "2.3 - 2.6.1", ("sm100", "sm103"), "fp32", 256, True,
         "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (v2.6.1, 54e2261): FP32 logits by default "
         "(BF16 optional from 2.4.2, not requested by vLLM), align(align(L, 256), 1024 B / elem)"),
     ("2.6", "sm90"): Layout(
-        "2.3 - 2.6.1", ("sm90",), "fp32", 256, "nested",
+        "2.3 - 2.6.1", ("sm90",), "fp32", 256, True,
         "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (v2.6.1, 54e2261)"),
     ("2.2", "sm100"): Layout(
-        "2.1 - 2.2", ("sm100", "sm103"), "fp32", 256, "nested",
+        "2.1 - 2.2", ("sm100", "sm103"), "fp32", 256, False,
         "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (1c9fa43): FP32 logits, width aligned to 256 (2 x 128 splits)"),
     ("2.2", "sm90"): Layout(
-        "2.1 - 2.2", ("sm90",), "fp32", 256, "nested",
+        "2.1 - 2.2", ("sm90",), "fp32", 256, False,
         "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (1c9fa43): FP32 logits, width aligned to 256 (4 x 64 splits)"),
     ("nv_dev", "sm120"): Layout(
-        "nv_dev (vLLM's pin)", ("sm120", "sm121"), "fp32", 128, "split",
+        "nv_dev (vLLM's pin)", ("sm120", "sm121"), "fp32", 128, False,
         "deepseek-ai/DeepGEMM nv_dev a6b593d2 csrc/apis/attention.hpp:410-414: split_kv = 128 on SM12x, "
         "aligned_max_context_len = align(L, 128), FP32 by default; vLLM builds it for SM12x since PR #43477 "
         "(2026-06-23) and pins nv_dev since #47304"),
     ("rocm", "rocm"): Layout(
-        "ROCm (no DeepGEMM)", ("gfx942", "gfx950"), "fp32", 256, "lcm",
+        "ROCm (no DeepGEMM)", ("gfx942", "gfx950"), "fp32", 256, True,
         "seed (vLLM PR #62860): FP32 logits and 256-column padding on every platform but SM100 "
         "(vllm rocm_fp8_paged_mqa_logits)"),
 }
@@ -215,6 +217,34 @@ BACKENDS = [
 
 
 
+class Rows(Enum):
+    """The decode worst case whose logits an indexer takes, over the recipe's keys."""
+    SEQS_CAPPED = "min(max_num_seqs, max_num_batched_tokens) x (1 + num_speculative_tokens)"  # vLLM #62860 (the seed)
+    TOKENS_CAPPED = "min(max_num_seqs x (1 + num_speculative_tokens), max_num_batched_tokens)"
+    UNCAPPED = "max_num_seqs x (1 + nextn)"  # DeepInfer's profile run (the seed)
+
+
+@dataclass(frozen=True)
+class Indexer:
+    """The decode-logits rules of a model's indexer: vLLM's DSA indexer, or GLM-5.3-Flash's kpool indexer, whose
+    profile branch reserves by its own rule."""
+    reserver: str  # what reserves the decode logits in the profile run
+    reservation_rule: str  # the engine rule (engine.py) that says in which releases it does
+    rows: Rows
+    reserves_unpadded_fp32: bool  # reserves rows x width x 4 B, not the logits' padded bytes
+    upcasts_always: bool  # the FP32 copy whatever top-k runs
+    source: str
+
+
+DSA_INDEXER = Indexer(
+    "vLLM #62860", "reserves_decode_logits", Rows.SEQS_CAPPED, False, False,
+    "vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py; the seed: vLLM PR #62860")
+KPOOL_INDEXER = Indexer(
+    "the kpool indexer's own reservation", "kpool_indexer_reserves_decode_logits", Rows.TOKENS_CAPPED, True, True,
+    "vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:296-331 (rows and reservation); "
+    "vllm==0.33.0 vllm/models/glm5next/nvidia/sparse_indexer.py:148-187 and 617-629 (as_fp32_logits)")
+
+
 @dataclass(frozen=True)
 class Model:
     """A checkpoint, as its config.json describes what the KV cache and the indexer need. The KV-cache specs are
@@ -284,6 +314,10 @@ class Model:
         """Its indexer keeps one entry per index_kpool tokens (vLLM's sparse_attn_indexer_kpool), with its own rules
         for the decode logits (engine.py kpool_*)."""
         return self.index_kpool > 1
+
+    @property
+    def indexer(self) -> Indexer:
+        return KPOOL_INDEXER if self.kpool_indexer else DSA_INDEXER
 
 
 AIC = "ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/model_configs"

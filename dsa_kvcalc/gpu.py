@@ -12,6 +12,7 @@ from dataclasses import asdict, replace
 
 from dsa_kvcalc import capacity, streams, verify
 from dsa_kvcalc.catalog import layout_for
+from dsa_kvcalc.kv_cache import round_up
 from dsa_kvcalc.verify import (INSTALL, LiveMemory, LocalGpu, OomRequest, OomRun, PassMeasurement, PassRequest,
                                ReferenceCheck, Shape, Target, TopkRun, Unavailable)
 
@@ -87,7 +88,7 @@ def make_inputs(request: PassRequest) -> dict:
     longest = next_n + sequence * 7919 % max(cap - next_n + 1, 1)
     longest[-1] = cap
     contexts = (longest[:, None] - torch.arange(next_n - 1, -1, -1, device="cuda")[None, :]).int().contiguous()
-    blocks = capacity.align(cap, 256) // BLOCK_KV  # the kernel reads block ids up to the context rounded up to 256
+    blocks = round_up(cap, 256) // BLOCK_KV  # the kernel reads block ids up to the context rounded up to 256
     kv = torch.empty(blocks, BLOCK_KV, 1, dim + 4, dtype=torch.uint8, device="cuda")
     flat = kv.view(blocks, -1)
     flat[:, :BLOCK_KV * dim] = torch.randn(blocks, BLOCK_KV * dim, device="cuda", generator=generator).to(
@@ -182,7 +183,7 @@ def measure_pass(request: PassRequest) -> PassMeasurement:
     logits, copy = indexer_logits(request, inputs, request.batch, meta)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
-    window = min(request.max_context_len, capacity.align(int(inputs["contexts"].max()), 256))
+    window = min(request.max_context_len, round_up(int(inputs["contexts"].max()), 256))
     scores = (logits if copy is None else copy)[:, :window].float()
     outside = torch.arange(window, device="cuda")[None, :] >= inputs["contexts"].view(-1, 1)
     k = min(request.topk, window)
@@ -219,7 +220,7 @@ def reproduce_oom(request: PassRequest, oom: OomRequest, per_decode: int) -> Oom
 
     def leave_free(free_bytes: int):
         torch.cuda.empty_cache()
-        ballast_bytes = capacity.align(max(torch.cuda.mem_get_info()[0] - free_bytes, 0), verify.GRANULE_BYTES)
+        ballast_bytes = round_up(max(torch.cuda.mem_get_info()[0] - free_bytes, 0), verify.GRANULE_BYTES)
         ballast = torch.empty(ballast_bytes, dtype=torch.uint8, device="cuda")
         return ballast, torch.cuda.mem_get_info()[0]
 

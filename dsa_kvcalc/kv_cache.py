@@ -97,8 +97,11 @@ class KvSpec:
     tokens_from_concurrency: bool  # vLLM >= 0.20.1: tokens = int(concurrency x L); before: blocks x block tokens
     dcp: int
 
+    def blocks(self, kv_bytes: int) -> int:
+        return kv_bytes // self.block_bytes
+
     def tokens(self, kv_bytes: int) -> int:
-        blocks = kv_bytes // self.block_bytes
+        blocks = self.blocks(kv_bytes)
         if not self.tokens_from_concurrency:
             return blocks // len(self.groups) * min(g.block for g in self.groups) * self.dcp
         return int(blocks / self.pages_per_request * self.max_model_len)

@@ -2,9 +2,10 @@
 sweep read a plan through this module; it formats nothing for people."""
 
 from dsa_kvcalc import __version__, capacity
-from dsa_kvcalc.capacity import BackendPlan, Plan, Sizing, Term
+from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved, Sizing
+from dsa_kvcalc.memory_terms import Term
 from dsa_kvcalc.recipe import KEYS
-from dsa_kvcalc.engine import NEWEST_VLLM
+from dsa_kvcalc.engine import MAIN, NEWEST_VLLM, VLLM_RULES
 from dsa_kvcalc.units import GIB, MIB
 
 OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilization): an unfixed vLLM's KV cache takes "
@@ -24,7 +25,7 @@ KPOOL_BUDGET_LINE = "vllm==0.33.0 vllm/models/glm5next/nvidia/sparse_indexer.py:
 
 
 def provenance(t: Term) -> dict:
-    return {"provenance": t.provenance, "source": t.source}
+    return {"provenance": t.provenance, "source": t.source, "carried_bytes": t.carried_bytes}
 
 
 def tokens_vs(b: BackendPlan, reference: BackendPlan | None) -> float | None:
@@ -33,14 +34,37 @@ def tokens_vs(b: BackendPlan, reference: BackendPlan | None) -> float | None:
     return round(b.kv_cache_tokens / reference.kv_cache_tokens - 1, 4)
 
 
-def side_label(reserves: bool) -> str:
-    return f"with {FIX} (vLLM main, unreleased)" if reserves else f"without {FIX} (every release to {NEWEST_VLLM})"
+def fix_name(plan: Plan, reserves: bool) -> str:
+    """With or without what reserves the decode logits for this model's indexer: vLLM #62860, or the kpool indexer's
+    own reservation."""
+    return f"{'with' if reserves else 'without'} {plan.recipe.model.indexer.reserver}"
 
 
-def sizing_json(side: Sizing) -> dict:
-    return {"reserves_decode_logits": side.reserves_decode_logits, "label": side_label(side.reserves_decode_logits),
-            "reserved_bytes": side.reserved_bytes, "peak_activation_bytes": side.peak_activation_bytes,
-            "kv_cache_bytes": side.kv_cache_bytes, "kv_cache_tokens": side.kv_cache_tokens,
+def side_label(plan: Plan, reserves: bool) -> str:
+    """Which side of the fix: with or without what reserves the decode logits for this model's indexer (vLLM #62860,
+    or the kpool indexer's own reservation), and the vLLM versions on that side (engine.py's rule)."""
+    indexer = plan.recipe.model.indexer
+    first = next(change.release for change in VLLM_RULES[indexer.reservation_rule].changes if change.value)
+    if first == MAIN:
+        return f"{fix_name(plan, reserves)} ({'vLLM main, unreleased' if reserves else f'every release to {NEWEST_VLLM}'})"
+    return f"{fix_name(plan, reserves)} (vLLM {first} and later)" if reserves else fix_name(plan, reserves)
+
+
+def reserved_label(plan: Plan, side: Sizing) -> str:
+    """Who reserves the decode logits on this side of the fix, in which releases, or what holds them instead."""
+    kind = side.reservation.kind
+    if kind is Reserved.HELD:
+        return f"its profile run holds the decode logits (the same either side of {FIX})"
+    if kind is Reserved.WORKSPACE:
+        return f"ROCm's locked indexer workspace holds the decode logits (the same either side of {FIX})"
+    return side_label(plan, side.reserves_decode_logits)
+
+
+def sizing_json(plan: Plan, side: Sizing) -> dict:
+    return {"reserves_decode_logits": side.reserves_decode_logits, "label": side_label(plan, side.reserves_decode_logits),
+            "reservation": side.reservation.kind.name, "reserved_bytes": side.reserved_bytes,
+            "peak_activation_bytes": side.peak_activation_bytes, "kv_cache_bytes": side.kv_cache_bytes,
+            "kv_cache_blocks": side.kv_cache_blocks, "kv_cache_tokens": side.kv_cache_tokens,
             "max_concurrency": side.max_concurrency}
 
 
@@ -82,21 +106,25 @@ def backend_figures(plan: Plan, b: BackendPlan) -> dict:
         "decode_logits": {
             "rows": dl.rows, "columns": dl.columns, "padded_columns": dl.padded_columns,
             "logits_dtype": dl.logits_dtype, "logits_bytes_per_element": dl.logits_bytes_per_element,
+            "rows_rule": dl.rows_rule.value, "width_multiple": dl.width_multiple,
             "copy_bytes_per_element": dl.copy_bytes_per_element, "bytes_per_element": dl.bytes_per_element,
             "bytes": dl.bytes, "copy_bytes": dl.copy_bytes, "alignment_bytes": dl.alignment_bytes},
         "prefill_budget_bytes": b.prefill_budget_bytes,
+        "reservation": b.release.reservation.kind.name,
         "reserved_bytes": b.reserved_bytes,
         "cudagraph_logits_rows": b.cudagraph_logits_rows,
         "cudagraph_logits_bytes": b.cudagraph_logits_bytes,
         "cudagraph_bytes": b.cudagraph.bytes,
         "cudagraph_provenance": b.cudagraph.provenance,
+        "cudagraph_subtracted_bytes": b.cudagraph_subtracted_bytes,
         "indexer_headroom_bytes": b.indexer_headroom_bytes,
         "peak_activation_bytes": b.peak_activation_bytes,
         "kv_cache_bytes": b.kv_cache_bytes,
+        "kv_cache_blocks": b.release.kv_cache_blocks,
         "kv_cache_tokens": b.kv_cache_tokens,
         "max_concurrency": b.max_concurrency,
         "kv_cache_tokens_vs_auto": tokens_vs(b, auto),
-        "other_side_of_fix": sizing_json(b.other),
+        "other_side_of_fix": sizing_json(plan, b.other),
         "oom": {"free_bytes": b.oom.free_bytes, "bytes_per_decode": b.oom.bytes_per_decode,
                 "max_decodes": b.oom.max_decodes, "at_risk": b.oom.at_risk, "shortfall_bytes": b.oom.shortfall_bytes},
         "workaround": {
@@ -146,6 +174,7 @@ def summary(plan: Plan) -> dict:
     deep_select = next((p for p in plan.backends if p.backend == "deep_select"), None)
     return {
         "engine_label": plan.recipe.engine.label, "reserves_decode_logits": plan.recipe.reserves_decode_logits,
+        "reservation": b.release.reservation.kind.name, "reserved": reserved_label(plan, b.release),
         "backend": b.backend,
         "instead_of": None if b.selected else plan.recipe.topk_backend,
         "refused": refusal(plan, b) if b.available else f"{b.backend} cannot run here: {b.reason}",
@@ -160,7 +189,7 @@ def summary(plan: Plan) -> dict:
 
 
 def estimated_terms(plan: Plan) -> list[str]:
-    terms = (("weights", plan.memory.weights), ("peak activation", plan.memory.peak_activation),
+    terms = (("weights", plan.memory.weights), ("peak activation", plan.memory.base_peak),
              ("non-torch", plan.memory.non_torch))
     return [name for name, t in terms if t.provenance in ("estimated", "fitted")]
 
@@ -253,11 +282,16 @@ def warnings(plan: Plan) -> list[str]:
     return found
 
 
+def kv_source(plan: Plan) -> str:
+    recipe = plan.recipe
+    return (f"{recipe.model.name}'s config ({recipe.model.config_source}) and {recipe.engine.label}'s KV-cache "
+            f"grouping (kv_cache.py)")
+
+
 def assumptions(plan: Plan) -> list[str]:
     recipe = plan.recipe
-    kv = plan.memory.kv_provenance
     found = [f"out-of-memory bound without #62860: {OOM_ASSUMPTION}",
-             f"KV cache ({kv.provenance}): {kv.source}" + (f"; {recipe.model.note}" if recipe.model.note else "")]
+             f"KV cache (derived): {kv_source(plan)}" + (f"; {recipe.model.note}" if recipe.model.note else "")]
     if not recipe.indexer_headroom_bytes:
         found.append("indexer headroom = the prefill budget: the reservation raises the profiled peak by all it adds "
                      "over the budget (give memory.indexer_headroom_gib, measured, to model less)")
@@ -270,7 +304,7 @@ def kv_json(plan: Plan) -> dict:
             "groups": [{"block_tokens": g.block, "window_tokens": g.window or None, "layers": len(g.pages),
                         "page_bytes": g.page_bytes} for g in kv.groups],
             "block_bytes": kv.block_bytes, "pages_per_request": kv.pages_per_request,
-            "request_bytes": kv.request_bytes, **provenance(memory.kv_provenance)}
+            "request_bytes": kv.request_bytes, "provenance": "derived", "source": kv_source(plan)}
 
 
 def plan_json(plan: Plan) -> dict:
@@ -289,13 +323,13 @@ def plan_json(plan: Plan) -> dict:
                   "index_topk": recipe.model.index_topk, "kv_bytes_per_token": memory.kv.bytes_per_logged_token},
         "kv_cache": kv_json(plan),
         "deepgemm_layout": {"versions": layout.versions, "logits_dtype": layout.logits_dtype,
-                            "split_columns": layout.split_columns, "stride_rule": layout.stride_rule,
+                            "split_columns": layout.split_columns, "stride_aligned": layout.stride_aligned,
                             "source": layout.source},
         "memory": {"requested_bytes": memory.requested_bytes,
-                   "weights_bytes": memory.weights.bytes, "peak_activation_bytes": memory.peak_activation.bytes,
+                   "weights_bytes": memory.weights.bytes, "peak_activation_bytes": memory.base_peak.bytes,
                    "non_torch_bytes": memory.non_torch.bytes,
                    "provenance": {"weights": provenance(memory.weights),
-                                  "peak_activation": provenance(memory.peak_activation),
+                                  "peak_activation": provenance(memory.base_peak),
                                   "non_torch": provenance(memory.non_torch)}},
         "backends": [backend_json(plan, b) for b in plan.backends],
         "warnings": warnings(plan),

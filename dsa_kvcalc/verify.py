@@ -11,6 +11,7 @@ from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import DecodeLogits, Plan
 from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, GPUS, LAYOUTS, Gpu, Layout, layout_for
 from dsa_kvcalc.units import MIB
+from dsa_kvcalc.kv_cache import round_up
 from dsa_kvcalc.recipe import Recipe, RecipeError, find_gpu, load, read_recipe
 
 # DeepGEMM's sdist (deepinfer-gemm) imports torch to build and names itself deepgemm unless told: README, "Verify on a
@@ -185,7 +186,7 @@ def local_target(env: LocalGpu) -> Target:
 
 def layout_name(layout) -> str:
     return (f"DeepGEMM {layout.versions} on {'/'.join(layout.archs)} ({layout.logits_dtype} logits, "
-            f"{layout.split_columns}-column splits, {layout.stride_rule} stride rule)")
+            f"{layout.split_columns}-column splits{', 1024-byte row strides' if layout.stride_aligned else ''})")
 
 
 # Shapes ----------------------------------------------------------------------------------------------------------
@@ -260,8 +261,8 @@ def allocator_bytes(size: int) -> int:
     """What PyTorch's caching allocator charges (memory_allocated) for a `size`-byte tensor in a fresh segment
     (c10/cuda/CUDACachingAllocator.cpp): 512-byte multiples; from 10 MiB a segment of whole 2 MiB granules, whose
     remainder stays in the block when it is 1 MiB or less."""
-    rounded = capacity.align(size, 512)
-    segment = capacity.align(rounded, GRANULE_BYTES)
+    rounded = round_up(size, 512)
+    segment = round_up(rounded, GRANULE_BYTES)
     if rounded >= SEGMENT_THRESHOLD_BYTES and segment - rounded <= SPLIT_THRESHOLD_BYTES:
         return segment
     return rounded
@@ -405,9 +406,9 @@ def profile_replay(plan: Plan, name: str, measured: PassMeasurement, live: LiveM
     requested = math.ceil(live.total_memory_bytes * recipe.gpu_memory_utilization)
     logits_bytes = measured.storage_bytes + measured.copy_storage_bytes
     reserved = max(recipe.prefill_budget_bytes, logits_bytes * b.decode_logits.rows // measured.rows)
-    peak = memory.peak_activation.bytes + max(0, reserved - b.indexer_headroom_bytes)
+    peak = capacity.raised_peak_bytes(memory, reserved, b.indexer_headroom_bytes)
     kv_bytes = capacity.kv_cache_bytes(recipe, requested, memory.weights.bytes, peak, live.non_torch_bytes,
-                                       b.cudagraph.bytes)
+                                       b.cudagraph_subtracted_bytes)
     return ProfileReplay(
         backend=name,
         free_at_start_bytes=live.free_at_start_bytes,

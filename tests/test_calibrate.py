@@ -18,7 +18,7 @@ import yaml
 
 from conftest import LOGS, ROOT, SEED, fails, run
 from dsa_kvcalc import capacity
-from dsa_kvcalc.calibrate import indexer_headroom, measure_kv
+from dsa_kvcalc.calibrate import headroom_from_logs, measure_kv
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.recipe import load, load_recipe, read_yaml
 from dsa_kvcalc.vllm_log import LogReading, RankReading
@@ -173,7 +173,7 @@ def seed_headroom(backend, tokens_before, tokens_after):
     recipe = load_recipe(SEED, [f"sparse-indexer-topk-backend={backend}"])
     reading = [measure_kv(LogReading([RankReading("", kv_tokens=tokens)], None))
                for tokens in (tokens_before, tokens_after)]
-    return recipe, indexer_headroom(recipe, *reading)
+    return recipe, headroom_from_logs(recipe, *reading)
 
 
 def test_headroom_from_the_seeds_before_and_after_tables():

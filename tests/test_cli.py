@@ -205,8 +205,8 @@ def test_every_explained_line_adds_up(recipe, settings):
             budget, logits, result, before = values
             assert max(budget, logits) == result and before == budget, line
         elif line.startswith("  reserved = the prefill budget"):  # a release without #62860
-            budget, logits, with_fix = values
-            assert with_fix == max(budget, logits), line
+            budget, budget_with_fix, logits, with_fix = values
+            assert budget_with_fix == budget and with_fix == max(budget, logits), line
         elif line.startswith("  reserved = prefill budget"):
             budget, workspace, result = values
             assert budget + workspace == result, line

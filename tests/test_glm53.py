@@ -13,6 +13,7 @@ from conftest import fails, run
 from dsa_kvcalc import capacity, kv_cache, report
 from dsa_kvcalc.recipe import RecipeError, load
 from dsa_kvcalc.units import GIB, MIB
+from dsa_kvcalc.memory_terms import prefill_workspace_bytes
 
 PLANNER_ROWS = [json.loads(line) for line in
                 (Path(__file__).parent / "fixtures" / "glm53_planner" / "rows.jsonl").read_text().splitlines()]
@@ -199,7 +200,7 @@ def test_kpool_width_and_gather_by_release():
     # 0.31.0 and a quarter of them from 0.32.0 (factor 5 up to 262,144 tokens)
     widths = {v: flash(**{"vllm-version": v})[1].backend("auto").decode_logits.columns for v in ("0.30.0", "0.31.0")}
     assert widths == {"0.30.0": 131072, "0.31.0": 32768}
-    gathers = {v: capacity.prefill_workspace_bytes(load(FLASH | {"vllm-version": v})) for v in ("0.31.0", "0.32.0")}
+    gathers = {v: prefill_workspace_bytes(load(FLASH | {"vllm-version": v})) for v in ("0.31.0", "0.32.0")}
     assert gathers == {"0.31.0": 40 * 131072 * 132, "0.32.0": 10 * 131072 * 132}
 
 

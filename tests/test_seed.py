@@ -2,6 +2,7 @@
 DeepGEMM 2.8.2 (shared/design/deepgemm-on-h200.md), byte for byte. Every expected number here comes from those
 texts or is multiplied out by hand in the comment beside it, never from the code under test."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def test_every_other_backend_pays_the_fp32_copy(seed_plan):
 
 def test_the_oom_allocation_is_the_fp32_copy_of_131_decodes():
     recipe = load_recipe(SEED)
-    logits = capacity.decode_logits(recipe, topk_reads_bf16=False, rows=131 * 6)  # auto reads FP32
+    logits = dataclasses.replace(capacity.decode_logits(recipe, topk_reads_bf16=False), rows=131 * 6)  # auto: FP32
     # "Tried to allocate 3.07 GiB": 786 rows x 1,049,088 columns x 4 B
     assert logits.copy_bytes == 3_298_332_672
 

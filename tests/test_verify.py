@@ -230,10 +230,10 @@ def test_gpu_outside_the_catalog_is_planned_as_the_nearest_of_its_arch():
     assert target.gpu.name == "H100" and "not in the GPU catalog" in target.notes[-1]
 
 
-def test_legacy_deepgemm_picks_the_nested_layout():
+def test_legacy_deepgemm_picks_the_2_6_layout():
     target = verify.local_target(dataclasses.replace(H200_ENV, deepgemm_version="2.6.1",
                                                      entry_points=("fp8_paged_mqa_logits",)))
-    assert target.release == "2.6" and "nested" in target.notes[0]
+    assert target.release == "2.6" and "DeepGEMM 2.3 - 2.6.1 on sm90" in target.notes[0]
 
 
 @pytest.mark.skipif(gpu_ready(), reason="torch, a GPU and DeepGEMM are here")

@@ -5,12 +5,12 @@ import csv
 import io
 import json
 
-from dsa_kvcalc.capacity import (BackendPlan, Plan, cudagraphs_subtracted, decode_rows,
-                                 rocm_indexer_workspace_bytes, stride_columns)
-from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Layout
+from dsa_kvcalc.capacity import DTYPE_BYTES, BackendPlan, Plan, Reservation, Reserved
+from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Rows
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc.render import csv_fields, gib, least_widths, print_table, table_width
-from dsa_kvcalc.report import assumptions, backend_json, flatten, plan_json, summary, warnings
+from dsa_kvcalc.report import (assumptions, backend_json, flatten, plan_json, fix_name, reserved_label, summary,
+                               warnings)
 
 MARKS = {"measured": "", "derived": "", "fitted": "^", "estimated": "~"}
 VERSUS_AUTO = "tokens vs auto"  # the one row in which backends with the same figures differ
@@ -74,11 +74,11 @@ def summary_lines(s: dict) -> list:
                                 f"graphs (max-num-seqs {oom['max_num_seqs']:,}). Fix:"),
                   Text(f"max-num-seqs {oom['max_decodes']:,}, or {' '.join(f'{k}={v}' for k, v in env.items())} "
                        f"(-{oom['workaround_cost_tokens']:,} tokens)")]
-    elif s["reserves_decode_logits"]:
-        lines.append(Text.assemble(("no OOM risk", "green"), ": this release reserves the decode logits (vLLM #62860)"))
-    else:
+    elif s["reservation"] == Reserved.BUDGET.name:
         lines.append(Text.assemble(("no OOM risk", "green"), f": the decode logits of {oom['max_num_seqs']:,} "
                                    f"sequences fit"))
+    else:
+        lines.append(Text.assemble(("no OOM risk", "green"), f": {s['reserved']}"))
     compared = s["compared"]
     if compared is not None and compared["refused"]:
         lines.append(Text(f"{compared['backend']} would not start either: {compared['refused']}."))
@@ -102,8 +102,7 @@ def heading(plan: Plan) -> str:
             f"{r.engine.label}, DeepGEMM {r.layout.versions} ({r.layout.logits_dtype} logits); "
             f"max-num-seqs {r.max_num_seqs}, max-model-len {r.max_model_len:,}, "
             f"{r.num_speculative_tokens} spec tokens, gpu-memory-utilization {r.gpu_memory_utilization}; "
-            f"{r.engine.label} {'reserves' if r.reserves_decode_logits else 'does not reserve'} the decode logits "
-            f"(vLLM #62860)")
+            f"{r.engine.label}: {reserved_label(plan, plan.backends[0].release)}")
 
 
 def memory_line(plan: Plan) -> str:
@@ -112,14 +111,14 @@ def memory_line(plan: Plan) -> str:
     def show(label, t):
         return f"{label} {gib(t.bytes)} GiB ({t.provenance})"
     return (f"per rank: requested {gib(m.requested_bytes)} GiB; {show('weights', m.weights)}; "
-            f"{show('peak activation', m.peak_activation)}; {show('non-torch', m.non_torch)}; "
+            f"{show('peak activation', m.base_peak)}; {show('non-torch', m.non_torch)}; "
             f"{kv_line(plan)}")
 
 
 def kv_line(plan: Plan) -> str:
     kv, m = plan.memory.kv, plan.memory
     groups = ", ".join(f"{len(g.pages)} x {g.block}" + (f"/{g.window}w" if g.window else "") for g in kv.groups)
-    return (f"KV cache ({m.kv_provenance.provenance}, {m.sparse_mla_backend}): groups of layers x page tokens "
+    return (f"KV cache (derived, {m.sparse_mla_backend}): groups of layers x page tokens "
             f"[{groups}], {kv.block_bytes:,} B a block, {kv.pages_per_request:,} pages a request of "
             f"{plan.recipe.max_model_len:,} tokens ({gib(kv.request_bytes)} GiB needed for one), "
             f"{kv.bytes_per_logged_token:,} B per logged token")
@@ -183,30 +182,36 @@ def render_json(plan: Plan) -> str:
     return json.dumps(plan_json(plan), indent=2) + "\n"
 
 
-def width_rule(layout: Layout) -> str:
-    """The padded-width rule of plan's padded_columns, with the layout's numbers in it."""
-    stride = stride_columns(layout)
-    per_stride = f"1024 B / {STRIDE_ALIGNMENT_BYTES // stride} B = {stride}"
-    if layout.stride_rule == "lcm":
-        return f"align(L, lcm({layout.split_columns}, {per_stride}))"
-    if layout.stride_rule == "split":
-        return f"align(L, {layout.split_columns})"
-    return f"align(align(L, {layout.split_columns}), {per_stride})"
+def width_rule(plan: Plan, b: BackendPlan) -> str:
+    """The padded width's multiple, as the layout makes it."""
+    dl, layout = b.decode_logits, plan.recipe.layout
+    split = f"whole {layout.split_columns}-column splits"
+    if not layout.stride_aligned:
+        return f"align(L, {dl.width_multiple}) ({split})"
+    stride = STRIDE_ALIGNMENT_BYTES // DTYPE_BYTES[dl.logits_dtype]
+    return (f"align(L, lcm({layout.split_columns}, 1024 B / {DTYPE_BYTES[dl.logits_dtype]} B = {stride}) = "
+            f"{dl.width_multiple}) ({split}, 1024-byte row strides)")
+
+
+RESERVED_FORMULAS = {
+    Reserved.BUDGET: "the prefill budget {budget:,} B, no decode term",
+    Reserved.DECODE_LOGITS: "max(prefill budget {budget:,}, decode logits {term:,}) = {total:,} B",
+    Reserved.UNPADDED_FP32: "max(prefill budget {budget:,}, FP32 logits over the unpadded width {term:,}) = {total:,} B",
+    Reserved.HELD: "decode logits {term:,} B, which the profile run holds",
+    Reserved.WORKSPACE: "prefill budget {budget:,} + ROCm's locked indexer workspace {term:,} = {total:,} B",
+}
+
+
+def reserved_formula(r: Reservation) -> str:
+    return RESERVED_FORMULAS[r.kind].format(budget=r.budget_bytes, term=r.term_bytes, total=r.bytes)
 
 
 def reserved_line(plan: Plan, b: BackendPlan) -> str:
-    r, dl = plan.recipe, b.decode_logits
-    workspace = rocm_indexer_workspace_bytes(r)
-    if r.engine.profile_holds_decode_logits:
-        return f"  reserved = decode logits {dl.bytes:,} B ({r.engine.label}'s profile run holds them, before and after)"
-    if workspace:
-        return (f"  reserved = prefill budget {b.prefill_budget_bytes:,} + ROCm's locked indexer workspace "
-                f"{workspace:,} = {b.reserved_bytes:,} B, before #62860 and after")
-    if r.reserves_decode_logits:
-        return (f"  reserved = max(prefill budget {b.prefill_budget_bytes:,}, decode logits {dl.bytes:,}) = "
-                f"{b.reserved_bytes:,} B (without #62860: {b.other.reserved_bytes:,} B)")
-    return (f"  reserved = the prefill budget {b.prefill_budget_bytes:,} B, no decode term (with #62860: max(budget, "
-            f"decode logits {dl.bytes:,}) = {b.other.reserved_bytes:,} B)")
+    release, other = b.release.reservation, b.other.reservation
+    if release == other:
+        return f"  reserved = {reserved_formula(release)}, on either side of the fix"
+    return (f"  reserved = {reserved_formula(release)} ({fix_name(plan, b.other.reserves_decode_logits)}: "
+            f"{reserved_formula(other)})")
 
 
 def kv_lines(plan: Plan, b: BackendPlan) -> list[str]:
@@ -214,7 +219,7 @@ def kv_lines(plan: Plan, b: BackendPlan) -> list[str]:
     if r.kv_cache_memory_bytes is not None:
         kv_line = f"  KV cache = kv-cache-memory-bytes = {b.kv_cache_bytes:,} B"
     else:
-        graphs = (f"graphs {b.cudagraph.bytes:,}" if cudagraphs_subtracted(r)
+        graphs = (f"graphs {b.cudagraph_subtracted_bytes:,}" if b.cudagraph_subtracted_bytes or not b.cudagraph.bytes
                   else f"graphs 0 ({r.engine.label} does not subtract its CUDA-graph estimate)")
         left = (f"requested {m.requested_bytes:,} - weights {m.weights.bytes:,} - peak {b.peak_activation_bytes:,} - "
                 f"non-torch {m.non_torch.bytes:,} - {graphs}")
@@ -226,8 +231,8 @@ def kv_lines(plan: Plan, b: BackendPlan) -> list[str]:
               f"{blocks} // {len(kv.groups)} groups x {min(g.block for g in kv.groups)} tokens a block")
     return [
         kv_line,
-        f"  KV tokens = {tokens} = {b.kv_cache_tokens:,} ({'with' if b.other.reserves_decode_logits else 'without'} "
-        f"#62860: {b.other.kv_cache_tokens:,})",
+        f"  KV tokens = {tokens} = {b.kv_cache_tokens:,} ({fix_name(plan, b.other.reserves_decode_logits)}: "
+        f"{b.other.kv_cache_tokens:,})",
         f"  max concurrency = {b.kv_cache_tokens:,} / {r.max_model_len:,} = {b.max_concurrency:.2f}x",
     ]
 
@@ -242,14 +247,14 @@ def backend_lines(plan: Plan, b: BackendPlan) -> list[str]:
              if r.indexer_width_ratio > 1 else f"L = max-model-len {dl.columns:,}")
     return [
         f"\n[{b.backend}]{' (selected)' if b.selected else ''}",
-        f"  padded width = {width_rule(r.layout)} with {width} -> {dl.padded_columns:,} columns "
+        f"  padded width = {width_rule(plan, b)} with {width} -> {dl.padded_columns:,} columns "
         f"(DeepGEMM {r.layout.versions}, {r.gpu.arch})",
         f"  bytes per element = {dl.logits_dtype} output {dl.logits_bytes_per_element} + FP32 copy "
         f"{dl.copy_bytes_per_element} = {dl.bytes_per_element}",
         f"  decode logits = {dl.rows:,} x {dl.padded_columns:,} x {dl.bytes_per_element} = {dl.bytes:,} B "
         f"({gib(dl.bytes)} GiB; alignment adds {dl.alignment_bytes / MIB:.1f} MiB)",
         reserved_line(plan, b),
-        f"  peak activation = base {m.peak_activation.bytes:,} + max(0, reserved {b.reserved_bytes:,} - indexer "
+        f"  peak activation = base {m.base_peak.bytes:,} + max(0, reserved {b.reserved_bytes:,} - indexer "
         f"headroom {b.indexer_headroom_bytes:,}) = {b.peak_activation_bytes:,} B ({gib(b.peak_activation_bytes)} GiB)",
         f"  graph logits = {b.cudagraph_logits_rows:,} captured decode rows x {dl.padded_columns:,} x "
         f"{dl.bytes_per_element} = {b.cudagraph_logits_bytes:,} B of CUDA graphs {b.cudagraph.bytes:,} B "
@@ -260,17 +265,16 @@ def backend_lines(plan: Plan, b: BackendPlan) -> list[str]:
     ]
 
 
+ROWS_NUMBERS = {Rows.SEQS_CAPPED: "min({seqs}, {tokens}) x {per_seq}", Rows.TOKENS_CAPPED: "min({seqs} x {per_seq}, {tokens})",
+                Rows.UNCAPPED: "{seqs} x {per_seq}"}
+
+
 def explain(plan: Plan) -> str:
     """Each quantity with its formula and the numbers substituted."""
-    r = plan.recipe
-    lines = [heading(plan), ""]
-    if not r.engine.rows_capped_by_batched_tokens:
-        lines.append(f"rows = max_num_seqs x (1 + nextn) = {r.max_num_seqs} x {1 + r.num_speculative_tokens} = "
-                     f"{decode_rows(r):,}")
-    else:
-        lines.append(f"rows = min(max_num_seqs, max_num_batched_tokens) x (1 + num_speculative_tokens) = "
-                     f"min({r.max_num_seqs}, {r.max_num_batched_tokens}) x {1 + r.num_speculative_tokens} = "
-                     f"{decode_rows(r):,}")
+    r, dl = plan.recipe, plan.backends[0].decode_logits
+    numbers = ROWS_NUMBERS[dl.rows_rule].format(seqs=r.max_num_seqs, tokens=r.max_num_batched_tokens,
+                                                per_seq=1 + r.num_speculative_tokens)
+    lines = [heading(plan), "", f"rows = {dl.rows_rule.value} = {numbers} = {dl.rows:,}"]
     for b in plan.backends:
         lines += backend_lines(plan, b)
     lines += ["", memory_line(plan)] + [f"assumption: {a}" for a in assumptions(plan)]

@@ -69,15 +69,15 @@ def table_cells(keys: list[str], row: dict, notes: dict[str, int]) -> list[str]:
             f"{row['max_concurrency']:.2f}x", risk]
 
 
-CAPTION = ("reserved: the decode-logits reservation after vLLM #62860; OOM before fix: concurrent decodes above "
-           "which a vLLM without it runs out of memory")
+CAPTION = ("reserved: this release's profile-run reservation for the indexer's logits; OOM: the concurrent decodes "
+           "above which this release runs out of memory outside CUDA graphs")
 TABLE_ROWS = 1000  # rows per table: a large sweep prints table after table, and memory stays flat
 
 
 def table_parts(keys: list[str], rows, console):
     """Print the rows as tables of TABLE_ROWS rows, each followed by its notes, then the caption; yield after each
     part, so that the caller can pass its text on."""
-    labels = [*keys, "backend", "reserved GiB", "KV tokens/rank", "max concurrency", "OOM before fix"]
+    labels = [*keys, "backend", "reserved GiB", "KV tokens/rank", "max concurrency", "OOM"]
     rows = iter(rows)
     while chunk := list(itertools.islice(rows, TABLE_ROWS)):
         notes: dict[str, int] = {}
