@@ -172,8 +172,10 @@ def test_sm100_on_033_runs_6_bytes_where_4_are_reserved():
 def test_auto_cache_dtype_and_backend(gpu, version, dtype, backend):
     recipe, plan = flash(**{"gpu": gpu, "vllm-version": version})
     assert (recipe.cache_dtype, plan.memory.sparse_mla_backend) == (dtype, backend)
+    # a block holds TP4's KDA state of 1,085,440 B: 128 x cdiv(1,085,440, 128 x 1,024 B) = 1,152 BF16 tokens of
+    # 1,024 B, or 128 x cdiv(1,085,440, 128 x 512 B) = 2,176 fp8 tokens of 512 B
     latent = next(g for g in plan.memory.kv.groups if g.kind == "full").caches[0]
-    assert latent.page_bytes == latent.block * (512 if dtype == "fp8" else 1024)
+    assert latent.page_bytes == (2176 * 512 if dtype == "fp8" else 1152 * 1024)
 
 
 @pytest.mark.parametrize("keys, key", [
@@ -235,6 +237,10 @@ def test_local_configs_flat_and_nested_give_the_catalogs_kv_cache(tmp_path):
              ("DeepSeek-V4.1-Flash", "v41", {"speculative-config": {"method": "dspark", "num_speculative_tokens": 3},
                                              "tensor-parallel-size": 1, "data-parallel-size": 4,
                                              "enable-expert-parallel": True})]
+    # The catalog's GLM-5.3-Flash at 0.30.0, as test_block_price_by_release derives it: 12 x 1,152 x 1,024 +
+    # 12 x 288 x 132 = 14,611,968 B a block; cdiv(1,048,576, 1,152) = 911 pages + 1 tail + 3 KDA groups x 5 = 927
+    kv = capacity.plan(load(shape | MTP3 | {"model": "GLM-5.3-Flash", "vllm-version": "0.30.0"})).memory.kv
+    assert (kv.block_bytes, kv.pages_per_request) == (14_611_968, 927)
     for catalog, local, keys in cases:
         for version in ("0.30.0", "0.33.0"):
             a = capacity.plan(load(shape | keys | {"model": catalog, "vllm-version": version})).memory.kv

@@ -141,14 +141,14 @@ def test_block_stride_aligned_to_656_bytes_from_031_on_sm10x_flashmla():
 
 
 def test_before_0201_the_logged_tokens_are_blocks_times_block_tokens_times_dcp():
-    # vllm==0.20.0 vllm/v1/core/kv_cache_utils.py:1694-1711: num_blocks // groups x 64, x PCP x DCP
+    # vllm==0.20.0 vllm/v1/core/kv_cache_utils.py:1694-1711: num_blocks // groups x 64, x PCP x DCP. GLM-5.1 bf16 on
+    # H200 (FLASHMLA_SPARSE), an indexer on every layer before 0.24.0: 78 x (1152 + 132) x 64 = 6,409,728 B a block;
+    # 10 GiB // 6,409,728 = 1,675 blocks, one group: 1,675 x 64 = 107,200 tokens, x DCP 2 = 214,400.
     glm = {"model": "GLM-5.1-FP8", "gpu": "H200", "tensor-parallel-size": 8, "vllm-version": "0.20.0",
            "kv-cache-memory-bytes": 10 * 2**30}
-    block = capacity.plan(load(glm)).memory.kv.block_bytes
-    blocks = 10 * 2**30 // block
-    assert capacity.plan(load(glm)).backend("auto").kv_cache_tokens == blocks * 64
-    dcp = capacity.plan(load(glm | {"decode-context-parallel-size": 2}))
-    assert dcp.backend("auto").kv_cache_tokens == 10 * 2**30 // dcp.memory.kv.block_bytes * 64 * 2
+    plan = capacity.plan(load(glm))
+    assert (plan.memory.kv.block_bytes, plan.backend("auto").kv_cache_tokens) == (6_409_728, 107_200)
+    assert capacity.plan(load(glm | {"decode-context-parallel-size": 2})).backend("auto").kv_cache_tokens == 214_400
 
 
 @pytest.mark.parametrize("log, releases", [

@@ -79,6 +79,19 @@ def test_rows_equal_plan_json_for_sampled_points(tmp_path):
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert len(rows) == 16 * 4 * 2 * 2
     assert [row["backend"] for row in rows[:4]] == ["auto", "deep_select", "auto", "deep_select"]
+    at = {(r["max-num-seqs"], r["speculative-config.num_speculative_tokens"], r["gpu-memory-utilization"],
+           r["backend"]): r for r in rows}
+    # The seed's own point: 256 x (1 + 5) = 1536 rows x 1,049,088 x 6 B = 9,668,395,008 B of logits, and the seed's
+    # KV tokens on main before and after #62860 (vLLM PR #62860's table).
+    seed = at[256, 5, 0.97, "auto"]
+    assert (seed["decode_logits.rows"], seed["decode_logits.bytes"]) == (1536, 9_668_395_008)
+    assert (seed["kv_cache_tokens"], seed["other_side_of_fix.kv_cache_tokens"]) == (41_050_274, 36_636_372)
+    # 64 x 6 = 384 rows: 384 x 1,049,088 x 6 B = 2,417,098,752 B. The graphs, measured at 1536 rows, hold
+    # (1536 - 384) x 1,049,088 x 6 B = 7,251,296,256 B less: KV 61,163,118,720 B (the seed's 482,663.5 blocks of
+    # 126,720 B) + 7,251,296,256 = 68,414,414,976 B = 539,886 blocks; 539,886 / 12,329 pages x 1,048,576 = 45,917,065.
+    small = at[64, 5, 0.97, "auto"]
+    assert (small["decode_logits.rows"], small["decode_logits.bytes"]) == (384, 2_417_098_752)
+    assert (small["kv_cache_bytes"], small["kv_cache_tokens"]) == (68_414_414_976, 45_917_065)
     for row in rows[::37]:  # 7 points spread over the product, both backends
         seqs, spec, util = (row["max-num-seqs"], row["speculative-config.num_speculative_tokens"],
                             row["gpu-memory-utilization"])
@@ -88,18 +101,16 @@ def test_rows_equal_plan_json_for_sampled_points(tmp_path):
                                          "gpu-memory-utilization": util})
 
 
-def test_default_backends_are_the_available_ones_and_csv_matches_plan():
+def test_default_backends_are_the_available_ones_and_csv_holds_the_seeds_figures():
     result = run("sweep", SEED, "--vary", "max-num-seqs=128,256", "--format", "csv")
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.output)))
-    plan = plan_backends("max-num-seqs=256")
-    available = [name for name, b in plan.items() if b["available"]]
-    assert "aiter" not in available  # ROCm only; the seed runs B200
+    # every backend but aiter (ROCm only; the seed runs B200)
+    available = ["auto", "persistent", "cooperative", "deep_select", "flashinfer", "torch"]
     assert [row["backend"] for row in rows] == available * 2
-    last = rows[-1]
-    assert int(last["kv_cache_tokens"]) == plan[last["backend"]]["kv_cache_tokens"]
-    assert int(last["reserved_bytes"]) == plan[last["backend"]]["reserved_bytes"]
-    assert last["error"] == ""
+    last = rows[-1]  # torch at 256, which pays the FP32 copy as auto does: the seed's 41,050,274 tokens on main
+    assert (last["backend"], last["kv_cache_tokens"], last["error"]) == ("torch", "41050274", "")
+    assert last["reserved_bytes"] == str(512 * 2**20)  # vLLM 0.33.0 reserves the prefill budget only (no #62860)
 
 
 def test_an_invalid_point_is_a_row_not_the_end(tmp_path):
@@ -175,18 +186,21 @@ def test_recommend_trades_spec_tokens_for_sequences():
 
 
 def test_recommend_stops_where_the_kv_target_binds(tmp_path):
-    # On vLLM main (#62860), ask for exactly the KV tokens plan gives deep_select at max-num-seqs 400 (below its OOM
-    # bound of 456): one more sequence reserves more decode logits, leaving fewer tokens.
+    # On vLLM main (#62860), ask for the KV tokens deep_select keeps at max-num-seqs 400 (below its OOM bound of 456).
+    # By hand from the seed's recipe: auto's KV before the fix is 482,663.5 blocks x 126,720 B = 61,163,118,720 B;
+    # deep_select's graphs are 19,756,849,562 - 13,303,661,199 = 6,453,188,363 B smaller (18.40 and 12.39 GiB); at 400
+    # it reserves 400 x 6 rows x 1,049,088 x 2 B = 5,035,622,400 B, raising the peak by that less its headroom of
+    # 3,088,855,296 B: 1,946,767,104 B. KV 61,163,118,720 + 6,453,188,363 - 1,946,767,104 = 65,669,539,979 B =
+    # 518,225 blocks; 518,225 / 12,329 pages x 1,048,576 = 44,074,807 tokens. At 401, 12,589,056 B more reserved:
+    # 518,126 blocks, 44,066,387 tokens.
     fixed = tmp_path / "seed-main.yaml"
     fixed.write_text(SEED.read_text() + "vllm-version: main\n")
-    tokens = plan_backends("max-num-seqs=400", "vllm-version=main")["deep_select"]["kv_cache_tokens"]
-    assert tokens > plan_backends("max-num-seqs=401", "vllm-version=main")["deep_select"]["kv_cache_tokens"]
-    result = runner.invoke(app, ["recommend", str(fixed), "--target-concurrency", "64", "--min-kv-tokens", str(tokens),
+    result = runner.invoke(app, ["recommend", str(fixed), "--target-concurrency", "64", "--min-kv-tokens", "44074807",
                                  "--backend", "deep_select"], env={"COLUMNS": "250"})
     text = " ".join(result.output.split())
     assert result.exit_code == 0, result.output
     assert "Recommended: max-num-seqs 400," in text
-    assert "One more sequence fails: KV cache" in text and f"< {tokens:,}" in text
+    assert "One more sequence fails: KV cache 44,066,387 tokens per rank < 44,074,807" in text
 
 
 @pytest.mark.parametrize("args, words", [

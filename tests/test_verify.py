@@ -204,11 +204,16 @@ def test_profile_replays_the_recorded_measurements():
     replayed = verify.profile_replay(plan, "auto", verify.PassMeasurement.from_json(entry["measured"][0]), live)
     assert replayed.requested_bytes == 145_606_583_911
     assert replayed.indexer_reservation_bytes == 6_442_450_944
-    # KV = requested - weights - peak - measured non-torch - graphs, all as plan has them with #62860 but the
-    # non-torch term
-    auto = plan.backend("auto")
-    assert replayed.kv_cache_bytes == (145_606_583_911 - plan.memory.weights.bytes - auto.with_fix.peak_activation_bytes
-                                          - recorded["non_torch_bytes"] - auto.cudagraph.bytes)
+    # By hand, per DP rank. Weights: 476 GiB checkpoint - 275.72 GiB of experts (296,052,095,713 B) - 188.82 GiB of
+    # Engram tables in host memory (202,743,931,208 B) = 12,305,081,303 B dense, + experts / 4 ranks (74,013,023,928)
+    # = 86,318,105,231 B. Peak: the 512 MiB prefill budget + the K gather of 8 x 2 (above 262,144 tokens) x 1,048,576
+    # entries of 132 B (2,214,592,512) + 18 x 8192 tokens x 5120 x 2 B (1,509,949,440) = 4,261,412,864 B, raised by
+    # the reservation above a headroom of the prefill budget: + 6,442,450,944 - 536,870,912 = 10,166,992,896 B.
+    # Non-torch: the H200's measured 720,175,104 B. Graphs: the 6 GiB of logits at 1536 rows + 1.5 GiB besides =
+    # 8,053,063,680 B. KV = 145,606,583,911 - 86,318,105,231 - 10,166,992,896 - 720,175,104 - 8,053,063,680.
+    assert (replayed.weights_bytes, replayed.peak_activation_bytes, replayed.cudagraph_bytes) == (
+        86_318_105_231, 10_166_992_896, 8_053_063_680)
+    assert replayed.kv_cache_bytes == 40_348_247_000
 
 
 # The local GPU and DeepGEMM: exit 3 --------------------------------------------------------------------------------

@@ -133,8 +133,7 @@ def test_other_commands_take_a_launch_script(tmp_path):
     script.write_text(SCRIPTS["glm-5-8xb200-tp8"])
     sets = ["--set", "gpu=B200"]
     rows = run("sweep", script, *sets, "--vary", "max-num-seqs=64,128", "--format", "jsonl")
-    available = [b for b in planned(RECIPES / "glm-5-8xb200-tp8.yaml")["backends"] if b["available"]]
-    assert rows.exit_code == 0 and len(rows.output.splitlines()) == 2 * len(available)
+    assert rows.exit_code == 0 and len(rows.output.splitlines()) == 2 * 6  # every backend but aiter (ROCm) on B200
     assert run("fit", script, *sets, "--format", "json").exit_code == 0
     pick = run("recommend", script, *sets, "--target-concurrency", 64, "--min-kv-tokens", 1000, "-f", "serve")
     assert pick.exit_code == 0 and "vllm serve zai-org/GLM-5-FP8" in pick.output
