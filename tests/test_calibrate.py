@@ -12,7 +12,6 @@ Multi-rank, ANSI and cut inputs are derived from these fixtures inside the tests
 """
 
 import json
-from pathlib import Path
 
 import yaml
 
