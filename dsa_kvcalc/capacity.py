@@ -15,7 +15,7 @@ from dsa_kvcalc.catalog import SPARSE_MLA_CACHE_DTYPES, BACKENDS, NOPE_MLA_HEAD_
     STRIDE_ALIGNMENT_BYTES, Backend, Layout
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.kv_cache import KvSpec
-from dsa_kvcalc.recipe import Recipe, RecipeError
+from dsa_kvcalc.keys import Recipe, RecipeError
 
 DTYPE_BYTES = {"bf16": 2, "fp32": 4}
 FP32_BYTES = 4

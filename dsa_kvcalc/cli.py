@@ -15,7 +15,7 @@ from typer.exceptions import TyperException
 
 from dsa_kvcalc import __version__
 from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, write
-from dsa_kvcalc.recipe import RecipeError
+from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.streams import Stream, StreamError, console, printable
 
 REFUSED = 4  # the exit code of a deployment vLLM would refuse to start
@@ -251,7 +251,7 @@ def gpus(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f
 @app.command()
 def schema(output: Path | None = typer.Option(None, "--output", "-o")):
     """Print the recipe's JSON Schema (for editors)."""
-    from dsa_kvcalc.recipe import json_schema
+    from dsa_kvcalc.schema import json_schema
 
     check_outputs({"--output": output}, [])
     emit([json.dumps(json_schema(), indent=2) + "\n"], output)
@@ -275,7 +275,8 @@ def calibrate(
 ):
     """Read a vLLM startup log, compare it term by term with plan, and write a recipe whose memory block holds it."""
     from dsa_kvcalc import calibrate as calibration
-    from dsa_kvcalc.recipe import read_recipe, set_override
+    from dsa_kvcalc.overrides import set_override
+    from dsa_kvcalc.recipe import read_recipe
     from dsa_kvcalc.render import calibration as render
 
     check_outputs({"--output": output}, [log, recipe, after])
@@ -408,7 +409,8 @@ def recommend(
 ):
     """The largest max-num-seqs (then spec tokens, then backend) that meets the targets, and what stops one more."""
     from dsa_kvcalc import capacity, sweep as sweeping
-    from dsa_kvcalc.recipe import KEYS, check_value
+    from dsa_kvcalc.keys import KEYS
+    from dsa_kvcalc.values import check_value
     from dsa_kvcalc.render import sweep as render
 
     one_source("recommend", recipe, command)
@@ -460,7 +462,8 @@ def fit(
     """What fits per rank: the longest max-model-len at a concurrency, the most requests at a max-model-len, the
     largest max-num-seqs vLLM starts with. Exits 4 when nothing fits."""
     from dsa_kvcalc import fit as fitting, sweep as sweeping
-    from dsa_kvcalc.recipe import KEYS, check_value
+    from dsa_kvcalc.keys import KEYS
+    from dsa_kvcalc.values import check_value
     from dsa_kvcalc.render import fit as render
 
     one_source("fit", recipe, command)

@@ -3,7 +3,7 @@ sweep read a plan through this module; it formats nothing for people."""
 
 from dsa_kvcalc import __version__, capacity
 from dsa_kvcalc.capacity import BackendPlan, Plan, Sizing, Term
-from dsa_kvcalc.recipe import KEYS
+from dsa_kvcalc.keys import KEYS
 from dsa_kvcalc.engine import NEWEST_VLLM
 from dsa_kvcalc.units import GIB, MIB
 

@@ -25,7 +25,7 @@ from rich.console import Console
 from conftest import LOGS, RECIPES, ROOT, SEED, fails, run, runner
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.cli import app, main
-from dsa_kvcalc.recipe import json_schema
+from dsa_kvcalc.schema import json_schema
 from dsa_kvcalc.render import verify as verify_render
 from dsa_kvcalc.sweep import MAX_POINTS, parse_varies, points
 
