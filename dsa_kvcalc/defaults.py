@@ -1,7 +1,6 @@
-"""vLLM's defaults that depend on the GPU, the model or the vLLM release, as functions of the recipe's values while they
-resolve: a mapping of field name to value, with the catalog's Gpu and Model and the Engine whose rules apply. keys.py
-declares each where it belongs, on its key (default_from) or on the derived field it works out (derived); the ones a
-line says are there."""
+"""vLLM's defaults that depend on the GPU, the model or the vLLM release, where a line does not hold them: functions of
+the recipe's values as they resolve (a mapping of field name to value, with the catalog's Gpu and Model and the Engine
+whose rules apply), which keys.py declares on the key they default (default_from) or the field they derive (derive)."""
 
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc.units import GIB

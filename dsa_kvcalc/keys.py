@@ -1,8 +1,9 @@
 """The recipe's keys, each declared once: a field of Recipe with its type, default, bounds, source and help, the way
 vLLM declares CacheConfig. A default that depends on the GPU, the model or the vLLM release is a declared function of
-them (default_from, from defaults.py), and so is a derived field (derived). The loader (values.py), the defaults
-(recipe.resolve), `--set` (overrides.py), sweep's `--vary`, the schema (schema.py), calibrate and the log reader read
-that one declaration.
+them (default_from; the longer ones in defaults.py), and so is each derived field (derive). Each memory term is a key
+of kind memory, per backend or not; each engine argument a vLLM log gives is a key that says where (args_line,
+config_field). The loader (values.py), the defaults (recipe.resolve), `--set` (overrides.py), sweep's `--vary`, the
+schema (schema.py), the serve line (vllm_args.py), calibrate and the log reader read that one declaration.
 """
 
 import functools
@@ -58,7 +59,8 @@ MAX_TOKENS = 1 << 31  # int32 token counts in vLLM's scheduler
 
 @dataclass(frozen=True)
 class Recipe:
-    """A serving recipe, every value resolved. Fields declared with key() are recipe keys; the rest are derived."""
+    """A serving recipe, every value resolved. Fields declared with key() are recipe keys; the rest are derived: by
+    their declared function (derive), or by resolve()."""
 
     model: Model = key("model", "model", help="Catalog name (Hugging Face id or its last part), or a local "
                                                "config.json or model directory (required)", args_line=True,
@@ -190,7 +192,8 @@ class Recipe:
                                   choices=("weights", "peak_activation", "non_torch"))
 
     # Derived
-    cache_dtype: str = field(metadata={"derive": defaults.cache_dtype})  # what vLLM runs for kv-cache-dtype
+    # what vLLM runs for kv-cache-dtype: the model's default for auto
+    cache_dtype: str = field(metadata={"derive": defaults.cache_dtype})
     engine: Engine = field(metadata={"derive": defaults.engine})
     layout: Layout = field(metadata={"derive": lambda v: layout_for(v["deepgemm"], v["gpu"])})
     ignored_keys: tuple[str, ...] = ()

@@ -64,5 +64,6 @@ def drop_other_unit(memory: dict, path: str, inner: list[str]) -> None:
     term = memory_unit(inner[0])[0]
     for other in [k for k in memory if k != inner[0] and memory_unit(str(k))[0] == term]:
         if len(inner) > 1:
-            raise RecipeError(path, f"the recipe gives {term} as {other}: set {'.'.join(['memory', other, *inner[1:]])}")
+            where = ".".join(["memory", other, *inner[1:]])
+            raise RecipeError(path, f"the recipe gives {term} as {other}: set {where}")
         del memory[other]

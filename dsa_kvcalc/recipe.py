@@ -20,31 +20,35 @@ from dsa_kvcalc.values import read_values
 from dsa_kvcalc.vllm_config import SPARSE_MLA_BACKENDS
 
 
-class Defaults(dict):
+class WithDefaults(dict):
     """The values a recipe gives, and every other field's declared default, worked out when first read: a value, or a
     function of the others (max-num-seqs reads max-num-batched-tokens, which reads max-model-len)."""
 
     def __missing__(self, name: str):
         k = KEYS.get(name)
-        self[name] = DERIVED[name](self) if k is None else k.default_from(self) if k.default_from else k.default
-        return self[name]
+        if k is None:
+            value = DERIVED[name](self)
+        else:
+            value = k.default_from(self) if k.default_from else k.default
+        self[name] = value
+        return value
 
 
 def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = None) -> Recipe:
-    """The declared defaults of the keys the recipe does not give (they depend on the GPU, the model, the vLLM
-    version), then the declared overrides, then the checks across keys."""
+    """The recipe as vLLM runs it: each key the recipe does not give at its declared default (which may depend on the
+    GPU, the model, the vLLM version), then the declared overrides; then the checks across keys."""
     for required in ("model", "gpu"):
         if required not in values:
             raise RecipeError(required, "missing (every recipe names a model and a GPU)")
     gpu = find_gpu(values["gpu"])
     model = find_model(values["model"], recipe_dir)
     check_prefix_caching(values)
-    given = {name: value for name, value in values.items() if value is not None}  # max-model-len auto: the default
-    resolving = Defaults(given | {"gpu": gpu, "model": model, "given": frozenset(values)})
-    fields = {name: resolving[name] for name in [*KEYS, *DERIVED, "given"]}
+    present = {name: value for name, value in values.items() if value is not None}  # max-model-len auto: the default
+    resolving = WithDefaults(present | {"gpu": gpu, "model": model, "given": frozenset(values)})
+    declared = {name: resolving[name] for name in [*KEYS, *DERIVED, "given"]}
+    overridden = {name: k.override(resolving) for name, k in KEYS.items() if k.override}
     ignored = ignored or {}
-    recipe = Recipe(**fields | {name: k.override(resolving) for name, k in KEYS.items() if k.override},
-                    ignored_keys=tuple(ignored), passthrough=tuple(ignored.items()),
+    recipe = Recipe(**declared | overridden, ignored_keys=tuple(ignored), passthrough=tuple(ignored.items()),
                     model_arg=model.name if values["model"].lower() in MODEL_NAMES else values["model"])
     check_across(recipe)
     return recipe

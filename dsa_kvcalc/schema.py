@@ -29,11 +29,11 @@ RELEASE = release_schema()
 def value_schema(k: Key) -> dict:
     """What a key's check takes (values.py), by its kind."""
     bounds = {"minimum": k.minimum} | ({} if k.maximum == math.inf else {"maximum": k.maximum})
-    means_default = [{"enum": list(k.means_default)}] if k.means_default else []
+    default = [{"enum": list(k.means_default)}] if k.means_default else []  # -1 or auto
     by_kind = {
         "int": {"type": "integer"} | bounds,
         "size": {"anyOf": [{"type": "integer"} | bounds,
-                           {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?[kmgt]|\d+[KMGT]|\d+)\s*$"}, *means_default]},
+                           {"type": "string", "pattern": r"^\s*(\d+(\.\d+)?[kmgt]|\d+[KMGT]|\d+)\s*$"}, *default]},
         "fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "bool": {"type": "boolean"},
         "choice": {"enum": list(k.choices)},
