@@ -496,6 +496,13 @@ def test_set_a_backends_graph_pool_on_a_recipe_without_the_mapping(tmp_path):
     assert cli("plan", in_bytes, "--set", "memory.cudagraph_gib=null").exit_code == 0  # null: the estimate
 
 
+def test_a_memory_key_with_a_line_break_is_an_unknown_term(tmp_path):
+    # A memory key holding a line break ("a\nb") crashed the term's pattern (AttributeError) instead of being refused.
+    fails(cli("plan", write(tmp_path, BASE + 'memory: {"a\\nb_gib": 1}\n')),
+          "error: memory.'a\\nb_gib': unknown memory term; expected one of weights_gib, peak_activation_gib, "
+          "non_torch_gib, cudagraph_gib, indexer_headroom_gib (or _bytes)")
+
+
 @pytest.mark.parametrize("command", [["verify", SEED, "--gpu"], ["calibrate", RTX]])
 def test_verify_and_calibrate_offer_only_the_formats_they_take(capsys, command):
     # `verify --help` and `calibrate --help` offered markdown and csv, then rejected them.
