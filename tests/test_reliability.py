@@ -780,14 +780,15 @@ def invocations(draw):
 
 
 def check_run(folder: Path, inputs: list[Path], code: int, stderr: str, before: dict) -> None:
-    """The contract of every run: exit 0-3; on 2 one line `error: ...`; on failure nothing touched; on success the
-    inputs, links and modes kept and no temporary left behind."""
-    assert code in (0, 1, 2, 3), stderr
+    """The contract of every run: exit 0-4; on 2 one line `error: ...`, and on 4 (vLLM would refuse the recipe: plan
+    writes its answer, then says why) too; on failure nothing touched; on success the inputs, links and modes kept and
+    no temporary left behind."""
+    assert code in (0, 1, 2, 3, 4), stderr
     assert "Traceback" not in stderr
-    if code == 2:
+    if code in (2, 4):
         one_line(stderr, "error: ")
     after = state(folder, "/dev/null")
-    if code != 0:
+    if code not in (0, 4):
         assert after == before, stderr
         return
     for path, (kind, *_) in before.items():
@@ -803,7 +804,7 @@ def fill(args: list, **paths) -> list[str]:
 
 @settings(max_examples=300, deadline=SECONDS * 1000, suppress_health_check=list(HealthCheck))
 @given(invocations())
-def test_hostile_input_in_process_ends_in_0_to_3_with_one_line_and_harms_nothing(invocation):
+def test_hostile_input_in_process_ends_in_0_to_4_with_one_line_and_harms_nothing(invocation):
     args, text, out, plot = invocation
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with tempfile.TemporaryDirectory() as name:
