@@ -17,14 +17,13 @@ from dsa_kvcalc.choices import draft_layers, kv_spec, sparse_mla_backend
 from dsa_kvcalc.memory_terms import RankMemory, rank_memory
 from dsa_kvcalc.engine import RELEASES, build_of
 from dsa_kvcalc.units import GIB
-from dsa_kvcalc.recipe import KEYS, Recipe, RecipeError, canonical, check_value, load
+from dsa_kvcalc.keys import KEYS, Recipe, RecipeError, canonical, memory_unit
+from dsa_kvcalc.recipe import load
+from dsa_kvcalc.values import check_value
 from dsa_kvcalc.vllm_log import LogReading, RankReading
 
-# Engine arguments of the non-default args line that the recipe takes (vLLM's spelling).
-RECIPE_ARGS = ("model", "tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size", "enable_expert_parallel",
-               "decode_context_parallel_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
-               "gpu_memory_utilization", "kv_cache_dtype", "kv_cache_memory_bytes", "speculative_config",
-               "compilation_config", "enforce_eager", "attention_backend", "async_scheduling", "enable_prefix_caching")
+# Engine arguments of the non-default args line that the recipe takes (vLLM's spelling): the keys declared args_line.
+RECIPE_ARGS = {k.name.split(".")[0].replace("-", "_") for k in KEYS.values() if k.args_line}
 PRINT_ROUNDING_BYTES = GIB // 200  # the log prints GiB with two decimals: each term is within 0.005 GiB
 GPU_MATCH_BYTES = GIB // 20  # a logged total memory names a catalog GPU within 0.05 GiB
 ESTIMATED_NON_TORCH = "plan's estimate (the log gives only the sum with activation)"
@@ -468,7 +467,7 @@ def with_memory(raw: dict, memory: dict, gpu: str, rest: str | None = None) -> d
     """raw with its memory block's terms replaced by the calibrated ones (in bytes), the GPU they were measured on
     and the term that is the rest of a sum (memory.rest); other terms kept, and their rest if it is not replaced."""
     block = {k: v for k, v in (raw.get("memory") or {}).items()
-             if re.sub(r"_(gib|bytes)$", "", str(k)) not in memory and not (k == "rest" and v in memory)}
+             if memory_unit(str(k))[0] not in memory and not (k == "rest" and v in memory)}
     written = block | {f"{term}_bytes": value for term, value in memory.items()} | {"gpu": gpu}
     return {**raw, "memory": written | ({"rest": rest} if rest else {})}
 

@@ -16,9 +16,9 @@ from dsa_kvcalc import estimates
 from dsa_kvcalc.catalog import SPARSE_MLA_CACHE_DTYPES, STRIDE_ALIGNMENT_BYTES, Backend, Layout, Rows
 from dsa_kvcalc.choices import availability, engine_backends, on_model_runner_v2
 from dsa_kvcalc.engine import release_tuple
+from dsa_kvcalc.keys import Recipe, RecipeError
 from dsa_kvcalc.kv_cache import round_up
 from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, profile_budget_bytes, rank_memory
-from dsa_kvcalc.recipe import Recipe, RecipeError
 from dsa_kvcalc.units import GIB, MIB
 
 DTYPE_BYTES = {"bf16": 2, "fp32": 4}

@@ -6,7 +6,7 @@ from dsa_kvcalc import kv_cache
 from dsa_kvcalc.catalog import BACKENDS, NOPE_MLA_HEAD_SIZE, NOPE_SPARSE_MLA_BACKENDS, Backend
 from dsa_kvcalc.engine import ALL, MTP_METHODS
 from dsa_kvcalc.kv_cache import KvSpec
-from dsa_kvcalc.recipe import Recipe
+from dsa_kvcalc.keys import Recipe
 
 
 def engine_backends(recipe: Recipe) -> list[Backend]:

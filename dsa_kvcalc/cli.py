@@ -15,7 +15,7 @@ from typer.exceptions import TyperException
 
 from dsa_kvcalc import __version__
 from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, write
-from dsa_kvcalc.recipe import RecipeError
+from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.streams import Stream, StreamError, console, printable
 
 REFUSED = 4  # the exit code of a deployment vLLM would refuse to start
@@ -251,7 +251,7 @@ def gpus(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f
 @app.command()
 def schema(output: Path | None = typer.Option(None, "--output", "-o")):
     """Print the recipe's JSON Schema (for editors)."""
-    from dsa_kvcalc.recipe import json_schema
+    from dsa_kvcalc.schema import json_schema
 
     check_outputs({"--output": output}, [])
     emit([json.dumps(json_schema(), indent=2) + "\n"], output)
@@ -275,7 +275,8 @@ def calibrate(
 ):
     """Read a vLLM startup log, compare it term by term with plan, and write a recipe whose memory block holds it."""
     from dsa_kvcalc import calibrate as calibration
-    from dsa_kvcalc.recipe import read_recipe, set_override
+    from dsa_kvcalc.overrides import set_override
+    from dsa_kvcalc.recipe import read_recipe
     from dsa_kvcalc.render import calibration as render
 
     check_outputs({"--output": output}, [log, recipe, after])
@@ -333,6 +334,17 @@ def emit_rows(rows, keys: list[str], format: SweepFormat | None, output: Path | 
         files.write(chunks, output)
 
 
+def plot_module():
+    """plot.py, once matplotlib is known to load."""
+    from dsa_kvcalc import plot as plotting
+
+    try:
+        plotting.load_pyplot()
+    except ImportError:
+        fail("--plot: needs matplotlib (pip install '.[plot]' in the checkout)")
+    return plotting
+
+
 @app.command()
 def sweep(
     recipe: Path | None = recipe_argument(),
@@ -359,13 +371,7 @@ def sweep(
     varies = guarded(lambda: sweeping.parse_varies(vary))
     base = guarded(lambda: sweeping.load_base(recipe, set_, command))
     check_outputs({"--output": output, "--plot": plot}, sweeping.model_configs(base, varies))
-    if plot is not None:
-        from dsa_kvcalc import plot as plotting
-
-        try:
-            plotting.load_pyplot()
-        except ImportError:
-            fail("--plot: needs matplotlib (pip install '.[plot]' in the checkout)")
+    plotting = None if plot is None else plot_module()
     keys = [v.key for v in varies]
     total = sweeping.point_count(varies)
     failures = sweeping.Failures()
@@ -407,20 +413,20 @@ def recommend(
                                                                                 "vllm serve line that deploys it"),
 ):
     """The largest max-num-seqs (then spec tokens, then backend) that meets the targets, and what stops one more."""
-    from dsa_kvcalc import capacity, sweep as sweeping
-    from dsa_kvcalc.recipe import KEYS, check_value
+    from dsa_kvcalc import capacity, sweep as sweeping, values
+    from dsa_kvcalc.keys import KEYS
     from dsa_kvcalc.render import sweep as render
 
     one_source("recommend", recipe, command)
     check_backends(backend)
 
     def work():
-        check_value("--target-concurrency", KEYS["max_num_seqs"], target_concurrency)
+        values.check_value("--target-concurrency", KEYS["max_num_seqs"], target_concurrency)
         if not 0 <= min_kv_tokens <= MAX_KV_TOKENS:
             raise RecipeError("--min-kv-tokens", f"must be at least 0 and at most {MAX_KV_TOKENS:,}, got "
                                                  f"{min_kv_tokens:,}")
         if max_spec_tokens is not None:
-            check_value("--max-spec-tokens", KEYS["num_speculative_tokens"], max_spec_tokens)
+            values.check_value("--max-spec-tokens", KEYS["num_speculative_tokens"], max_spec_tokens)
         base = sweeping.load_base(recipe, set_, command)
         first = capacity.plan(sweeping.recipe_at(base, {}))
         spec_tokens = (list(range(max_spec_tokens, -1, -1)) if max_spec_tokens is not None
@@ -460,7 +466,8 @@ def fit(
     """What fits per rank: the longest max-model-len at a concurrency, the most requests at a max-model-len, the
     largest max-num-seqs vLLM starts with. Exits 4 when nothing fits."""
     from dsa_kvcalc import fit as fitting, sweep as sweeping
-    from dsa_kvcalc.recipe import KEYS, check_value
+    from dsa_kvcalc.keys import KEYS
+    from dsa_kvcalc.values import check_value
     from dsa_kvcalc.render import fit as render
 
     one_source("fit", recipe, command)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import BackendPlan, Plan
-from dsa_kvcalc.recipe import KEYS, Recipe
+from dsa_kvcalc.keys import KEYS, Recipe
 from dsa_kvcalc.report import refusal
 from dsa_kvcalc.sweep import Base, recipe_at
 

@@ -320,9 +320,26 @@ def verify_shape(shape: Shape, backends: list[str], env: LocalGpu, profile: bool
                  console) -> dict:
     """One shape: a live pass per distinct working set (with or without the FP32 copy), each backend's verdict, and
     the --profile and --reproduce-oom runs of the recipe's backend."""
+    plan, named_plan = capacity.plan(shape.planned), capacity.plan(shape.named)
+    passes, results = live_passes(shape, plan, named_plan, backends, env, status, console)
+    entry = {"name": shape.name, "recipe": shape.planned.resolved(), "recipe_gpu": shape.named.gpu.name,
+             "notes": list(shape.notes), "measured": [asdict(m) for m in passes.values()],
+             "backends": [asdict(r) for r in results]}
+    ran = [r.backend for r in results if r.agree is not None]
+    main = next((name for name in ran if plan.backend(name).selected), ran[0] if ran else None)
+    if profile and main:
+        measured = passes[plan.backend(main).decode_logits.copy_bytes_per_element]
+        entry["profile"] = asdict(verify.profile_replay(plan, main, measured, live_memory(env)))
+    if reproduce and main:
+        entry |= oom_replay(shape, plan, main, env.entry_points[0], status, console)
+    return entry
+
+
+def live_passes(shape: Shape, plan, named_plan, backends: list[str], env: LocalGpu, status,
+                console) -> tuple[dict, list]:
+    """The live passes (one per distinct working set: with or without the FP32 copy) and each backend's verdict."""
     import torch
 
-    plan, named_plan = capacity.plan(shape.planned), capacity.plan(shape.named)
     entry_point = env.entry_points[0]
     passes, results = {}, []
     for name in backends or [b.backend for b in named_plan.backends if b.available]:
@@ -344,26 +361,19 @@ def verify_shape(shape: Shape, backends: list[str], env: LocalGpu, profile: bool
                         f"{time.monotonic() - started:.1f} s")
         results.append(verify.backend_result(shape, plan, named_plan, name, passes[dl.copy_bytes_per_element],
                                              env.deepgemm_version))
-    entry = {"name": shape.name, "recipe": shape.planned.resolved(), "recipe_gpu": shape.named.gpu.name,
-             "notes": list(shape.notes), "measured": [asdict(m) for m in passes.values()],
-             "backends": [asdict(r) for r in results]}
-    ran = [r.backend for r in results if r.agree is not None]
-    main = next((name for name in ran if plan.backend(name).selected), ran[0] if ran else None)
-    if profile and main:
-        measured = passes[plan.backend(main).decode_logits.copy_bytes_per_element]
-        entry["profile"] = asdict(verify.profile_replay(plan, main, measured, live_memory(env)))
-    if reproduce and main:
-        b = plan.backend(main)
-        if b.oom.at_risk:
-            oom = verify.oom_request(plan, main)
-            per_decode = 1 + shape.planned.num_speculative_tokens
-            request = verify.pass_request(shape.planned, b.decode_logits, per_decode, entry_point)
-            status.update(f"{shape.name}: reproducing the out-of-memory error (ballast leaves {oom.free_bytes:,} "
-                          f"B free)")
-            verdict = verify.oom_verdict(plan, main, reproduce_oom(request, oom, per_decode))
-            entry["reproduce_oom"] = asdict(verdict)
-            console.log(f"{shape.name}: {verdict.verdict}")
-        else:
-            entry["reproduce_oom_skipped"] = (f"not at risk: {b.oom.max_decodes:,} decodes fit, "
-                                              f"max-num-seqs is {shape.planned.max_num_seqs}")
-    return entry
+    return passes, results
+
+
+def oom_replay(shape: Shape, plan, main: str, entry_point: str, status, console) -> dict:
+    """--reproduce-oom for the recipe's backend: its verdict, or why it was skipped."""
+    b = plan.backend(main)
+    if not b.oom.at_risk:
+        return {"reproduce_oom_skipped": f"not at risk: {b.oom.max_decodes:,} decodes fit, "
+                                         f"max-num-seqs is {shape.planned.max_num_seqs}"}
+    oom = verify.oom_request(plan, main)
+    per_decode = 1 + shape.planned.num_speculative_tokens
+    request = verify.pass_request(shape.planned, b.decode_logits, per_decode, entry_point)
+    status.update(f"{shape.name}: reproducing the out-of-memory error (ballast leaves {oom.free_bytes:,} B free)")
+    verdict = verify.oom_verdict(plan, main, reproduce_oom(request, oom, per_decode))
+    console.log(f"{shape.name}: {verdict.verdict}")
+    return {"reproduce_oom": asdict(verdict)}

@@ -22,7 +22,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
 from dsa_kvcalc.engine import release_tuple
-from dsa_kvcalc.recipe import Recipe
+from dsa_kvcalc.keys import Recipe
 
 MLA_BLOCK_TOKENS = 64
 # Bytes per token of one MLA layer (512 latent + 64 RoPE): fp8_ds_mla packs 512 FP8 NoPE + 4 FP32 scales + 64 BF16

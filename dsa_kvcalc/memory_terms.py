@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from dsa_kvcalc import estimates, kv_cache
 from dsa_kvcalc.choices import kv_spec, sparse_mla_backend
 from dsa_kvcalc.kv_cache import KvSpec
-from dsa_kvcalc.recipe import Recipe
+from dsa_kvcalc.keys import Recipe
 
 
 @dataclass(frozen=True)

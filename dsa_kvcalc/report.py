@@ -3,9 +3,9 @@ sweep read a plan through this module; it formats nothing for people."""
 
 from dsa_kvcalc import __version__, capacity
 from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved, Sizing
-from dsa_kvcalc.memory_terms import Term
-from dsa_kvcalc.recipe import KEYS
 from dsa_kvcalc.engine import MAIN, NEWEST_VLLM, VLLM_RULES
+from dsa_kvcalc.keys import KEYS
+from dsa_kvcalc.memory_terms import Term
 from dsa_kvcalc.units import GIB, MIB
 
 OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilization): an unfixed vLLM's KV cache takes "

@@ -5,7 +5,6 @@ as `plan --set KEY=VALUE`, so every row is what `plan --format json` prints for 
 """
 
 import math
-import re
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
@@ -16,10 +15,13 @@ import yaml
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import BACKENDS
 from dsa_kvcalc.units import GIB
-from dsa_kvcalc.recipe import (
-    BY_NAME, IGNORED_KEYS, KEYS, MEMORY_TERMS, NESTED, PER_BACKEND_TERMS, Recipe, RecipeError, as_written, canonical,
-    load, load_recipe, model_config_path, parse_size, read_command, read_recipe, read_values, resolve_as_written,
-    set_value, with_memory_gpu)
+from dsa_kvcalc.inputs import RecipeLoader
+from dsa_kvcalc.keys import BY_NAME, KEYS, MEMORY_TERMS, NESTED, Recipe, RecipeError, canonical, memory_unit
+from dsa_kvcalc.names import model_config_path
+from dsa_kvcalc.overrides import as_written, set_value
+from dsa_kvcalc.recipe import load, load_recipe, read_command, read_recipe, resolve_as_written, with_memory_gpu
+from dsa_kvcalc.values import parse_size, read_values
+from dsa_kvcalc.vllm_config import IGNORED_KEYS
 from dsa_kvcalc.report import backend_json, flatten
 
 BACKEND_NAMES = tuple(b.name for b in BACKENDS)
@@ -55,8 +57,8 @@ def parse_varies(texts: list[str]) -> list[Vary]:
     for text, vary in zip(texts, varies):
         path = varied_path(vary.key)
         other = next((key for known, key in seen.items() if overlap(known, path)), None)
-        unit = re.search(r"_(gib|bytes)$", vary.key.split(".")[1]) if path[0] == "memory" and len(path) > 1 else None
-        if other is None and unit and units.setdefault(path[1], unit[1]) != unit[1]:
+        unit = memory_unit(vary.key.split(".")[1])[1] if path[0] == "memory" and len(path) > 1 else None
+        if other is None and unit and units.setdefault(path[1], unit) != unit:
             other = next(key for key in seen.values() if varied_path(key)[:2] == path[:2])
         if other is not None:
             also = "" if other == vary.key else f": {other} sets it too"
@@ -73,7 +75,7 @@ def varied_path(key: str) -> tuple[str, ...]:
     its unit (weights_gib and weights_bytes are one term, which a file may give once), then the nested keys."""
     top, *inner = [part.strip() for part in key.split(".")]
     if canonical(top) == "memory" and inner:
-        inner[0] = re.sub(r"_(gib|bytes)$", "", inner[0])
+        inner[0] = memory_unit(inner[0])[0]
     return canonical(top), *inner
 
 
@@ -119,9 +121,10 @@ def check_key(option: str, key: str) -> None:
     if name == "memory" and inner in ("gpu", "rest"):
         ok = not backend
     elif name == "memory":
-        term = inner.rsplit("_", 1)
-        ok = len(term) == 2 and term[1] in ("gib", "bytes") and term[0] in MEMORY_TERMS
-        ok = ok and (not backend or (term[0] in PER_BACKEND_TERMS and len(backend) == 1 and backend[0] in BACKEND_NAMES))
+        term, unit = memory_unit(inner)
+        ok = unit is not None and term in MEMORY_TERMS
+        per_backend = ok and MEMORY_TERMS[term].per_backend and len(backend) == 1 and backend[0] in BACKEND_NAMES
+        ok = ok and (not backend or per_backend)
     else:
         ok = inner in known and not backend
     if not ok:
@@ -162,10 +165,8 @@ def parse_range(option: str, spec: str):
 
 def parse_scalar(text: str):
     """As YAML reads it (the way --set does): 3 is a number, fp8 a word, true a flag."""
-    from dsa_kvcalc.recipe import yaml_loader
-
     try:
-        return yaml.load(text, Loader=yaml_loader())
+        return yaml.load(text, Loader=RecipeLoader)
     except (yaml.YAMLError, RecipeError, RecursionError):
         return text
 

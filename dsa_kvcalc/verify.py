@@ -11,8 +11,10 @@ from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import DecodeLogits, Plan
 from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, GPUS, LAYOUTS, Gpu, Layout, layout_for
 from dsa_kvcalc.units import MIB
+from dsa_kvcalc.keys import Recipe, RecipeError
 from dsa_kvcalc.kv_cache import round_up
-from dsa_kvcalc.recipe import Recipe, RecipeError, find_gpu, load, read_recipe
+from dsa_kvcalc.names import find_gpu
+from dsa_kvcalc.recipe import load, read_recipe
 
 # DeepGEMM's sdist (deepinfer-gemm) imports torch to build and names itself deepgemm unless told: README, "Verify on a
 # GPU", says why each part is there.

@@ -13,7 +13,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from dsa_kvcalc.recipe import BY_NAME, IGNORED_KEYS, KEYS, NESTED, Recipe, RecipeError, canonical
+from dsa_kvcalc.keys import BY_NAME, KEYS, NESTED, Recipe, RecipeError, canonical
+from dsa_kvcalc.vllm_config import IGNORED_KEYS
 
 # Short aliases (vllm==0.33.0 vllm/engine/arg_utils.py:992-1894, vllm/entrypoints/common/cli_args.py:453)
 ALIASES = {
@@ -300,9 +301,9 @@ def typed_inner(target: str, value):
 
 # The arguments that deploy a planned recipe ---------------------------------------------------------------------
 
-# Keys whose default vLLM derives at start-up (from the GPU, the model, the release): the serve line pins what the
-# plan planned.
-PINNED = ("max_num_seqs", "max_model_len", "max_num_batched_tokens", "gpu_memory_utilization")
+# Keys whose default vLLM derives at start-up (from the GPU, the model, the release: declared default_from): the serve
+# line pins what the plan planned.
+PINNED = {name for name, k in KEYS.items() if k.default_from}
 NOT_ARGUMENTS = ("model", "gpu", "engine", "vllm-version", "deepgemm", "memory")  # dsa-kvcalc's own keys
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsa_kvcalc import inputs
-from dsa_kvcalc.recipe import RecipeError
+from dsa_kvcalc.keys import KEYS, RecipeError
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # "(Worker_TP0 pid=514) ", "(EngineCore_DP0 pid=749) (RayWorkerWrapper pid=347, ip=172.16.17.12) ": the last names the rank.
@@ -63,9 +63,8 @@ STAMPS = json.loads((Path(__file__).parent / "log_stamps.json").read_text())["re
 # "Initializing a V1 LLM engine (v0.26.0) with config: model='...', max_seq_len=819200, tensor_parallel_size=4, ...":
 # the engine arguments that size memory, as the config prints them (vllm/v1/engine/core.py).
 CONFIG = re.compile(r"Initializing a V1 LLM engine \(v[^)]{1,64}\) with config: (.*)$")
-CONFIG_FIELDS = {"model": "model", "max_seq_len": "max_model_len", "tensor_parallel_size": "tensor_parallel_size",
-                 "data_parallel_size": "data_parallel_size", "kv_cache_dtype": "kv_cache_dtype",
-                 "decode_context_parallel_size": "decode_context_parallel_size", "enforce_eager": "enforce_eager"}
+# The printed name -> the argument's (the keys declared with a config_field).
+CONFIG_FIELDS = {k.config_field: k.name.replace("-", "_") for k in KEYS.values() if k.config_field}
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from conftest import LOGS, ROOT, SEED, fails, run
 from dsa_kvcalc import capacity
 from dsa_kvcalc.calibrate import headroom_from_logs, measure_kv
 from dsa_kvcalc.units import GIB
-from dsa_kvcalc.recipe import load, load_recipe, read_yaml
+from dsa_kvcalc.inputs import read_yaml
+from dsa_kvcalc.recipe import load, load_recipe
 from dsa_kvcalc.vllm_log import LogReading, RankReading
 
 RTX = LOGS / "deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log"

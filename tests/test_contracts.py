@@ -11,7 +11,8 @@ from jsonschema import Draft202012Validator
 
 from conftest import LOGS, RECIPES, ROOT, SEED, run
 from dsa_kvcalc import verify
-from dsa_kvcalc.recipe import RecipeError, load
+from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.recipe import load
 from dsa_kvcalc.report import flatten
 
 H200 = RECIPES / "deepseek-v3.2-8xh200-tp8.yaml"

@@ -7,7 +7,8 @@ from typer.testing import CliRunner
 
 from dsa_kvcalc import capacity, report
 from dsa_kvcalc.cli import app
-from dsa_kvcalc.recipe import RecipeError, load
+from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.recipe import load
 
 junk = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**13), st.floats(allow_nan=True),
                  st.text(max_size=12), st.lists(st.integers(-5, 5000), max_size=4),

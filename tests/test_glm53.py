@@ -11,7 +11,8 @@ import yaml
 
 from conftest import fails, run
 from dsa_kvcalc import capacity, kv_cache, report
-from dsa_kvcalc.recipe import RecipeError, load
+from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.recipe import load
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.memory_terms import prefill_workspace_bytes
 

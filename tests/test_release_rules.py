@@ -8,7 +8,8 @@ import pytest
 
 from conftest import LOGS
 from dsa_kvcalc import capacity
-from dsa_kvcalc.recipe import RecipeError, load
+from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.recipe import load
 from dsa_kvcalc.vllm_log import read_log_file
 
 

@@ -30,7 +30,9 @@ from dsa_kvcalc import engine as engines
 from dsa_kvcalc import inputs
 from dsa_kvcalc.cli import app, console_chunks, main
 from dsa_kvcalc.output import TERMINATING
-from dsa_kvcalc.recipe import RecipeError, read_values, yaml_loader
+from dsa_kvcalc.inputs import RecipeLoader
+from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.values import read_values
 from dsa_kvcalc.render import sweep as sweep_render
 from dsa_kvcalc.sweep import parse_varies
 
@@ -671,7 +673,7 @@ def test_vary_refuses_exactly_the_pairs_a_recipe_file_refuses(keys):
     import yaml
 
     try:
-        read_values(yaml.load(as_yaml(keys), Loader=yaml_loader()))
+        read_values(yaml.load(as_yaml(keys), Loader=RecipeLoader))
         twice = False
     except RecipeError as error:
         twice = "twice" in str(error)

@@ -20,7 +20,8 @@ import yaml
 
 from conftest import RECIPES, ROOT, fails, run
 from dsa_kvcalc import vllm_args
-from dsa_kvcalc.recipe import KEYS, load, read_command
+from dsa_kvcalc.keys import KEYS
+from dsa_kvcalc.recipe import load, read_command
 
 GPU = {"deepseek-v3.2-8xb200-tp8": "B200", "deepseek-v3.2-8xh200-tp8": "H200", "deepseek-v4-flash-4xh200-dep4": "H200",
        "deepseek-v4.1-flash-4xb200-dep4": "B200", "glm-5-8xb200-tp8": "B200"}

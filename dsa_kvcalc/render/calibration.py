@@ -6,7 +6,7 @@ import json
 import yaml
 
 from dsa_kvcalc.calibrate import Calibration, TermRow
-from dsa_kvcalc.recipe import shown
+from dsa_kvcalc.keys import shown
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.report import TOOL
 

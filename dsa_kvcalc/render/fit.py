@@ -3,7 +3,7 @@
 import json
 
 from dsa_kvcalc.fit import Answer
-from dsa_kvcalc.recipe import Recipe
+from dsa_kvcalc.keys import Recipe
 from dsa_kvcalc.render import print_table
 from dsa_kvcalc.report import TOOL
 
