@@ -60,7 +60,8 @@ def release_tuple(version: str) -> tuple[int, ...]:
 
 def build_of(version: str) -> str:
     """The version whose rules a build takes: the release or main whose commit it names (+gHASH), else the release
-    its number names. A source build numbered 0.1.devN names none: ValueError, with how to name its base."""
+    its number names. A release before OLDEST_VLLM, or a source build numbered 0.1.devN, which names none: ValueError,
+    with what to name instead."""
     commit = re.search(r"\+g([0-9a-f]{7,40})", version)
     if commit:
         if MAIN_COMMIT.startswith(commit[1][:7]):
@@ -70,6 +71,8 @@ def build_of(version: str) -> str:
             return known
     if version == MAIN or release_tuple(version) >= release_tuple(OLDEST_VLLM):
         return version
+    if release_tuple(version)[:2] > (0, 1):
+        raise ValueError(f"{version} is older than {OLDEST_VLLM}, the oldest release modelled")
     raise ValueError(f"{version} is a source build{f' of commit {commit[1]}' if commit else ''}, not a release: name "
                      f"the release it was built on (vllm-version: {NEWEST_VLLM}, or main for vLLM main after #62860)")
 

@@ -11,7 +11,6 @@ from dsa_kvcalc.units import GIB, MIB
 OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilization): an unfixed vLLM's KV cache takes "
                   "the rest, and eager, piecewise and mixed steps allocate the decode logits from it (the seed's rank "
                   "had 3.04 GiB free plus 1.54 GiB of live BF16 logits when it died at 131 decodes)")
-FITTED_LENGTH = 1_048_576  # the seed's max-model-len (estimates.V41_FLASH_LOGGED_TOKEN_BYTES)
 FIX = "vLLM #62860"
 PROFILE_BUDGET_LINE = "vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:503"
 PREFILL_CHUNKS_LINE = "vllm==0.33.0 vllm/v1/attention/backends/mla/indexer.py:1506"

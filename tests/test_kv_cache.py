@@ -171,3 +171,6 @@ def test_versions_as_they_exist():
     assert engine.build_of("0.34.0.dev12+g317081f00") == "main"
     with pytest.raises(ValueError, match="source build"):
         engine.build_of("0.1.dev20051+g487ecf187")
+    with pytest.raises(ValueError, match="0.18.1 is older than 0.19.0, the oldest release modelled"):
+        engine.build_of("0.18.1")
+    assert engine.build_of("0.19.0") == "0.19.0"

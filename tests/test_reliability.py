@@ -34,16 +34,17 @@ BASE = "model: DeepSeek-V3.2\ngpu: H200\ntensor-parallel-size: 8\n"
 V4 = "model: DeepSeek-V4-Flash\ngpu: B200\ndata-parallel-size: 4\nenable-expert-parallel: true\n"
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
 MEMORY_LIMIT = 2 << 30  # address space for a child: the 7.5 GB config.json of the issue would not fit
-SECONDS = 5  # "within seconds"
+SECONDS = 5  # "within seconds": of CPU in process, so that a loaded machine does not fail a run that works
+CHILD_SECONDS = 30  # a child's wall-clock limit: it imports everything, on a machine others may be loading
 
 
 def cli(*args, env=None):
     """conftest's run, stricter: an exception other than typer's exit fails (CliRunner hides its traceback), and so
     does a run of more than a few seconds. env: variables for the run (COLUMNS)."""
-    started = time.monotonic()
+    started = time.process_time()
     result = run(*args) if env is None else runner.invoke(app, [str(a) for a in args], env=env)
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert time.monotonic() - started < SECONDS, args
+    assert time.process_time() - started < SECONDS, args
     return result
 
 
@@ -346,7 +347,7 @@ def test_huge_capture_sizes_end_within_seconds_in_bounded_memory(tmp_path):
     # answers or the recipe is refused in one line; either way within seconds and 2 GiB.
     recipe = write(tmp_path, BASE + "max-num-batched-tokens: 2000000000\n"
                                     "compilation-config:\n  max_cudagraph_capture_size: 2000000000\n")
-    done = child("plan", recipe, timeout=SECONDS)
+    done = child("plan", recipe, timeout=CHILD_SECONDS)
     assert done.returncode in (0, 2, 4) and "Traceback" not in done.stderr, done.stderr  # 4: vLLM would refuse it
     if done.returncode in (2, 4):
         one_line(done.stderr, "error: ")
@@ -356,7 +357,7 @@ def test_huge_capture_sizes_end_within_seconds_in_bounded_memory(tmp_path):
                                   "1:1000001:1"])
 def test_sweep_ranges_beyond_the_limit_are_one_line_at_once(spec):
     # `sweep --vary max-num-seqs=1:1e12:1` raised MemoryError and 1:1e30:1 grew memory without bound.
-    done = child("sweep", SEED, "--vary", f"max-num-seqs={spec}", timeout=SECONDS)
+    done = child("sweep", SEED, "--vary", f"max-num-seqs={spec}", timeout=CHILD_SECONDS)
     assert done.returncode == 2, done.stderr
     one_line(done.stderr, f"error: --vary max-num-seqs={spec}: ")
 
@@ -802,7 +803,7 @@ def fill(args: list, **paths) -> list[str]:
     return [str(paths[a[1:-1]]) if isinstance(a, str) and a[1:-1] in paths else str(a) for a in args]
 
 
-@settings(max_examples=300, deadline=SECONDS * 1000, suppress_health_check=list(HealthCheck))
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))  # cli() bounds the CPU
 @given(invocations())
 def test_hostile_input_in_process_ends_in_0_to_4_with_one_line_and_harms_nothing(invocation):
     args, text, out, plot = invocation
@@ -840,5 +841,5 @@ def test_hostile_command_lines_through_the_console_script(command, junk, text, o
         before = state(folder, "/dev/null")
         started = time.monotonic()
         done = child(*args)
-        assert time.monotonic() - started < SECONDS + 3, args  # a child also imports everything
+        assert time.monotonic() - started < CHILD_SECONDS, args
         check_run(folder, [p for p in (first,) if p], done.returncode, done.stderr, before)

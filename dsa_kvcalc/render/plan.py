@@ -126,7 +126,8 @@ def kv_line(plan: Plan) -> str:
 
 CAPTION = ("* the recipe's sparse-indexer-topk-backend; B/element: logits output + FP32 copy; graph logits: the "
            "largest FULL decode graph's rows; ~ estimated, ^ fitted; reserved: this release's profile-run reservation; "
-           "tokens with/without fix: the other side of vLLM #62860; workaround: the VLLM_SPARSE_INDEXER_MAX_LOGITS_MB "
+           "tokens with/without fix: the other side of what reserves the decode logits (vLLM #62860, or the model's own "
+           "indexer, as the line above says); workaround: the VLLM_SPARSE_INDEXER_MAX_LOGITS_MB "
            "that reserves the decode logits on this release")
 
 
