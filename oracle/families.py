@@ -1,0 +1,305 @@
+"""The per-layer KV-cache specs of a model, built with the active release's own model code.
+
+The model's layers that own caches are made in the order and under the names the release's model gives them; each is
+asked for its spec as the release's GPU model runner asks (gpu_model_runner.get_kv_cache_spec: layers whose spec is
+None are skipped, then `customize_attention_spec(layer.get_attn_backend(), spec)` where the release has it, 0.32.0+),
+and the proposer's draft layers are marked is_draft. Before that, the release itself decides what the recipe leaves
+to it: the model's default cache dtype (vllm/model_executor/models/config.py verify_and_update_config), the
+sparse-MLA backend by its CUDA priorities (platform_cuda.py), the cache dtype that backend stores
+(_canonicalize_sparse_mla_kv_cache_dtype) and the block size every backend takes (Platform.update_block_size_for_backend).
+
+A layer is made one of two ways: the small cache modules (indexer K caches, sliding-window caches, compressor states)
+run their own __init__; the attention layers, whose __init__ builds weights and kernels, are made with __new__ and
+given the attributes their get_kv_cache_spec reads, each set as that release's __init__ sets it (cited). What a
+family writes itself is the wiring of its model: which layer owns which cache, read off the model's __init__.
+"""
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+
+import harness
+import platform_cuda
+
+
+def build(case: dict, log: dict) -> dict:
+    """{"vllm_config", "specs": {layer: spec}, "backends": [classes], "info": {...}} for one case."""
+    serving, model = case["serving"], case["model"]
+    classes = platform_cuda.import_backends()
+    builder = FAMILIES[case["family"]]
+    vllm_config = harness.build_vllm_config({**serving, "cache_dtype": serving["kv_cache_dtype"]},
+                                            model, log)
+    with current_config(vllm_config), harness.captured_logs() as records:
+        model_default_cache_dtype(vllm_config, model, serving["arch"])
+        layers, info = builder(vllm_config, serving, model["hf_config"], classes)
+        info["block_size"] = choose_block_size(vllm_config, layers, serving["arch"])
+        specs, backends = runner_specs(vllm_config, layers, serving["arch"])
+    info["cache_dtype"] = vllm_config.cache_config.cache_dtype
+    info["log"] = [harness.message(r) for r in records if "cache" in harness.message(r).lower()][:8]
+    return {"vllm_config": vllm_config, "specs": specs, "backends": backends, "info": info}
+
+
+@contextlib.contextmanager
+def current_config(vllm_config):
+    import vllm.config as C
+
+    setter = getattr(C, "set_current_vllm_config", None)
+    if setter is None:
+        from vllm.config.vllm import set_current_vllm_config as setter
+    with setter(vllm_config):
+        yield
+
+
+def model_default_cache_dtype(vllm_config, model: dict, arch: str) -> None:
+    """The model's own hook on the config (GlmMoeDsaForCausalLM: auto -> fp8_e4m3 on SM10x from 0.32.0)."""
+    from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+
+    hook = MODELS_CONFIG_MAP.get(model["architectures"][0])
+    if hook is not None:
+        with platform_cuda.emulate(arch):
+            hook.verify_and_update_config(vllm_config)
+
+
+def choose_block_size(vllm_config, layers: list, arch: str) -> int:
+    """The release's Platform.update_block_size_for_backend over the model's layers, as the worker runs it."""
+    context = vllm_config.compilation_config.static_forward_context
+    context.update({name: module for name, module, _ in layers if name not in context})
+    platform = platform_cuda.cuda_platform(arch)
+    with platform_cuda.emulate(arch), harness.quiet():
+        platform.update_block_size_for_backend(vllm_config)
+    return vllm_config.cache_config.block_size
+
+
+def runner_specs(vllm_config, layers: list, arch: str) -> tuple[dict, list]:
+    """gpu_model_runner.get_kv_cache_spec over (name, module, is_draft), and the layers' backends."""
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
+    customize = None
+    with contextlib.suppress(ImportError):
+        from vllm.v1.worker.utils import customize_attention_spec as customize
+    specs, backends = {}, []
+    with platform_cuda.emulate(arch):
+        for name, module, is_draft in layers:
+            spec = module.get_kv_cache_spec(vllm_config)
+            if not spec:
+                continue
+            backend = module.get_attn_backend()
+            if backend not in backends:
+                backends.append(backend)
+            if customize is not None and isinstance(spec, AttentionSpec):
+                spec = customize(backend, spec)
+            if is_draft and any(f.name == "is_draft" for f in dataclasses.fields(spec)):
+                spec = dataclasses.replace(spec, is_draft=True)
+            specs[name] = spec
+    return specs, backends
+
+
+def construct(cls, **kwargs):
+    """cls's own __init__, with the keyword arguments this release's signature takes."""
+    params = inspect.signature(cls.__init__).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return cls(**{k: v for k, v in kwargs.items() if takes_any or k in params})
+
+
+def inject(cls, **attrs):
+    """An instance of cls made without its __init__, holding attrs."""
+    import torch
+
+    obj = cls.__new__(cls)
+    if isinstance(obj, torch.nn.Module):
+        torch.nn.Module.__init__(obj)
+    for name, value in attrs.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def first_module(*names):
+    for name in names:
+        with contextlib.suppress(ImportError):
+            return importlib.import_module(name)
+    raise ImportError(f"none of {names}")
+
+
+def real_cache_config(vllm_config):
+    return object.__getattribute__(vllm_config.cache_config, "stub_target")
+
+
+def draft_layer_count(serving: dict, hf: dict, dspark_default: int) -> int:
+    """The layers the release's proposer builds: MTP's num_nextn_predict_layers; DSpark's n_mtp_layers or its
+    default (vllm==0.33.0 vllm/models/deepseek_v4/nvidia/dspark.py:106, deepseek_v41/nvidia/dspark.py:85-89)."""
+    spec = serving["speculative"]
+    if not spec or not spec["num_speculative_tokens"]:
+        return 0
+    if spec["method"] == "dspark":
+        return hf.get("n_mtp_layers") or dspark_default
+    return hf["num_nextn_predict_layers"] if "mtp" in spec["method"] else 0
+
+
+# DeepSeek-V3.2 and GLM-5.x --------------------------------------------------------------------------------------
+
+def owns_indexer(release: str, layer: int, hf: dict) -> bool:
+    """Whether a layer builds an Indexer (and so an indexer K cache). 0.19.0-0.23.0: every layer
+    (vllm==0.23.0 vllm/model_executor/models/deepseek_v2.py:1009); from 0.24.0 a layer whose top-k is skipped,
+    max(layer - index_skip_topk_offset + 1, 0) % index_topk_freq != 0, builds none, MTP layers always do
+    (vllm==0.24.0 vllm/model_executor/models/deepseek_v2.py:1000-1050; vllm==0.33.0
+    vllm/models/deepseek_v32/attention.py:166-200)."""
+    if harness.release_tuple(release) < (0, 24, 0) or layer >= hf["num_hidden_layers"]:
+        return True
+    skipped = max(layer - hf.get("index_skip_topk_offset", 2) + 1, 0) % hf.get("index_topk_freq", 1) != 0
+    return not skipped
+
+
+def stored_mla_cache_dtype(backend, cache_dtype: str) -> str:
+    """What MLAAttention.__init__ stores for this backend: the release's _canonicalize_sparse_mla_kv_cache_dtype
+    (0.24.0+), before it FLASHMLA_SPARSE turned any fp8 into fp8_ds_mla (vllm==0.19.0
+    vllm/model_executor/layers/attention/mla_attention.py:341-350)."""
+    import vllm.model_executor.layers.attention.mla_attention as mla
+
+    canonical = getattr(mla, "_canonicalize_sparse_mla_kv_cache_dtype", None)
+    if canonical is not None:
+        return canonical(backend, cache_dtype)
+    if backend.get_name() == "FLASHMLA_SPARSE" and cache_dtype.startswith("fp8") and cache_dtype != "fp8_ds_mla":
+        return "fp8_ds_mla"
+    return cache_dtype
+
+
+def build_mla(vllm_config, serving: dict, hf: dict, classes: dict) -> tuple[list, dict]:
+    """DeepseekV2MLAAttention / DeepseekV32Attention per layer: its Indexer's K cache (DeepseekV32IndexerCache,
+    head_dim = index_head_dim + index_head_dim // 128 * 4, uint8, prefix ...self_attn.indexer.k_cache) where the layer
+    builds an Indexer, then its MLAAttention (prefix ...self_attn.attn, head_size kv_lora_rank + qk_rope_head_dim);
+    the MTP layers follow as model.layers.{num_hidden_layers + i}."""
+    import torch
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+    release = serving["release"]
+    v2 = importlib.import_module("vllm.model_executor.models.deepseek_v2")
+    cache_cls = v2.DeepseekV32IndexerCache
+    with contextlib.suppress(ImportError, AttributeError):
+        cache_cls = importlib.import_module("vllm.models.deepseek_v32.attention").DeepseekV32Indexer.indexer_cache_cls
+    head_size = hf["kv_lora_rank"] + hf["qk_rope_head_dim"]
+    cache_config = real_cache_config(vllm_config)
+    backend_name, passed_over = platform_cuda.select_sparse_mla(
+        serving["arch"], hf["num_attention_heads"] // serving["tensor_parallel_size"], cache_config.cache_dtype,
+        head_size, cache_config.block_size, serving["attention_backend"], classes)
+    backend = classes[backend_name]
+    stored = stored_mla_cache_dtype(backend, cache_config.cache_dtype)
+    cache_config.cache_dtype = stored
+    k_head = hf["index_head_dim"] + hf["index_head_dim"] // 128 * 4
+    drafts = draft_layer_count(serving, hf, 0)
+    layers = []
+    with platform_cuda.emulate(serving["arch"]):
+        for layer in range(hf["num_hidden_layers"] + drafts):
+            draft = layer >= hf["num_hidden_layers"]
+            prefix = f"model.layers.{layer}.self_attn"
+            indexer = None
+            if owns_indexer(release, layer, hf):
+                indexer = construct(cache_cls, head_dim=k_head, dtype=torch.uint8, prefix=f"{prefix}.indexer.k_cache",
+                                    cache_config=cache_config)
+                layers.append((f"{prefix}.indexer.k_cache", indexer, draft))
+            attention = inject(MLAAttention, kv_cache_dtype=stored, head_size=head_size, sliding_window=None,
+                               non_causal_multi_token_decode=False, indexer=indexer,
+                               topk_buffer_width=hf["index_topk"], attn_backend=backend,
+                               kv_sharing_target_layer_name=None, layer_name=f"{prefix}.attn", num_kv_heads=1,
+                               dtype=torch.bfloat16, use_sparse=True)
+            layers.append((f"{prefix}.attn", attention, draft))
+    info = {"backend": backend_name, "passed_over": [f"{n}: {r}" for n, r in passed_over], "draft_layers": drafts,
+            "indexers": sum(1 for name, _, _ in layers if name.endswith("k_cache"))}
+    return layers, info
+
+
+# DeepSeek-V4 ----------------------------------------------------------------------------------------------------
+
+def v4_attention_class(vllm_config, arch: str, a4):
+    """The attention class the release's NVIDIA model picks (nvidia/model.py _select_dsv4_attn_cls, 0.26.0+), else
+    its FlashMLA class (nvidia/flashmla.py, 0.23.0+), else the generic one (0.20.0-0.22.1)."""
+    with contextlib.suppress(ImportError):
+        model = importlib.import_module("vllm.models.deepseek_v4.nvidia.model")
+        with platform_cuda.emulate(arch):
+            return model._select_dsv4_attn_cls(vllm_config)
+    with contextlib.suppress(ImportError):
+        return importlib.import_module("vllm.models.deepseek_v4.nvidia.flashmla").DeepseekV4FlashMLAAttention
+    return getattr(a4, "DeepseekV4Attention", None) or a4.DeepseekV4MLAAttention
+
+
+def v4_cache_dtype(a4, attention_cls, cache_config):
+    """(cache dtype string, torch dtype) as DeepseekV4Attention.__init__ resolves them: the release's
+    _resolve_dsv4_kv_cache_dtype (0.23.0+), before it fp8* -> fp8_ds_mla in uint8 (vllm==0.20.0
+    vllm/model_executor/layers/deepseek_v4_attention.py __init__)."""
+    import torch
+
+    resolve = getattr(a4, "_resolve_dsv4_kv_cache_dtype", None)
+    layout = getattr(attention_cls, "use_fp8_ds_mla_layout", True)
+    if callable(layout):
+        layout = inject(attention_cls).use_fp8_ds_mla_layout()
+    if resolve is not None:
+        return harness.call_with(resolve, use_fp8_ds_mla_layout=layout, use_ds_layout=layout,
+                                 cache_dtype=cache_config.cache_dtype, kv_cache_dtype=cache_config.cache_dtype,
+                                 cache_config=cache_config)
+    if cache_config.cache_dtype.startswith("fp8"):
+        cache_config.cache_dtype = "fp8_ds_mla"
+        return "fp8_ds_mla", torch.uint8
+    return cache_config.cache_dtype, torch.bfloat16
+
+
+def build_deepseek_v4(vllm_config, serving: dict, hf: dict, classes: dict) -> tuple[list, dict]:
+    """DeepseekV4 attention per layer i, prefix model.layers.{i}.attn, ratio r = compress_ratios[i] (draft layers 1):
+    r == 4: the indexer's K cache (DeepseekV4IndexerCache: 132 B, or MXFP4's 68 B) and its compressor's FP32 state
+    (CompressorStateCache, 2 x 2 x index_head_dim, ratio 4); every layer its sliding-window cache (DeepseekV4SWACache);
+    the attention layer itself (its compressed cache, None when r <= 1); r > 1 its compressor's FP32 state
+    (2 x coff x head_dim, coff 2 for ratio 4 else 1)."""
+    import torch
+
+    a4 = first_module("vllm.models.deepseek_v4.attention", "vllm.model_executor.layers.deepseek_v4_attention")
+    c4 = first_module("vllm.models.deepseek_v4.compressor", "vllm.model_executor.layers.deepseek_compressor")
+    from vllm.v1.attention.backends.mla import sparse_swa
+
+    attention_cls = v4_attention_class(vllm_config, serving["arch"], a4)
+    cache_config = real_cache_config(vllm_config)
+    fp4 = indexer_uses_fp4(vllm_config, serving)
+    index_dim = hf["index_head_dim"]
+    k_head = index_dim // 2 + index_dim // 32 if fp4 else index_dim + index_dim // 128 * 4
+    ratios = list(hf["compress_ratios"])
+    drafts = draft_layer_count(serving, hf, 3)
+    layers = []
+    with platform_cuda.emulate(serving["arch"]):
+        kv_dtype, kv_torch = v4_cache_dtype(a4, attention_cls, cache_config)
+        for layer in range(len(ratios) + drafts):
+            draft = layer >= len(ratios)
+            ratio = max(1, ratios[layer]) if not draft else 1
+            prefix = f"model.layers.{layer}.attn"
+            if ratio == 4:
+                layers.append((f"{prefix}.indexer.k_cache", construct(
+                    a4.DeepseekV4IndexerCache, head_dim=k_head, dtype=torch.uint8, prefix=f"{prefix}.indexer.k_cache",
+                    cache_config=cache_config, compress_ratio=ratio), draft))
+                layers.append((f"{prefix}.indexer.compressor.state_cache", construct(
+                    c4.CompressorStateCache, state_dim=2 * 2 * index_dim, dtype=torch.float32, compress_ratio=ratio,
+                    prefix=f"{prefix}.indexer.compressor.state_cache"), draft))
+            layers.append((f"{prefix}.swa_cache", construct(
+                sparse_swa.DeepseekV4SWACache, head_dim=hf["head_dim"], window_size=hf["sliding_window"],
+                dtype=kv_torch, prefix=f"{prefix}.swa_cache", cache_config=cache_config,
+                backend_cls=getattr(attention_cls, "swa_backend_cls", None)), draft))
+            layers.append((prefix, inject(attention_cls, compress_ratio=ratio, head_dim=hf["head_dim"],
+                                          kv_cache_dtype=kv_dtype, kv_cache_torch_dtype=kv_torch, prefix=prefix,
+                                          window_size=hf["sliding_window"],
+                                          backend_cls=getattr(attention_cls, "backend_cls", None)), draft))
+            if ratio > 1:
+                coff = 1 + (ratio == 4)
+                layers.append((f"{prefix}.compressor.state_cache", construct(
+                    c4.CompressorStateCache, state_dim=2 * coff * hf["head_dim"], dtype=torch.float32,
+                    compress_ratio=ratio, prefix=f"{prefix}.compressor.state_cache"), draft))
+    info = {"attention": attention_cls.__name__, "cache_dtype_stored": kv_dtype, "indexer_fp4": fp4,
+            "draft_layers": drafts}
+    return layers, info
+
+
+def indexer_uses_fp4(vllm_config, serving: dict) -> bool:
+    """The release's own reading of the attention config (dsa_indexer_uses_fp4, 0.30.0+), else its field."""
+    with contextlib.suppress(ImportError, AttributeError):
+        indexer = importlib.import_module("vllm.v1.attention.backends.mla.indexer")
+        return bool(indexer.dsa_indexer_uses_fp4(vllm_config))
+    attention = getattr(vllm_config, "attention_config", None)
+    return bool(getattr(attention, "use_fp4_indexer_cache", False))
+
+
+FAMILIES = {"mla": build_mla, "deepseek_v4": build_deepseek_v4}
