@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
+import math
 
 import harness
 import platform_cuda
@@ -62,9 +63,8 @@ def model_default_cache_dtype(vllm_config, model: dict, arch: str) -> None:
 
 
 def choose_block_size(vllm_config, layers: list, arch: str) -> int:
-    """The release's Platform.update_block_size_for_backend over the model's layers, as the worker runs it."""
-    context = vllm_config.compilation_config.static_forward_context
-    context.update({name: module for name, module, _ in layers if name not in context})
+    """The release's Platform.update_block_size_for_backend over the model's layers (static_forward_context, in the
+    order the model registered them), as the worker runs it."""
     platform = platform_cuda.cuda_platform(arch)
     with platform_cuda.emulate(arch), harness.quiet():
         platform.update_block_size_for_backend(vllm_config)
@@ -112,6 +112,13 @@ def inject(cls, **attrs):
     for name, value in attrs.items():
         object.__setattr__(obj, name, value)
     return obj
+
+
+def registered(vllm_config, name: str, module):
+    """An injected layer put in static_forward_context where its __init__ would have put itself, so that the
+    layers keep the model's order (the first layer's backend picks the block size in 0.19.0-0.30.0)."""
+    vllm_config.compilation_config.static_forward_context[name] = module
+    return module
 
 
 def first_module(*names):
@@ -197,11 +204,11 @@ def build_mla(vllm_config, serving: dict, hf: dict, classes: dict) -> tuple[list
                 indexer = construct(cache_cls, head_dim=k_head, dtype=torch.uint8, prefix=f"{prefix}.indexer.k_cache",
                                     cache_config=cache_config)
                 layers.append((f"{prefix}.indexer.k_cache", indexer, draft))
-            attention = inject(MLAAttention, kv_cache_dtype=stored, head_size=head_size, sliding_window=None,
-                               non_causal_multi_token_decode=False, indexer=indexer,
-                               topk_buffer_width=hf["index_topk"], attn_backend=backend,
-                               kv_sharing_target_layer_name=None, layer_name=f"{prefix}.attn", num_kv_heads=1,
-                               dtype=torch.bfloat16, use_sparse=True)
+            attention = registered(vllm_config, f"{prefix}.attn", inject(
+                MLAAttention, kv_cache_dtype=stored, head_size=head_size, sliding_window=None,
+                non_causal_multi_token_decode=False, indexer=indexer, topk_buffer_width=hf["index_topk"],
+                attn_backend=backend, kv_sharing_target_layer_name=None, layer_name=f"{prefix}.attn", num_kv_heads=1,
+                dtype=torch.bfloat16, use_sparse=True))
             layers.append((f"{prefix}.attn", attention, draft))
     info = {"backend": backend_name, "passed_over": [f"{n}: {r}" for n, r in passed_over], "draft_layers": drafts,
             "indexers": sum(1 for name, _, _ in layers if name.endswith("k_cache"))}
@@ -279,10 +286,10 @@ def build_deepseek_v4(vllm_config, serving: dict, hf: dict, classes: dict) -> tu
                 sparse_swa.DeepseekV4SWACache, head_dim=hf["head_dim"], window_size=hf["sliding_window"],
                 dtype=kv_torch, prefix=f"{prefix}.swa_cache", cache_config=cache_config,
                 backend_cls=getattr(attention_cls, "swa_backend_cls", None)), draft))
-            layers.append((prefix, inject(attention_cls, compress_ratio=ratio, head_dim=hf["head_dim"],
-                                          kv_cache_dtype=kv_dtype, kv_cache_torch_dtype=kv_torch, prefix=prefix,
-                                          window_size=hf["sliding_window"],
-                                          backend_cls=getattr(attention_cls, "backend_cls", None)), draft))
+            layers.append((prefix, registered(vllm_config, prefix, inject(
+                attention_cls, compress_ratio=ratio, head_dim=hf["head_dim"], kv_cache_dtype=kv_dtype,
+                kv_cache_torch_dtype=kv_torch, prefix=prefix, window_size=hf["sliding_window"],
+                backend_cls=getattr(attention_cls, "backend_cls", None))), draft))
             if ratio > 1:
                 coff = 1 + (ratio == 4)
                 layers.append((f"{prefix}.compressor.state_cache", construct(
@@ -302,4 +309,87 @@ def indexer_uses_fp4(vllm_config, serving: dict) -> bool:
     return bool(getattr(attention, "use_fp4_indexer_cache", False))
 
 
-FAMILIES = {"mla": build_mla, "deepseek_v4": build_deepseek_v4}
+# DeepSeek-V4.1 ---------------------------------------------------------------------------------------------------
+
+def v41_attention_class(vllm_config, arch: str):
+    """The release's own pick (vllm/models/deepseek_v41/nvidia/model.py _select_dsv4_attn_cls). Mega attention asks
+    whether its kernel was built (flash_mla_mega_attn.py is_flashmla_mega_attn_supported): a GPU build has it, this
+    CPU does not, so it is told yes; its topology checks (heads per wo_a group after TP) are the release's."""
+    model = importlib.import_module("vllm.models.deepseek_v41.nvidia.model")
+    with contextlib.suppress(ImportError):
+        mega = importlib.import_module("vllm.models.deepseek_v41.nvidia.flash_mla_mega_attn")
+        mega.is_flashmla_mega_attn_supported = lambda: (True, None)
+    with platform_cuda.emulate(arch):
+        return model._select_dsv4_attn_cls(vllm_config)
+
+
+def v41_records(a41, attention, cache_config) -> dict:
+    """The attributes DeepseekV4Attention.__init__ sets for its caches (vllm==0.33.0
+    vllm/models/deepseek_v41/attention.py:506-537; 0.32.0 :500-527; 0.31.0 :490-517; 0.30.0 :455-461): the cache dtype
+    from the release's _resolve_dsv4_kv_cache_dtype, MXFP8 records on the SM10x family (_use_v41_mxfp8_kv_record):
+    a 528 B window record, else V4's 584 B; the compressed record 288 B under nvfp4_ds_mla (0.31.0+), else the window
+    record; pages aligned to 512 B (SM10x) or 576 B."""
+    layout = attention._uses_fp8_ds_mla_layout()
+    packed = getattr(attention, "packed_kv_cache_dtype", "fp8_ds_mla")
+    kv_dtype, kv_torch = harness.call_with(
+        a41._resolve_dsv4_kv_cache_dtype, use_fp8_ds_mla_layout=layout, kv_cache_dtype=cache_config.cache_dtype,
+        cache_config=cache_config, packed_kv_cache_dtype=packed)
+    mxfp8 = a41._use_v41_mxfp8_kv_record()
+    window = 528 if mxfp8 else 584
+    return {"kv_cache_dtype": kv_dtype, "kv_cache_torch_dtype": kv_torch, "kv_mxfp8": mxfp8,
+            "swa_bytes_per_token": window, "kv_bytes_per_token": window,
+            "compressed_bytes_per_token": 288 if kv_dtype == "nvfp4_ds_mla" else window,
+            "kv_page_alignment": 512 if mxfp8 else 576}
+
+
+def build_deepseek_v41(vllm_config, serving: dict, hf: dict, classes: dict) -> tuple[list, dict]:
+    """DeepseekV4Attention of vllm/models/deepseek_v41/attention.py per layer i (prefix model.layers.{i}.attn;
+    vllm==0.33.0 :320-360 and :430-620): the kv sources (kv_source_layer_ids among the backbone layers) build the
+    indexer's K cache where they are also index sources (DeepseekV4IndexerCache, head_dim from the release's
+    _indexer_k_cache_head_dim and dsa_indexer_uses_fp4), every layer its 32-token sliding-window cache
+    (DeepseekV4SWACache), the attention layer its compressed cache (None unless a kv source), and a kv source's
+    compressor an FP32 ring where its ratio > 1 (compressor.py CompressorStateCache, state_dim 2 x head_dim). DSpark's
+    draft layers (nvidia/dspark.py) are past the backbone: ratio 0, window cache only."""
+    import torch
+
+    a41 = importlib.import_module("vllm.models.deepseek_v41.attention")
+    c41 = importlib.import_module("vllm.models.deepseek_v41.compressor")
+    attention_cls = v41_attention_class(vllm_config, serving["arch"])
+    cache_config = real_cache_config(vllm_config)
+    backbone, ratios = hf["num_hidden_layers"], list(hf["compress_ratios"])
+    drafts = draft_layer_count(serving, hf, 3)
+    layers = []
+    with platform_cuda.emulate(serving["arch"]):
+        records = v41_records(a41, inject(attention_cls), cache_config)
+        fp4 = indexer_uses_fp4(vllm_config, serving)
+        k_head = a41._indexer_k_cache_head_dim(hf["index_head_dim"], fp4)
+        for layer in range(backbone + drafts):
+            ratio = ratios[layer] if layer < len(ratios) else 0
+            kv_source = layer < backbone and layer in hf["kv_source_layer_ids"]
+            index_source = layer < backbone and layer in hf["index_source_layer_ids"]
+            prefix, draft = f"model.layers.{layer}.attn", layer >= backbone
+            layers.append((prefix, registered(vllm_config, prefix, inject(
+                attention_cls, compress_ratio=ratio, is_kv_source=kv_source, is_index_source=index_source,
+                head_dim=hf["head_dim"], prefix=prefix, **records)), draft))
+            if index_source and kv_source:
+                layers.append((f"{prefix}.indexer.k_cache", construct(
+                    a41.DeepseekV4IndexerCache, head_dim=k_head, dtype=torch.uint8, prefix=f"{prefix}.indexer.k_cache",
+                    cache_config=cache_config, compress_ratio=ratio), draft))
+            stride = math.lcm(records["swa_bytes_per_token"], records["compressed_bytes_per_token"])
+            layers.append((f"{prefix}.swa_cache", construct(
+                a41.DeepseekV4SWACache, head_dim=hf["head_dim"], window_size=hf["sliding_window"],
+                dtype=records["kv_cache_torch_dtype"], prefix=f"{prefix}.swa_cache", cache_config=cache_config,
+                backend_cls=attention_cls.swa_backend_cls, block_size=32,
+                packed_bytes_per_token=records["swa_bytes_per_token"],
+                packed_page_alignment=records["kv_page_alignment"],
+                packed_block_stride_alignment=stride if records["kv_mxfp8"] else None, bounded_replay=False), draft))
+            if kv_source and ratio > 1:
+                layers.append((f"{prefix}.compressor.state_cache", construct(
+                    c41.CompressorStateCache, state_dim=2 * hf["head_dim"], dtype=torch.float32,
+                    prefix=f"{prefix}.compressor.state_cache"), draft))
+    info = {"attention": attention_cls.__name__, "cache_dtype_stored": records["kv_cache_dtype"],
+            "indexer_fp4": fp4, "draft_layers": drafts}
+    return layers, info
+
+
+FAMILIES = {"mla": build_mla, "deepseek_v4": build_deepseek_v4, "deepseek_v41": build_deepseek_v41}
