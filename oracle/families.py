@@ -37,6 +37,7 @@ def build(case: dict, log: dict) -> dict:
         info["block_size"] = choose_block_size(vllm_config, layers, serving["arch"])
         specs, backends = runner_specs(vllm_config, layers, serving["arch"])
     info["cache_dtype"] = vllm_config.cache_config.cache_dtype
+    info["stride_alignments"] = sorted({str(getattr(s, "block_stride_alignment", None)) for s in specs.values()})
     info["log"] = [harness.message(r) for r in records if "cache" in harness.message(r).lower()][:8]
     return {"vllm_config": vllm_config, "specs": specs, "backends": backends, "info": info}
 
@@ -220,29 +221,29 @@ def build_mla(vllm_config, serving: dict, hf: dict, classes: dict) -> tuple[list
 def v4_attention_class(vllm_config, arch: str, a4):
     """The attention class the release's NVIDIA model picks (nvidia/model.py _select_dsv4_attn_cls, 0.26.0+), else
     its FlashMLA class (nvidia/flashmla.py, 0.23.0+), else the generic one (0.20.0-0.22.1)."""
-    with contextlib.suppress(ImportError):
-        model = importlib.import_module("vllm.models.deepseek_v4.nvidia.model")
+    with contextlib.suppress(ImportError, AttributeError):
+        select = importlib.import_module("vllm.models.deepseek_v4.nvidia.model")._select_dsv4_attn_cls
         with platform_cuda.emulate(arch):
-            return model._select_dsv4_attn_cls(vllm_config)
-    with contextlib.suppress(ImportError):
+            return select(vllm_config)
+    with contextlib.suppress(ImportError, AttributeError):
         return importlib.import_module("vllm.models.deepseek_v4.nvidia.flashmla").DeepseekV4FlashMLAAttention
     return getattr(a4, "DeepseekV4Attention", None) or a4.DeepseekV4MLAAttention
 
 
 def v4_cache_dtype(a4, attention_cls, cache_config):
     """(cache dtype string, torch dtype) as DeepseekV4Attention.__init__ resolves them: the release's
-    _resolve_dsv4_kv_cache_dtype (0.23.0+), before it fp8* -> fp8_ds_mla in uint8 (vllm==0.20.0
-    vllm/model_executor/layers/deepseek_v4_attention.py __init__)."""
+    _resolve_dsv4_kv_cache_dtype(layout, --kv-cache-dtype, cache_config) (vllm==0.33.0
+    vllm/models/deepseek_v4/attention.py:345-347; 0.23.0 :284-286, the layout flag then use_flashmla_fp8_layout),
+    before it fp8* -> fp8_ds_mla in uint8 (vllm==0.20.0 vllm/model_executor/layers/deepseek_v4_attention.py)."""
     import torch
 
     resolve = getattr(a4, "_resolve_dsv4_kv_cache_dtype", None)
-    layout = getattr(attention_cls, "use_fp8_ds_mla_layout", True)
-    if callable(layout):
-        layout = inject(attention_cls).use_fp8_ds_mla_layout()
     if resolve is not None:
-        return harness.call_with(resolve, use_fp8_ds_mla_layout=layout, use_ds_layout=layout,
-                                 cache_dtype=cache_config.cache_dtype, kv_cache_dtype=cache_config.cache_dtype,
-                                 cache_config=cache_config)
+        if hasattr(attention_cls, "_uses_fp8_ds_mla_layout"):
+            layout = inject(attention_cls)._uses_fp8_ds_mla_layout()
+        else:
+            layout = attention_cls.use_flashmla_fp8_layout
+        return resolve(layout, cache_config.cache_dtype, cache_config)
     if cache_config.cache_dtype.startswith("fp8"):
         cache_config.cache_dtype = "fp8_ds_mla"
         return "fp8_ds_mla", torch.uint8

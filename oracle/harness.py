@@ -352,6 +352,7 @@ def block_bytes(vllm_config, kv_cache_config):
 def run(case: dict) -> dict:
     """{"name", "family", "model": {...}, "serving": {...}, "available_bytes"} -> vLLM's plan, or its error."""
     import families
+    import platform_cuda
 
     started = time.perf_counter()
     log: dict = {}
@@ -359,6 +360,8 @@ def run(case: dict) -> dict:
         built = families.build(case, log)
         result = plan(built["vllm_config"], built["specs"], case["available_bytes"], built["backends"])
         result["info"] = built["info"]
+    except platform_cuda.Unsupported as error:
+        result = {"unsupported": str(error)}
     except Exception as error:  # noqa: BLE001 - a case that fails is reported, the others still run
         result = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-3000:]}
     result["name"] = case["name"]

@@ -17,6 +17,10 @@ import types
 from unittest import mock
 
 GPU_ONLY_PACKAGES = ("flashinfer",)
+
+
+class Unsupported(Exception):
+    """The release has no backend for this GPU and configuration: vLLM would not start."""
 COMPILED_EXTENSIONS = ("vllm._C", "vllm._C_stable_libtorch")
 
 
@@ -153,7 +157,7 @@ def select_sparse_mla(arch: str, num_heads: int, cache_dtype: str, head_size: in
                 raise RuntimeError(f"{name} picked, but a sparse backend ahead of it did not import: {reasons}")
             return name, reasons
         reasons.append((name, invalid))
-    raise RuntimeError(f"no sparse-MLA backend takes this configuration on {arch}: {reasons}")
+    raise Unsupported(f"no sparse-MLA backend takes this configuration on {arch}: {reasons}")
 
 
 def bf16():

@@ -63,6 +63,8 @@ def oracle_answers(points: list, jobs: int) -> dict:
 def verdict(p, answer: dict | None) -> str:
     if p.case is None:
         return p.skip
+    if answer is not None and "unsupported" in answer:
+        return "vLLM would not start: " + answer["unsupported"]
     if answer is None or "error" in answer:
         return "oracle error: " + (answer or {}).get("error", "no answer")[:300]
     return "equal" if answer["tokens"] == p.plan["tokens"] else "DIFFERENT"
@@ -77,7 +79,7 @@ def rows(points: list, answers: dict) -> list[dict]:
             row |= {"kv_bytes": p.plan["kv_bytes"], "plan_tokens": p.plan["tokens"],
                     "plan_block_bytes": p.plan["block_bytes"], "plan_blocks_per_request": p.plan["blocks_per_request"],
                     "plan_groups": p.plan["groups"], "plan_backend": p.plan["backend"]}
-        if answer is not None and "error" not in answer:
+        if answer is not None and "tokens" in answer:
             row |= {"vllm_tokens": answer["tokens"], "vllm_block_bytes": answer["block_bytes"],
                     "vllm_blocks_per_request": answer["blocks_per_request"], "vllm_groups": len(answer["groups"]),
                     "vllm_backend": answer["info"].get("backend") or answer["info"].get("attention"),
@@ -100,9 +102,10 @@ def text(table: list[dict]) -> str:
                      f"{r['plan_block_bytes']:>12,} {r['vllm_block_bytes']:>12,} {pages:>13}  {r['verdict']}")
     counted = [r["verdict"] for r in table]
     lines.append(f"{counted.count('equal')} equal, {counted.count('DIFFERENT')} different, "
+                 f"{sum(v.startswith('vLLM would not start') for v in counted)} that vLLM would not start, "
                  f"{sum(v.startswith('oracle error') for v in counted)} oracle errors, "
-                 f"{sum(v not in ('equal', 'DIFFERENT') and not v.startswith('oracle error') for v in counted)} "
-                 f"not run (no model code, or plan refuses the recipe)")
+                 f"{sum(v.startswith(('no model code', 'plan refuses')) for v in counted)} not run (no model code in "
+                 f"the release, or plan refuses the recipe)")
     return "\n".join(lines)
 
 
@@ -124,8 +127,7 @@ def main() -> int:
     print(f"{len(releases)} releases in {time.perf_counter() - started:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=1))
-    return 0 if all(r["verdict"] in ("equal",) or "vllm_tokens" not in r and not r["verdict"].startswith("oracle")
-                    for r in table) else 1
+    return 0 if all(r["verdict"] != "DIFFERENT" and not r["verdict"].startswith("oracle error") for r in table) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""plan's KV tokens against vLLM's own KV-cache planner (oracle/): every bundled recipe at the newest release and at a
+spread of older ones. Marked vllm_oracle; skipped unless oracle/setup.sh has set up the releases (see the README).
+
+    .venv/bin/python -m pytest -q -m vllm_oracle tests/test_vllm_oracle.py
+
+The oracle builds each layer's KV-cache spec with the release's own model code and plans them with the release's own
+EngineCore._initialize_kv_caches (oracle/harness.py, oracle/families.py); plan's groups are never read.
+"""
+
+import sys
+from functools import lru_cache
+
+import pytest
+
+from conftest import ROOT, RECIPES
+
+sys.path.insert(0, str(ROOT / "oracle"))
+
+import cases  # noqa: E402
+import table  # noqa: E402
+
+pytestmark = pytest.mark.vllm_oracle
+NEWEST = cases.RELEASES[-1]
+# One release of each KV-cache rule change plan models: the oldest, token counts from concurrency (0.20.1), bucket
+# block prices (0.23.0), windows holding two batches (0.26.0), packed grouping (0.29.0), V4.1 (0.30.0) and its
+# block-stride alignments (0.31.0).
+SPREAD = ["0.19.0", "0.20.1", "0.23.0", "0.26.0", "0.29.0", "0.30.0", "0.31.0"]
+BUNDLED = sorted(path.stem for path in RECIPES.glob("*.yaml"))
+SET_UP = table.available_releases()
+
+
+@lru_cache(maxsize=None)
+def table_rows() -> dict:
+    """Every bundled recipe on every release here that the tests use, one process a release."""
+    points = cases.points([r for r in [NEWEST, *SPREAD] if r in SET_UP], BUNDLED)
+    return {(r["release"], r["recipe"]): r for r in table.rows(points, table.oracle_answers(points, 2))}
+
+
+def row_of(release: str, recipe: str) -> dict:
+    if release not in SET_UP:
+        pytest.skip(f"vLLM {release} is not set up: bash oracle/setup.sh {release}")
+    return table_rows()[(release, recipe)]
+
+
+def check(row: dict) -> None:
+    if "vllm_tokens" not in row:
+        assert not row["verdict"].startswith("oracle error"), row["verdict"]
+        return  # the release has no model code for it, or plan refuses the recipe there
+    assert (row["plan_tokens"], row["plan_block_bytes"], row["plan_blocks_per_request"]) == (
+        row["vllm_tokens"], row["vllm_block_bytes"], row["vllm_blocks_per_request"]), row
+
+
+@pytest.mark.parametrize("recipe", BUNDLED)
+def test_plan_logs_the_tokens_vllm_logs_at_the_newest_release(recipe):
+    row = row_of(NEWEST, recipe)
+    assert "vllm_tokens" in row, row["verdict"]
+    check(row)
+
+
+@pytest.mark.parametrize("release", SPREAD)
+@pytest.mark.parametrize("recipe", BUNDLED)
+def test_plan_logs_the_tokens_vllm_logs_at_older_releases(recipe, release):
+    check(row_of(release, recipe))
