@@ -230,6 +230,15 @@ def v4_attention_class(vllm_config, arch: str, a4):
     return getattr(a4, "DeepseekV4Attention", None) or a4.DeepseekV4MLAAttention
 
 
+def check_runs_on(attention_cls, arch: str) -> None:
+    """The attention layer's backend must take this GPU (AttentionBackend.supports_compute_capability), or vLLM
+    fails at start."""
+    backend = getattr(attention_cls, "backend_cls", None)
+    if backend is not None and not backend.supports_compute_capability(platform_cuda.capability(arch)):
+        raise platform_cuda.Unsupported(f"{attention_cls.__name__}'s backend {backend.get_name()} does not run on "
+                                        f"{arch}")
+
+
 def v4_cache_dtype(a4, attention_cls, cache_config):
     """(cache dtype string, torch dtype) as DeepseekV4Attention.__init__ resolves them: the release's
     _resolve_dsv4_kv_cache_dtype(layout, --kv-cache-dtype, cache_config) (vllm==0.33.0
@@ -263,6 +272,7 @@ def build_deepseek_v4(vllm_config, serving: dict, hf: dict, classes: dict) -> tu
     from vllm.v1.attention.backends.mla import sparse_swa
 
     attention_cls = v4_attention_class(vllm_config, serving["arch"], a4)
+    check_runs_on(attention_cls, serving["arch"])
     cache_config = real_cache_config(vllm_config)
     fp4 = indexer_uses_fp4(vllm_config, serving)
     index_dim = hf["index_head_dim"]
@@ -356,6 +366,7 @@ def build_deepseek_v41(vllm_config, serving: dict, hf: dict, classes: dict) -> t
     a41 = importlib.import_module("vllm.models.deepseek_v41.attention")
     c41 = importlib.import_module("vllm.models.deepseek_v41.compressor")
     attention_cls = v41_attention_class(vllm_config, serving["arch"])
+    check_runs_on(attention_cls, serving["arch"])
     cache_config = real_cache_config(vllm_config)
     backbone, ratios = hf["num_hidden_layers"], list(hf["compress_ratios"])
     drafts = draft_layer_count(serving, hf, 3)

@@ -307,9 +307,18 @@ def plan(vllm_config, specs: dict, available: int, backends: list) -> dict:
     groups = [group_summary(g, vllm_config) for g in scheduler_config.kv_cache_groups]
     return {"tokens": tokens, "line": line, "num_blocks": scheduler_config.num_blocks,
             "block_bytes": block_bytes(vllm_config, executor.worker_configs[0]),
-            "blocks_per_request": sum(g["blocks_per_request"] for g in groups), "groups": groups,
+            "blocks_per_request": blocks_per_request(vllm_config, scheduler_config), "groups": groups,
             "layout": str(getattr(executor.worker_configs[0], "kv_cache_layout", None)),
             "log": [l for l in lines if "KV cache" in l or "concurrency" in l or "block size" in l.lower()]}
+
+
+def blocks_per_request(vllm_config, scheduler_config) -> int | float:
+    """The blocks one request of max_model_len holds, as the release counts them for its concurrency: num_blocks over
+    its get_max_concurrency_for_kv_cache_config (a byte ratio before 0.27.0, the groups' pages summed since)."""
+    import vllm.v1.core.kv_cache_utils as utils
+
+    ratio = scheduler_config.num_blocks / utils.get_max_concurrency_for_kv_cache_config(vllm_config, scheduler_config)
+    return round(ratio) if abs(ratio - round(ratio)) < 1e-6 else round(ratio, 3)
 
 
 def group_summary(group, vllm_config) -> dict:
