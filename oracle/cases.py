@@ -28,9 +28,11 @@ ARCHITECTURE_CONFIG = {
                              "kv_lora_rank": 512, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256},
     "DeepseekV4ForCausalLM": {"model_type": "deepseek_v4", "num_attention_heads": 64, "head_dim": 512},
     "DeepseekV41ForCausalLM": {"model_type": "deepseek_v41", "head_dim": 512},
+    "Glm5NextForConditionalGeneration": {"model_type": "glm5_next", "kv_lora_rank": 512, "qk_rope_head_dim": 0,
+                                         "gate_lower_bound": -5.0},
 }
 HEADS = {"deepseek-ai/DeepSeek-V4-Pro": 128}
-FAMILY = {"mla": "mla", "deepseek_v4": "deepseek_v4", "deepseek_v41": "deepseek_v41"}
+FAMILY = {"mla": "mla", "deepseek_v4": "deepseek_v4", "deepseek_v41": "deepseek_v41", "glm5next": "glm5next"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,11 @@ def model_config(recipe) -> dict:
         hf |= {"index_topk_freq": model.index_topk_freq, "index_skip_topk_offset": model.index_skip_topk_offset}
     if model.compress_ratios:
         hf |= {"compress_ratios": list(model.compress_ratios), "sliding_window": model.sliding_window}
+    if getattr(model, "linear_layers", ()):  # GLM-5.3-Flash, where the tool models it
+        hf |= {"layer_types": ["linear_attention" if i in model.linear_layers else "deepseek_sparse_attention"
+                               for i in range(model.num_layers)], "linear_num_heads": model.linear_heads,
+               "linear_head_dim": model.linear_head_dim, "linear_conv_kernel_dim": model.linear_conv_kernel,
+               "index_kpool": model.index_kpool}
     if model.kv_source_layers:
         hf |= {"kv_source_layer_ids": list(model.kv_source_layers),
                "index_source_layer_ids": list(model.index_source_layers), "o_groups": model.o_groups}

@@ -34,7 +34,8 @@ def build(case: dict, log: dict) -> dict:
     with current_config(vllm_config), harness.captured_logs() as records:
         model_default_cache_dtype(vllm_config, model, serving["arch"])
         layers, info = builder(vllm_config, serving, model["hf_config"], classes)
-        info["block_size"] = choose_block_size(vllm_config, layers, serving["arch"])
+        if "block_size" not in info:  # a hybrid model's family sizes its own attention block
+            info["block_size"] = choose_block_size(vllm_config, layers, serving["arch"])
         specs, backends = runner_specs(vllm_config, layers, serving["arch"])
     info["cache_dtype"] = vllm_config.cache_config.cache_dtype
     info["stride_alignments"] = sorted({str(getattr(s, "block_stride_alignment", None)) for s in specs.values()})
@@ -404,4 +405,109 @@ def build_deepseek_v41(vllm_config, serving: dict, hf: dict, classes: dict) -> t
     return layers, info
 
 
-FAMILIES = {"mla": build_mla, "deepseek_v4": build_deepseek_v4, "deepseek_v41": build_deepseek_v41}
+# GLM-5.3-Flash (Glm5Next) -----------------------------------------------------------------------------------------
+
+def glm5next_block_size(cache_config, hf: dict, tp: int, k: int) -> tuple[int, int, int]:
+    """(attention block B, one token's MLA bytes, the KDA state's bytes) as Platform._align_hybrid_block_size sizes
+    them (vllm==0.30.0 vllm/platforms/interface.py:778-958; 0.33.0 :940-1135), with the release's own spec classes
+    and state calculators: B = 128 x cdiv(KDA page, 128 x MLA bytes a token), 128 being the MLA decode kernels'
+    multiple (:895-907), already a multiple of the indexer's 4 x 32 (0.30/0.31, cuda.py:430-447) and of every
+    backend's smallest kernel block (0.32+). SM90 and SM10x: SM12x's indexer rounds to 256, not modelled here."""
+    import torch
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator, MambaStateShapeCalculator
+    from vllm.v1.kv_cache_interface import MambaSpec, MLAAttentionSpec
+
+    dtype = torch.bfloat16 if cache_config.cache_dtype == "auto" else torch.uint8
+    token = MLAAttentionSpec(block_size=1, num_kv_heads=1, head_size=hf["kv_lora_rank"] + hf["qk_rope_head_dim"],
+                             dtype=dtype).page_size_bytes
+    shapes = kda_shapes(MambaStateShapeCalculator, hf, tp, k)
+    dtypes = MambaStateDtypeCalculator.kda_state_dtype(torch.bfloat16, "auto", "auto")
+    state = MambaSpec(shapes=shapes, dtypes=dtypes, block_size=1).page_size_bytes
+    return 128 * -(-state // (128 * token)), token, state
+
+
+def kda_shapes(calculator, hf: dict, tp: int, k: int):
+    return harness.call_with(calculator.kda_state_shape, tp_world_size=tp, num_heads=hf["linear_num_heads"],
+                             head_dim=hf["linear_head_dim"], conv_kernel_size=hf["linear_conv_kernel_dim"],
+                             num_spec=k)
+
+
+def build_glm5next(vllm_config, serving: dict, hf: dict, classes: dict) -> tuple[list, dict]:
+    """GLM-5.3-Flash (vllm/models/glm5next: nvidia/ in 0.30.0, common/ from 0.31.0), layer by layer in the model's
+    order (notes: /work/notes/glm53.md sections 2-7): a layer whose layer_types entry is linear_attention is a KDA
+    layer (Glm5NextLinearAttention, prefix model.layers.{i}.self_attn: its MambaSpec from the release's
+    MambaBase.get_kv_cache_spec); the others, and the MTP layer model.layers.{45}.mtp_block, are DSA layers: the
+    indexer's kpool K cache (Glm5NextIndexerCache, 132 B, index_kpool tokens an entry), its tail ring
+    (Glm5NextTailCache) and the MLA latent (MLAAttention, head_size kv_lora_rank + qk_rope_head_dim = 512).
+    The hybrid config vLLM sets before the layers give their specs is written here as the release sets it: prefix
+    caching on, so mamba_cache_mode 'align' (vllm==0.30.0 vllm/model_executor/models/config.py:609-649), the attention
+    block B and the KDA page padded to B x an MLA token (glm5next_block_size)."""
+    import torch
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+    base = "vllm.models.glm5next.nvidia" if serving["release"] == "0.30.0" else "vllm.models.glm5next.common"
+    attention_module = importlib.import_module(f"{base}.attention")
+    kda_module = importlib.import_module(f"{base}.kda")
+    cache_config = real_cache_config(vllm_config)
+    tp = serving["tensor_parallel_size"]
+    spec = serving["speculative"]
+    k = spec["num_speculative_tokens"] if spec else 0
+    head_size = hf["kv_lora_rank"] + hf["qk_rope_head_dim"]
+    backend_name, passed_over = platform_cuda.select_sparse_mla(
+        serving["arch"], hf["num_attention_heads"] // tp, cache_config.cache_dtype, head_size, None,
+        serving["attention_backend"], classes)
+    backend = classes[backend_name]
+    stored = stored_mla_cache_dtype(backend, cache_config.cache_dtype)
+    cache_config.cache_dtype = stored
+    block, token, state = glm5next_block_size(cache_config, hf, tp, k)
+    cache_config.block_size = block
+    cache_config.mamba_cache_mode = "align"
+    cache_config.mamba_block_size = block
+    cache_config.mamba_page_size_padded = block * token if block * token != state else None
+    drafts = draft_layer_count(serving, hf, 0)
+    k_head = hf["index_head_dim"] + hf["index_head_dim"] // 128 * 4
+    layers = []
+    with platform_cuda.emulate(serving["arch"]):
+        prefill = kda_prefill_backend(kda_module, hf)
+        for layer in range(hf["num_hidden_layers"] + drafts):
+            draft = layer >= hf["num_hidden_layers"]
+            if not draft and hf["layer_types"][layer] == "linear_attention":
+                name = f"model.layers.{layer}.self_attn"
+                layers.append((name, registered(vllm_config, name, inject(
+                    kda_module.Glm5NextLinearAttention, tp_size=tp, num_heads=hf["linear_num_heads"],
+                    head_dim=hf["linear_head_dim"], conv_size=hf["linear_conv_kernel_dim"], num_spec=k,
+                    model_config=vllm_config.model_config, cache_config=cache_config, kda_prefill_backend=prefill,
+                    speculative_config=vllm_config.speculative_config)), draft))
+                continue
+            prefix = f"model.layers.{layer}.mtp_block.self_attn" if draft else f"model.layers.{layer}.self_attn"
+            k_cache = construct(attention_module.Glm5NextIndexerCache, head_dim=k_head, dtype=torch.uint8,
+                                prefix=f"{prefix}.indexer.k_cache", cache_config=cache_config,
+                                index_kpool=hf["index_kpool"])
+            layers.append((f"{prefix}.indexer.k_cache", k_cache, draft))
+            layers.append((f"{prefix}.indexer.tail_cache", construct(
+                attention_module.Glm5NextTailCache, head_dim=hf["index_head_dim"], dtype=torch.bfloat16,
+                prefix=f"{prefix}.indexer.tail_cache", cache_config=cache_config,
+                index_kpool=hf["index_kpool"]), draft))
+            layers.append((f"{prefix}.attn", registered(vllm_config, f"{prefix}.attn", inject(
+                MLAAttention, kv_cache_dtype=stored, head_size=head_size, sliding_window=None,
+                non_causal_multi_token_decode=False, indexer=k_cache,
+                topk_buffer_width=-(-(hf["index_topk"] + hf["index_kpool"] - 1) // 128) * 128,
+                attn_backend=backend, kv_sharing_target_layer_name=None, layer_name=f"{prefix}.attn",
+                num_kv_heads=1, dtype=torch.bfloat16, use_sparse=True)), draft))
+    info = {"backend": backend_name, "passed_over": [f"{n}: {r}" for n, r in passed_over], "draft_layers": drafts,
+            "block_size": block, "kda_state_bytes": state, "kda_prefill": prefill}
+    return layers, info
+
+
+def kda_prefill_backend(kda_module, hf: dict) -> str:
+    """FlashKDA or Triton, by the release's own pick (common/kda.py _resolve_kda_prefill_backend, 0.32.0+)."""
+    import torch
+
+    resolve = getattr(kda_module, "_resolve_kda_prefill_backend", None)
+    if resolve is None:
+        return "triton"
+    return resolve("auto", hf["linear_head_dim"], torch.bfloat16, hf.get("gate_lower_bound"))
+
+
+FAMILIES = {"mla": build_mla, "deepseek_v4": build_deepseek_v4, "deepseek_v41": build_deepseek_v41,
+            "glm5next": build_glm5next}

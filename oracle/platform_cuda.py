@@ -16,7 +16,7 @@ import sys
 import types
 from unittest import mock
 
-GPU_ONLY_PACKAGES = ("flashinfer",)
+GPU_ONLY_PACKAGES = ("flashinfer", "torchvision")
 
 
 class Unsupported(Exception):
@@ -106,6 +106,30 @@ def emulate(arch: str):
                     object.__delattr__(cpu, name)
 
 
+# What a backend asks of the kernels its release ships (FlashAttention's MLA, FlashInfer and its SM90 / SM120 sparse
+# MLA, FA4's CuTe MLA): a GPU install of the release has them all, so they answer yes while a backend is picked.
+KERNEL_PROBES = {"flash_attn_supports_mla": lambda *a, **k: True, "has_flashinfer": lambda *a, **k: True,
+                 "has_flashinfer_sm90_nope_mla": lambda *a, **k: True,
+                 "has_flashinfer_sparse_mla_sm120": lambda *a, **k: True,
+                 "_fa4_cute_mla_available": lambda *a, **k: None}
+
+
+@contextlib.contextmanager
+def kernels_built():
+    """The kernel probes answer as on a GPU install, in every vLLM module that holds one."""
+    saved = []
+    for module in [m for name, m in sys.modules.items() if name.startswith("vllm") and m is not None]:
+        for probe, answer in KERNEL_PROBES.items():
+            if probe in vars(module):
+                saved.append((module, probe, vars(module)[probe]))
+                setattr(module, probe, answer)
+    try:
+        yield
+    finally:
+        for module, probe, original in saved:
+            setattr(module, probe, original)
+
+
 def import_backends() -> dict:
     """Every attention backend class the release registers that imports on this machine (before emulation: some
     modules take CUDA-only paths on import when the platform says CUDA)."""
@@ -147,7 +171,7 @@ def select_sparse_mla(arch: str, num_heads: int, cache_dtype: str, head_size: in
         if cls is None:
             reasons.append((name, "does not import on this machine"))
             continue
-        with emulate(arch):
+        with emulate(arch), kernels_built():
             invalid = call_with(cls.validate_configuration, head_size=head_size, dtype=bf16(),
                                 kv_cache_dtype=cache_dtype, block_size=None, use_mla=True, has_sink=False,
                                 use_sparse=True, use_mm_prefix=False, use_per_head_quant_scales=False,
