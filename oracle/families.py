@@ -220,7 +220,7 @@ def build_mla(vllm_config, serving: dict, hf: dict, classes: dict) -> tuple[list
 # DeepSeek-V4 ----------------------------------------------------------------------------------------------------
 
 def v4_attention_class(vllm_config, arch: str, a4):
-    """The attention class the release's NVIDIA model picks (nvidia/model.py _select_dsv4_attn_cls, 0.26.0+), else
+    """The attention class the release's NVIDIA model picks (nvidia/model.py _select_dsv4_attn_cls, 0.23.0+), else
     its FlashMLA class (nvidia/flashmla.py, 0.23.0+), else the generic one (0.20.0-0.22.1)."""
     with contextlib.suppress(ImportError, AttributeError):
         select = importlib.import_module("vllm.models.deepseek_v4.nvidia.model")._select_dsv4_attn_cls
