@@ -153,13 +153,15 @@ def build_vllm_config(serving: dict, model: dict, log: dict):
         tensor_parallel_size=serving["tensor_parallel_size"], pipeline_parallel_size=serving["pipeline_parallel_size"],
         data_parallel_size=serving["data_parallel_size"],
         decode_context_parallel_size=serving["decode_context_parallel_size"]), log, "parallel_config")
+    heads = model["hf_config"].get("num_attention_heads", 0)
     hf = stub("model_config.hf_config", log, None, model_type=model["model_type"],
               architectures=list(model["architectures"]), **model["hf_config"])
     model_config = stub("model_config", log, None, max_model_len=serving["max_model_len"],
                         original_max_model_len=serving["max_model_len"], supports_kv_cache_grouping=False,
                         architectures=list(model["architectures"]), dtype=torch.bfloat16, is_encoder_decoder=False,
                         hf_config=hf, hf_text_config=hf, is_hybrid=False, rswa_window=None,
-                        use_mla=True, is_deepseek_mla=True, get_num_layers=lambda parallel: hf.num_hidden_layers)
+                        use_mla=True, is_deepseek_mla=True, get_num_layers=lambda parallel: hf.num_hidden_layers,
+                        get_num_attention_heads=lambda parallel: heads // parallel.tensor_parallel_size)
     top = dict(model_config=model_config, cache_config=Recorder("cache_config", log, cache),
                scheduler_config=Recorder("scheduler_config", log, scheduler),
                parallel_config=Recorder("parallel_config", log, parallel),
