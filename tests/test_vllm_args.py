@@ -3,10 +3,10 @@ own source, plans to the recipe's figures; every spelling vLLM's parser takes re
 serve (and vllm-config) plans back to the same figures, and vLLM's own parser of the release (marked vllm_oracle,
 run on a CPU from the release's Python files) accepts it with the same values.
 
-The oracle tests need a Python with vLLM's dependencies and the releases' files (shared/tools/vllm-releases.sh):
-    VLLM_ORACLE_PYTHON=/work/oracle/venv/bin/python VLLM_ORACLE_RELEASES=/work/oracle/releases \\
-        .venv/bin/python -m pytest -q -m vllm_oracle tests/test_vllm_args.py
-(those are the defaults; VLLM_ORACLE_RELEASE=0.33.0,0.29.0 checks more releases, about 15 s each)."""
+The oracle tests need the Python and the releases' files that oracle/setup.sh sets up (README, "Checked against
+vLLM's own planner"; VLLM_ORACLE_PYTHON and VLLM_ORACLE_RELEASES point elsewhere):
+    bash oracle/setup.sh && .venv/bin/python -m pytest -q -m vllm_oracle tests/test_vllm_args.py
+(VLLM_ORACLE_RELEASE=0.33.0,0.29.0 checks more releases, about 15 s each)."""
 
 import functools
 import json
@@ -142,8 +142,9 @@ def test_other_commands_take_a_launch_script(tmp_path):
 
 # vLLM's own parser ---------------------------------------------------------------------------------------------
 
-ORACLE_PYTHON = Path(os.environ.get("VLLM_ORACLE_PYTHON", "/work/oracle/venv/bin/python"))
-ORACLE_RELEASES = Path(os.environ.get("VLLM_ORACLE_RELEASES", "/work/oracle/releases"))
+ORACLE_HOME = Path(os.environ.get("DSA_KVCALC_ORACLE_HOME", Path.home() / ".cache" / "dsa-kvcalc-oracle"))
+ORACLE_PYTHON = Path(os.environ.get("VLLM_ORACLE_PYTHON", ORACLE_HOME / "venv" / "bin" / "python"))
+ORACLE_RELEASES = Path(os.environ.get("VLLM_ORACLE_RELEASES", ORACLE_HOME / "releases"))
 RELEASES = os.environ.get("VLLM_ORACLE_RELEASE", "0.33.0").split(",")
 
 

@@ -2,7 +2,7 @@
 tests/test_vllm_args.py. Run with a Python that has vLLM's dependencies (not the project's venv: vLLM pins a newer
 typer), the release's folder first:
 
-    $VLLM_ORACLE_PYTHON tests/vllm_parser.py /work/oracle/releases/0.33.0 < cases.json
+    ~/.cache/dsa-kvcalc-oracle/venv/bin/python tests/vllm_parser.py ~/.cache/dsa-kvcalc-oracle/releases/0.33.0 < cases.json
 
 cases.json is a list of {"argv": [words after `vllm serve`]}, {"config": "a --config YAML"} or {"options": true};
 it prints one JSON object a case: the namespace (values vLLM's types made, JSON-able) or the parser's error, and for
