@@ -316,6 +316,15 @@ class Model:
         return self.index_kpool > 1
 
     @property
+    def block_outermost_layout(self) -> bool:
+        """Its backends declare a block-outermost KV-cache layout, so vLLM 0.32.0+ resolves one: DeepSeek-V4's and
+        V4.1's indexer (DEEPSEEK_V4_INDEXER: BLHNC, BLNHC) and GLM-5.3-Flash's kpool tail (KPOOL_TAIL: BLHNC),
+        vllm==0.32.0 vllm/v1/attention/backends/mla/indexer.py:313-314, 348-351. V3.2's and GLM-5.x's backends
+        declare none (LBNHC, layer-outer, first: vllm/v1/attention/backends/utils.py:195-202) or, ROCm's AITER sparse
+        MLA, LBNHC first (rocm_aiter_mla_sparse.py:394-395); the same in vllm==0.33.0."""
+        return self.family != "mla"
+
+    @property
     def indexer(self) -> Indexer:
         return KPOOL_INDEXER if self.kpool_indexer else DSA_INDEXER
 

@@ -117,6 +117,7 @@ class Engine:
     v41_window_stride_alignment: bool
     v41_indexer_sparse_logits_alignment: int  # 0: no indexer_sparse_logits
     aligns_block_stride: bool  # the block stride rounded up to the layers' alignment
+    pads_layer_pages: bool  # layer-outer layouts pad each layer's page to its alignment; block-outermost round the sum
     pad_window_pages: bool  # window pages padded up to the next full-attention page size
     concurrency_counts_pages: bool  # pages per request summed over groups (else a byte ratio)
     tokens_from_concurrency: bool  # "GPU KV cache size" = int(concurrency x max_model_len)
@@ -288,6 +289,13 @@ VLLM_RULES = {
         (Change("0.31.0", True, "vllm==0.31.0 vllm/v1/core/kv_cache_utils.py:1622-1632: rounded up to the lcm of the "
                                 "layers' block_stride_alignment (656 B for fp8_ds_mla on FlashMLA-sparse on SM10x, "
                                 "vllm/model_executor/layers/attention/mla_attention.py:1375-1382)"),)),
+    "pads_layer_pages": Rule(
+        False, "vllm==0.31.0 vllm/v1/core/kv_cache_utils.py:1606-1632: the sum of the pages rounded up, for every "
+               "layout",
+        (Change("0.32.0", True, "vllm==0.32.0 vllm/v1/core/kv_cache_utils.py:1515-1551 (0.33.0 "
+                                "vllm/v1/core/kv_cache_planning.py:569-606) _get_kv_cache_bytes_per_block: a "
+                                "layer-outer layout sums each layer's page padded to its own alignment; only a "
+                                "block-outermost one rounds the sum (catalog.Model.block_outermost_layout)"),)),
     "pad_window_pages": Rule(
         True, "vllm==0.26.0 vllm/v1/core/kv_cache_utils.py:1663-1672: window pages padded to the next full-attention "
               "page size",

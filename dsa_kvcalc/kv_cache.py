@@ -486,8 +486,11 @@ def block_bytes(recipe: Recipe, groups: list[Group]) -> int:
     """What one block id costs. One uniform group: its page bytes. DeepSeek-V4's packed layout (vLLM rule by
     version): 'tuple' = distinct full-group page sizes x the most layers of one size in a group (to 0.22.1);
     'bucket' = each page size x its most layers in any group (to 0.26.0); 'overlay' = the largest group; from 0.31.0
-    rounded up to the lcm of the layers' block-stride alignments."""
+    rounded up to the lcm of the layers' block-stride alignments. From 0.32.0 a layer-outer layout (V3.2, GLM-5.x)
+    costs the largest group's pages, each padded to its own alignment."""
     rule = recipe.engine.kv_block_rule
+    if recipe.engine.pads_layer_pages and not recipe.model.block_outermost_layout:
+        return max(sum(round_up(c.page_bytes, c.stride_alignment) for c in g.caches) for g in groups)
     if len(groups) == 1 or rule == "overlay":
         stride = max(g.page_bytes for g in groups)
     elif rule == "tuple":

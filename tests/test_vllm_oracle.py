@@ -22,17 +22,10 @@ pytestmark = pytest.mark.vllm_oracle
 NEWEST = cases.RELEASES[-1]
 # One release of each KV-cache rule change plan models: the oldest, token counts from concurrency (0.20.1), bucket
 # block prices (0.23.0), windows holding two batches (0.26.0), packed grouping (0.29.0), V4.1 (0.30.0) and its
-# block-stride alignments (0.31.0).
-SPREAD = ["0.19.0", "0.20.1", "0.23.0", "0.26.0", "0.29.0", "0.30.0", "0.31.0"]
+# block-stride alignments (0.31.0), layer-outer pages padded one by one (0.32.0).
+SPREAD = ["0.19.0", "0.20.1", "0.23.0", "0.26.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]
 BUNDLED = sorted(path.stem for path in RECIPES.glob("*.yaml"))
 SET_UP = table.available_releases()
-# plan's rules that vLLM's planner contradicts, each with the vLLM rule (the lead fixes them in dsa_kvcalc; the mark
-# then fails as an unexpected pass and goes)
-FLAT_CACHE = ("vllm==0.31.0 vllm/model_executor/layers/attention/mla_attention.py:1380-1382 with _uses_flat_kv_cache "
-              ":751-756: FLASHINFER_MLA_SPARSE, and FLASHMLA_SPARSE with a cache that is not DS-MLA, align the block "
-              "stride to one token's record (576 B fp8, 1152 B bf16); plan aligns only DS-MLA on SM10x")
-KNOWN = {("0.31.0", "deepseek-v3.2-8xb200-tp8"): FLAT_CACHE, ("0.31.0", "glm-5-8xb200-tp8"): FLAT_CACHE}
-
 
 @pytest.fixture(scope="session")
 def oracle_rows(request) -> dict:
@@ -43,11 +36,9 @@ def oracle_rows(request) -> dict:
     return {(r["release"], r["recipe"]): r for r in table.rows(points, table.oracle_answers(points, 2))}
 
 
-def row_of(rows: dict, release: str, recipe: str, request) -> dict:
+def row_of(rows: dict, release: str, recipe: str) -> dict:
     if release not in SET_UP:
         pytest.skip(f"vLLM {release} is not set up: bash oracle/setup.sh {release}")
-    if (release, recipe) in KNOWN:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN[(release, recipe)], strict=True))
     return rows[(release, recipe)]
 
 
@@ -61,13 +52,13 @@ def check(row: dict) -> None:
 
 
 @pytest.mark.parametrize("recipe", BUNDLED)
-def test_plan_logs_the_tokens_vllm_logs_at_the_newest_release(oracle_rows, recipe, request):
-    row = row_of(oracle_rows, NEWEST, recipe, request)
+def test_plan_logs_the_tokens_vllm_logs_at_the_newest_release(oracle_rows, recipe):
+    row = row_of(oracle_rows, NEWEST, recipe)
     assert "vllm_tokens" in row, row["verdict"]
     check(row)
 
 
 @pytest.mark.parametrize("release", SPREAD)
 @pytest.mark.parametrize("recipe", BUNDLED)
-def test_plan_logs_the_tokens_vllm_logs_at_older_releases(oracle_rows, recipe, release, request):
-    check(row_of(oracle_rows, release, recipe, request))
+def test_plan_logs_the_tokens_vllm_logs_at_older_releases(oracle_rows, recipe, release):
+    check(row_of(oracle_rows, release, recipe))
