@@ -1,0 +1,426 @@
+"""Mutation testing of the domain modules: change one constant, boundary or comparison, and some test must fail.
+
+For each target module the source is parsed with `ast` and every single-point mutant generated (see MUTATIONS below);
+each mutant is written into a private copy of the repository (never the checkout), and the tests run there: first a
+fast selection (every test file but the slow reliability, fuzz and output ones, the module's own first, stopping at
+the first failure), then, for a mutant no fast test kills, the whole suite. Results are appended to a JSON-lines file,
+one line a mutant, so that a run can be stopped, resumed, sharded (--shard i/n) and summarised later.
+
+    python3 tools/mutate.py                                  # every module, 2 jobs
+    python3 tools/mutate.py --module engine --module capacity --jobs 2
+    python3 tools/mutate.py --summary                        # the results so far
+    python3 tools/mutate.py --list --module kv_cache         # the mutants, without running them
+    python3 tools/mutate.py --retest survived                # again, for the survivors (after adding tests)
+
+Mutations (skipping docstrings, f-strings, string constants other than release strings, and type annotations):
+numbers n -> n + 1 and n - 1 (floats x 1.01); comparisons < <= > >= to their boundary neighbour and their negation,
+== <-> !=, in <-> not in, is <-> is not; True <-> False; and <-> or; + <-> -, * -> //, // -> * and /, / -> //; min <->
+max; a release string ("0.28.0", a rule's first release) -> the previous and the next release; `return x` in a
+function returning bool -> `return not x`; each `if` and conditional expression's test -> True and -> False.
+
+Mutants known not to change any output are listed, with the reason, in tools/mutants_equivalent.json; the summary
+counts them apart.
+"""
+
+import argparse
+import ast
+import concurrent.futures
+import copy
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "dsa_kvcalc"
+MODULES = ("engine", "capacity", "kv_cache", "catalog", "calibrate", "vllm_log")
+EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
+RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
+# Files the fast selection leaves to the full run: seconds each (CLI subprocesses, hypothesis, FIFOs), and no rule
+# pinned there that the others do not pin.
+SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_output.py")
+# The files that pin each module's rules, run first so that most mutants die within a second.
+FIRST_TESTS = {
+    "engine": ("test_rules_pinned.py", "test_release_rules.py"),
+    "capacity": ("test_rules_pinned.py", "test_release_rules.py", "test_seed.py"),
+    "kv_cache": ("test_rules_pinned.py", "test_kv_cache.py"),
+    "catalog": ("test_rules_pinned.py", "test_seed.py"),
+    "calibrate": ("test_rules_pinned.py", "test_calibrate.py"),
+    "vllm_log": ("test_rules_pinned.py", "test_vllm_log.py", "test_calibrate.py"),
+}
+FAST_TIMEOUT = 60  # the fast selection takes about 3 s; a mutant that loops is cut off
+FULL_TIMEOUT = 400  # the whole suite about 45 s
+
+NEIGHBOURS = {
+    ast.Lt: (ast.LtE, ast.GtE), ast.LtE: (ast.Lt, ast.Gt), ast.Gt: (ast.GtE, ast.LtE), ast.GtE: (ast.Gt, ast.Lt),
+    ast.Eq: (ast.NotEq,), ast.NotEq: (ast.Eq,), ast.In: (ast.NotIn,), ast.NotIn: (ast.In,), ast.Is: (ast.IsNot,),
+    ast.IsNot: (ast.Is,),
+}
+ARITHMETIC = {ast.Add: (ast.Sub,), ast.Sub: (ast.Add,), ast.Mult: (ast.FloorDiv,), ast.FloorDiv: (ast.Mult, ast.Div),
+              ast.Div: (ast.FloorDiv,)}
+SYMBOLS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.In: "in",
+           ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not", ast.Add: "+", ast.Sub: "-", ast.Mult: "*",
+           ast.FloorDiv: "//", ast.Div: "/", ast.And: "and", ast.Or: "or"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    module: str
+    node: int  # the node's index in ast.walk order of the parsed module
+    kind: str
+    change: object  # what apply() sets: a value, an operator's name, a bool
+    line: int
+    col: int
+    original: str
+    mutant: str
+    code: str  # the source line, stripped: how tools/mutants_equivalent.json names it
+
+    @property
+    def id(self) -> str:
+        return f"{self.module}:{self.line}:{self.col}:{self.kind}:{self.mutant}"
+
+    @property
+    def where(self) -> str:
+        return f"dsa_kvcalc/{self.module}.py:{self.line}"
+
+
+def releases() -> list[str]:
+    """engine.RELEASES, read from the source (the tool imports nothing of the package)."""
+    tree = ast.parse((PACKAGE / "engine.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "RELEASE_COMMITS":
+            return list(ast.literal_eval(node.value))
+    raise SystemExit("engine.py has no RELEASE_COMMITS")
+
+
+def skipped_nodes(tree: ast.Module) -> set[int]:
+    """Nodes no mutant touches: docstrings, f-strings (message text), annotations, decorators, the release table."""
+    roots = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                roots.append(first)
+        if isinstance(node, ast.JoinedStr):
+            roots.append(node)
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            roots.append(node.annotation)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+            roots.append(node.returns)
+        if isinstance(node, ast.AnnAssign):
+            roots.append(node.annotation)
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            roots += node.decorator_list  # @dataclass(frozen=True): the class's machinery, not a rule
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "RELEASE_COMMITS":
+            roots.append(node)
+    return {id(n) for root in roots for n in ast.walk(root)}
+
+
+def bool_returns(tree: ast.Module) -> set[int]:
+    """The return statements of functions annotated `-> bool` (not those of functions nested in them)."""
+    found = set()
+    for function in ast.walk(tree):
+        if isinstance(function, ast.FunctionDef) and isinstance(function.returns, ast.Name) and \
+                function.returns.id == "bool":
+            stack = list(function.body)
+            while stack:
+                node = stack.pop()
+                if isinstance(node, ast.Return) and node.value is not None:
+                    found.add(id(node))
+                if not isinstance(node, (ast.FunctionDef, ast.Lambda, ast.ClassDef)):
+                    stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def short(node: ast.AST) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def mutants(module: str, source: str, known_releases: list[str]) -> list[Mutant]:
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    skip, returns = skipped_nodes(tree), bool_returns(tree)
+    found = []
+
+    def add(index, node, kind, change, original, mutated):
+        found.append(Mutant(module, index, kind, change, node.lineno, node.col_offset, original, mutated,
+                            lines[node.lineno - 1].strip()))
+
+    for index, node in enumerate(ast.walk(tree)):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Constant):
+            value = node.value
+            if isinstance(value, bool):
+                add(index, node, "bool", not value, repr(value), repr(not value))
+            elif isinstance(value, int):
+                for other in dict.fromkeys((value + 1, value - 1)):
+                    add(index, node, "number", other, repr(value), repr(other))
+            elif isinstance(value, float) and value:
+                add(index, node, "number", value * 1.01, repr(value), repr(value * 1.01))
+            elif isinstance(value, str) and value in known_releases:
+                at = known_releases.index(value)
+                for other in (known_releases[at - 1] if at else None,
+                              known_releases[at + 1] if at + 1 < len(known_releases) else None):
+                    if other:
+                        add(index, node, "release", other, repr(value), repr(other))
+        elif isinstance(node, ast.Compare):
+            for j, op in enumerate(node.ops):
+                for other in NEIGHBOURS[type(op)]:
+                    mutated = copy.deepcopy(node)
+                    mutated.ops[j] = other()
+                    add(index, node, "compare", (j, other.__name__), short(node), short(mutated))
+        elif isinstance(node, ast.BoolOp):
+            other = ast.Or if isinstance(node.op, ast.And) else ast.And
+            add(index, node, "boolop", other.__name__, short(node), short(ast.BoolOp(other(), node.values)))
+        elif isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in ARITHMETIC:
+            for other in ARITHMETIC[type(node.op)]:
+                mutated = copy.deepcopy(node)
+                mutated.op = other()
+                add(index, node, "arithmetic", other.__name__, short(node), short(mutated))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
+            other = "max" if node.func.id == "min" else "min"
+            mutated = copy.deepcopy(node)
+            mutated.func.id = other
+            add(index, node, "minmax", other, short(node), short(mutated))
+        elif isinstance(node, ast.Return) and id(node) in returns:
+            add(index, node, "not", None, short(node), f"return not ({short(node.value)})")
+        elif isinstance(node, (ast.If, ast.IfExp)):
+            test = short(node.test)
+            for value in (True, False):
+                add(index, node, "if", value, f"if {test}", f"if {value}")
+    return found
+
+
+def apply(source: str, mutant: Mutant) -> str:
+    tree = ast.parse(source)
+    node = list(ast.walk(tree))[mutant.node]
+    kind, change = mutant.kind, mutant.change
+    if kind in ("bool", "number", "release"):
+        node.value = change
+    elif kind == "compare":
+        j, name = change
+        node.ops[j] = getattr(ast, name)()
+    elif kind in ("boolop", "arithmetic"):
+        node.op = getattr(ast, change)()
+    elif kind == "minmax":
+        node.func.id = change
+    elif kind == "not":
+        node.value = ast.UnaryOp(ast.Not(), node.value)
+    elif kind == "if":
+        node.test = ast.Constant(change)
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+class Workspace:
+    """A private copy of the repository (tracked and untracked, not ignored, files) where mutants are written."""
+
+    def __init__(self):
+        self.path = Path(tempfile.mkdtemp(prefix="dsa-kvcalc-mutant-"))
+        names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                               capture_output=True, check=True).stdout.decode().split("\0")
+        for name in filter(None, names):
+            source, target = ROOT / name, self.path / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_symlink():  # recipes -> dsa_kvcalc/recipes
+                target.symlink_to(os.readlink(source))
+            elif source.is_file():
+                shutil.copy2(source, target)
+
+    def run(self, module: str, source: str, tests: list[str], timeout: int, stop_first: bool = True) -> dict:
+        target = self.path / "dsa_kvcalc" / f"{module}.py"
+        original = target.read_text()
+        target.write_text(source)
+        env = {**os.environ, "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1"}
+        command = [PYTHON, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", *(["-x"] if stop_first else []),
+                   *tests]
+        start = time.monotonic()
+        try:
+            done = subprocess.run(command, cwd=self.path, env=env, capture_output=True, text=True, timeout=timeout,
+                                  start_new_session=True)
+            code, output = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as expired:
+            code, output = None, (expired.stdout or b"").decode(errors="replace") if isinstance(
+                expired.stdout, bytes) else (expired.stdout or "")
+        finally:
+            target.write_text(original)
+        failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
+        return {"code": code, "seconds": round(time.monotonic() - start, 1), "failed": failed[:1],
+                "tail": output[-2000:]}
+
+    def remove(self):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def test_files(module: str, fast: bool) -> list[str]:
+    files = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    if not fast:
+        return ["tests"]
+    first = [f for f in FIRST_TESTS.get(module, ()) if f in files]
+    rest = [f for f in files if f not in first and f not in SLOW_TESTS]
+    return [f"tests/{f}" for f in first + rest]
+
+
+def status_of(result: dict) -> str:
+    if result["code"] is None:
+        return "timeout"
+    return {0: "survived", 1: "killed"}.get(result["code"], "error")
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def read_results(path: Path) -> dict[str, dict]:
+    """The latest record of each mutant."""
+    latest = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                latest[record["id"]] = record
+    return latest
+
+
+def equivalents() -> list[dict]:
+    return json.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else []
+
+
+def equivalence(record: dict, known: list[dict]) -> dict | None:
+    return next((e for e in known if e["module"] == record["module"] and e["code"] == record["code"]
+                 and e["original"] == record["original"] and e["mutant"] == record["mutant"]), None)
+
+
+def summary(path: Path, modules: list[str]) -> None:
+    results = read_results(path)
+    known = equivalents()
+    current = {m: digest((PACKAGE / f"{m}.py").read_text()) for m in modules}
+    print(f"{'module':<10} {'killed':>7} {'total':>6} {'rate':>7}   equivalent  killed/changing-output  rate")
+    survivors, totals = [], [0, 0, 0, 0]
+    for module in modules:
+        records = [r for r in results.values() if r["module"] == module and r["digest"] == current[module]]
+        if not records:
+            continue
+        killed = [r for r in records if r["status"] != "survived"]
+        alive = [r for r in records if r["status"] == "survived"]
+        same = [r for r in alive if equivalence(r, known)]
+        changing = len(records) - len(same)
+        print(f"{module:<10} {len(killed):>7} {len(records):>6} {len(killed) / len(records):>7.1%}   {len(same):>10}  "
+              f"{len(killed):>10}/{changing:<11} {len(killed) / changing if changing else 1:.1%}")
+        for n, value in enumerate((len(killed), len(records), len(same), changing)):
+            totals[n] += value
+        survivors += sorted(alive, key=lambda r: (r["line"], r["col"]))
+    if totals[1]:
+        print(f"{'all':<10} {totals[0]:>7} {totals[1]:>6} {totals[0] / totals[1]:>7.1%}   {totals[2]:>10}  "
+              f"{totals[0]:>10}/{totals[3]:<11} {totals[0] / totals[3] if totals[3] else 1:.1%}")
+    unverified = [r for r in survivors if r.get("phase") != "full"]
+    if survivors:
+        print(f"\nsurvivors ({len(survivors)}; {len(unverified)} not yet run against the full suite):")
+    for r in survivors:
+        same = equivalence(r, known)
+        note = f"   [{same['reason']}]" if same else ("   [fast tests only]" if r.get("phase") != "full" else "")
+        print(f"dsa_kvcalc/{r['module']}.py:{r['line']}: {r['original']} -> {r['mutant']}{note}")
+    statuses = {}
+    for r in results.values():
+        if r["module"] in current and r["digest"] == current[r["module"]]:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    print(f"\nby status: {statuses}")
+
+
+def main() -> None:
+    global PYTHON
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--module", action="append", choices=MODULES, help="a target module (repeatable; default all)")
+    parser.add_argument("--limit", type=int, help="at most this many mutants (after --shard)")
+    parser.add_argument("--shard", default="1/1", help="i/n: only every n-th mutant, starting at the i-th")
+    parser.add_argument("--jobs", type=int, default=2, help="mutants run at once, each in its own copy")
+    parser.add_argument("--results", type=Path, default=RESULTS, help=f"the JSON-lines file (default {RESULTS})")
+    parser.add_argument("--retest", action="append", default=[], metavar="STATUS",
+                        help="run again the mutants last recorded with this status (survived, error, ...)")
+    parser.add_argument("--fast-only", action="store_true", help="no full-suite run for the fast survivors")
+    parser.add_argument("--python", default=str(ROOT / ".venv/bin/python") if (ROOT / ".venv/bin/python").exists()
+                        else sys.executable, help="the interpreter with pytest and the package's dependencies")
+    parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
+    parser.add_argument("--summary", action="store_true", help="summarise the results file, run nothing")
+    args = parser.parse_args()
+    PYTHON = args.python
+    modules = args.module or list(MODULES)
+    if args.summary:
+        return summary(args.results, modules)
+
+    known_releases = releases()
+    sources = {m: (PACKAGE / f"{m}.py").read_text() for m in modules}
+    todo = [m for module in modules for m in mutants(module, sources[module], known_releases)]
+    shard, shards = map(int, args.shard.split("/"))
+    todo = todo[shard - 1::shards]
+    if args.list:
+        for m in todo:
+            print(f"{m.where}: {m.original} -> {m.mutant}   ({m.kind})")
+        print(f"{len(todo)} mutants")
+        return
+    done = read_results(args.results)
+    digests = {m: digest(s) for m, s in sources.items()}
+    todo = [m for m in todo if m.id not in done or done[m.id]["digest"] != digests[m.module]
+            or done[m.id]["status"] in args.retest]
+    if args.limit is not None:
+        todo = todo[:args.limit]
+    print(f"{len(todo)} mutants to run, {args.jobs} at a time; results in {args.results}", flush=True)
+    if not todo:
+        return summary(args.results, modules)
+
+    lock, free = threading.Lock(), []
+    for _ in range(args.jobs):
+        free.append(Workspace())
+    for module in dict.fromkeys(m.module for m in todo):  # the unparsed, unmutated source must pass
+        baseline = free[0].run(module, ast.unparse(ast.parse(sources[module])) + "\n", test_files(module, True),
+                               FAST_TIMEOUT, stop_first=True)
+        if baseline["code"] != 0:
+            raise SystemExit(f"{module}: the unmutated module fails the fast tests:\n{baseline['tail']}")
+    counter = iter(range(1, len(todo) + 1))
+
+    def one(mutant: Mutant) -> None:
+        with lock:
+            workspace = free.pop()
+        try:
+            source = apply(sources[mutant.module], mutant)
+            result = workspace.run(mutant.module, source, test_files(mutant.module, True), FAST_TIMEOUT)
+            status, phase = status_of(result), "fast"
+            if status == "survived" and not args.fast_only:
+                result = workspace.run(mutant.module, source, test_files(mutant.module, False), FULL_TIMEOUT)
+                status, phase = status_of(result), "full"
+            record = asdict(mutant) | {"id": mutant.id, "digest": digests[mutant.module], "status": status,
+                                       "phase": phase, "seconds": result["seconds"], "failed": result["failed"],
+                                       "tail": "" if status in ("killed", "survived") else result["tail"][-600:]}
+            with lock:
+                with args.results.open("a") as out:
+                    out.write(json.dumps(record) + "\n")
+                n = next(counter)
+                print(f"[{n}/{len(todo)}] {status:<8} {phase} {result['seconds']:>5}s {mutant.where}: "
+                      f"{mutant.original} -> {mutant.mutant}", flush=True)
+        finally:
+            with lock:
+                free.append(workspace)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            for future in [pool.submit(one, m) for m in todo]:
+                future.result()
+    finally:
+        for workspace in free:
+            workspace.remove()
+    summary(args.results, modules)
+
+
+PYTHON = sys.executable
+
+if __name__ == "__main__":
+    main()
