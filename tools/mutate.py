@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,8 +57,8 @@ FIRST_TESTS = {
     "calibrate": ("test_rules_pinned.py", "test_calibrate.py"),
     "vllm_log": ("test_rules_pinned.py", "test_vllm_log.py", "test_calibrate.py"),
 }
-FAST_TIMEOUT = 60  # the fast selection takes about 3 s; a mutant that loops is cut off
-FULL_TIMEOUT = 400  # the whole suite about 45 s
+FAST_TIMEOUT = 60  # a fast stage takes a few seconds; a mutant that loops is cut off
+FULL_TIMEOUT = 400  # the slow files about 45 s
 
 NEIGHBOURS = {
     ast.Lt: (ast.LtE, ast.GtE), ast.LtE: (ast.Lt, ast.Gt), ast.Gt: (ast.GtE, ast.LtE), ast.GtE: (ast.Gt, ast.Lt),
@@ -221,10 +222,39 @@ def apply(source: str, mutant: Mutant) -> str:
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
-class Workspace:
-    """A private copy of the repository (tracked and untracked, not ignored, files) where mutants are written."""
+# Runs in each workspace under the interpreter with pytest: imports what every test run imports (pytest and its
+# plugins, typer, rich, hypothesis: over a second a run) once, then forks a child for each run, which imports the
+# package from the workspace. The parent never imports dsa_kvcalc.
+SERVER = r"""
+import json, os, sys
+import pytest, hypothesis, hypothesis.strategies, jsonschema, yaml, typer, typer.testing, rich.console
+for line in sys.stdin:
+    job = json.loads(line)
+    out = os.open(job["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.chdir(job["cwd"])
+        sys.path.insert(0, job["cwd"])
+        os.environ.update(job["env"])
+        code = pytest.main(job["args"])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
+    os.close(out)
+    print(json.dumps({"pid": pid}), flush=True)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"code": os.waitstatus_to_exitcode(status)}), flush=True)
+"""
 
-    def __init__(self):
+
+class Workspace:
+    """A private copy of the repository (tracked and untracked, not ignored, files) where mutants are written, and
+    its test server."""
+
+    def __init__(self, tests_from: str | None = None):
         self.path = Path(tempfile.mkdtemp(prefix="dsa-kvcalc-mutant-"))
         names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                                capture_output=True, check=True).stdout.decode().split("\0")
@@ -235,44 +265,81 @@ class Workspace:
                 target.symlink_to(os.readlink(source))
             elif source.is_file():
                 shutil.copy2(source, target)
+        if tests_from:  # the suite as it was at a commit (the kill rate before new tests)
+            shutil.rmtree(self.path / "tests")
+            archive = subprocess.run(["git", "archive", tests_from, "tests"], cwd=ROOT, capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", str(self.path)], input=archive.stdout, check=True)
+        self.output = self.path / "pytest-output.txt"
+        self.server = subprocess.Popen([PYTHON, "-c", SERVER], cwd=self.path, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True)
 
-    def run(self, module: str, source: str, tests: list[str], timeout: int, stop_first: bool = True) -> dict:
+    def pytest(self, args: list[str], timeout: int) -> tuple[int | None, str]:
+        """pytest in a fresh child of the server: its exit code (None: cut off at the timeout) and output."""
+        job = {"cwd": str(self.path), "output": str(self.output), "args": args,
+               "env": {"PYTHONPATH": str(self.path)}}  # for the tests' own subprocesses
+        self.server.stdin.write(json.dumps(job) + "\n")
+        self.server.stdin.flush()
+        pid = json.loads(self.server.stdout.readline())["pid"]
+        cut = threading.Event()
+
+        def kill():
+            cut.set()
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        code = json.loads(self.server.stdout.readline())["code"]
+        timer.cancel()
+        return (None if cut.is_set() else code), self.output.read_text(errors="replace")
+
+    def run(self, module: str, source: str, stages: list[tuple[list[str], int]]) -> dict:
+        """The tests, stage by stage, until one fails (each stage stops at its first failure)."""
         target = self.path / "dsa_kvcalc" / f"{module}.py"
         original = target.read_text()
+        start, code, output, ran = time.monotonic(), 0, "", 0
         target.write_text(source)
-        env = {**os.environ, "PYTHONPATH": str(self.path), "PYTHONDONTWRITEBYTECODE": "1"}
-        command = [PYTHON, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", *(["-x"] if stop_first else []),
-                   *tests]
-        start = time.monotonic()
         try:
-            done = subprocess.run(command, cwd=self.path, env=env, capture_output=True, text=True, timeout=timeout,
-                                  start_new_session=True)
-            code, output = done.returncode, done.stdout + done.stderr
-        except subprocess.TimeoutExpired as expired:
-            code, output = None, (expired.stdout or b"").decode(errors="replace") if isinstance(
-                expired.stdout, bytes) else (expired.stdout or "")
+            for tests, timeout in stages:
+                for stale in (target.parent / "__pycache__").glob(f"{module}.*.pyc"):
+                    stale.unlink()  # a mutant of the same size written within the second would pass for it
+                code, output = self.pytest(["-q", "-rf", "-x", "-p", "no:cacheprovider", *tests], timeout)
+                ran += 1
+                if code != 0:
+                    break
         finally:
             target.write_text(original)
+            for stale in (target.parent / "__pycache__").glob(f"{module}.*.pyc"):
+                stale.unlink()
         failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
-        return {"code": code, "seconds": round(time.monotonic() - start, 1), "failed": failed[:1],
+        return {"code": code, "stages": ran, "seconds": round(time.monotonic() - start, 1), "failed": failed[:1],
                 "tail": output[-2000:]}
 
     def remove(self):
+        self.server.stdin.close()
+        self.server.wait()
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def test_files(module: str, fast: bool) -> list[str]:
-    files = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
-    if not fast:
-        return ["tests"]
+def stages(module: str, tests: Path, full: bool) -> list[tuple[list[str], int]]:
+    """The module's own test files, then the other fast ones, then (full) the slow ones: the whole suite in three,
+    each with its timeout."""
+    files = sorted(p.name for p in tests.glob("test_*.py"))
     first = [f for f in FIRST_TESTS.get(module, ()) if f in files]
-    rest = [f for f in files if f not in first and f not in SLOW_TESTS]
-    return [f"tests/{f}" for f in first + rest]
+    fast = [f for f in files if f not in first and f not in SLOW_TESTS]
+    slow = [f for f in files if f in SLOW_TESTS] if full else []
+    return [([f"tests/{f}" for f in part], timeout)
+            for part, timeout in ((first, FAST_TIMEOUT), (fast, FAST_TIMEOUT), (slow, FULL_TIMEOUT)) if part]
 
 
 def status_of(result: dict) -> str:
+    """killed: a test failed; error: the run broke (the mutant breaks the import: collection errors); timeout."""
     if result["code"] is None:
         return "timeout"
+    if result["code"] in (4, 5):  # usage error, no tests: the tool's fault, not the mutant's
+        raise SystemExit(f"pytest could not run the selection:\n{result['tail']}")
     return {0: "survived", 1: "killed"}.get(result["code"], "error")
 
 
@@ -346,6 +413,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"the JSON-lines file (default {RESULTS})")
     parser.add_argument("--retest", action="append", default=[], metavar="STATUS",
                         help="run again the mutants last recorded with this status (survived, error, ...)")
+    parser.add_argument("--tests-from", metavar="REV", help="run the tests as they were at this commit")
     parser.add_argument("--fast-only", action="store_true", help="no full-suite run for the fast survivors")
     parser.add_argument("--python", default=str(ROOT / ".venv/bin/python") if (ROOT / ".venv/bin/python").exists()
                         else sys.executable, help="the interpreter with pytest and the package's dependencies")
@@ -353,6 +421,7 @@ def main() -> None:
     parser.add_argument("--summary", action="store_true", help="summarise the results file, run nothing")
     args = parser.parse_args()
     PYTHON = args.python
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # kill PID: the copies are removed all the same
     modules = args.module or list(MODULES)
     if args.summary:
         return summary(args.results, modules)
@@ -379,10 +448,10 @@ def main() -> None:
 
     lock, free = threading.Lock(), []
     for _ in range(args.jobs):
-        free.append(Workspace())
+        free.append(Workspace(args.tests_from))
     for module in dict.fromkeys(m.module for m in todo):  # the unparsed, unmutated source must pass
-        baseline = free[0].run(module, ast.unparse(ast.parse(sources[module])) + "\n", test_files(module, True),
-                               FAST_TIMEOUT, stop_first=True)
+        baseline = free[0].run(module, ast.unparse(ast.parse(sources[module])) + "\n",
+                               stages(module, free[0].path / "tests", False))
         if baseline["code"] != 0:
             raise SystemExit(f"{module}: the unmutated module fails the fast tests:\n{baseline['tail']}")
     counter = iter(range(1, len(todo) + 1))
@@ -392,11 +461,10 @@ def main() -> None:
             workspace = free.pop()
         try:
             source = apply(sources[mutant.module], mutant)
-            result = workspace.run(mutant.module, source, test_files(mutant.module, True), FAST_TIMEOUT)
-            status, phase = status_of(result), "fast"
-            if status == "survived" and not args.fast_only:
-                result = workspace.run(mutant.module, source, test_files(mutant.module, False), FULL_TIMEOUT)
-                status, phase = status_of(result), "full"
+            plan = stages(mutant.module, workspace.path / "tests", not args.fast_only)
+            result = workspace.run(mutant.module, source, plan)
+            status = status_of(result)
+            phase = "full" if not args.fast_only and result["stages"] == len(plan) else "fast"
             record = asdict(mutant) | {"id": mutant.id, "digest": digests[mutant.module], "status": status,
                                        "phase": phase, "seconds": result["seconds"], "failed": result["failed"],
                                        "tail": "" if status in ("killed", "survived") else result["tail"][-600:]}
@@ -410,11 +478,12 @@ def main() -> None:
             with lock:
                 free.append(workspace)
 
+    pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
     try:
-        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            for future in [pool.submit(one, m) for m in todo]:
-                future.result()
+        for future in [pool.submit(one, m) for m in todo]:
+            future.result()
     finally:
+        pool.shutdown(cancel_futures=True)
         for workspace in free:
             workspace.remove()
     summary(args.results, modules)
