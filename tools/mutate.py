@@ -48,14 +48,15 @@ RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast selection leaves to the full run: seconds each (CLI subprocesses, hypothesis, FIFOs), and no rule
 # pinned there that the others do not pin.
 SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_output.py")
-# The files that pin each module's rules, run first so that most mutants die within a second.
+# The files that pin each module's rules (tests/test_pinned_MODULE.py first), run first so that most mutants die
+# within a second or two.
 FIRST_TESTS = {
-    "engine": ("test_rules_pinned.py", "test_release_rules.py"),
-    "capacity": ("test_rules_pinned.py", "test_release_rules.py", "test_seed.py"),
-    "kv_cache": ("test_rules_pinned.py", "test_kv_cache.py"),
-    "catalog": ("test_rules_pinned.py", "test_seed.py"),
-    "calibrate": ("test_rules_pinned.py", "test_calibrate.py"),
-    "vllm_log": ("test_rules_pinned.py", "test_vllm_log.py", "test_calibrate.py"),
+    "engine": ("test_release_rules.py", "test_kv_cache.py"),
+    "capacity": ("test_release_rules.py", "test_seed.py"),
+    "kv_cache": ("test_kv_cache.py",),
+    "catalog": ("test_seed.py", "test_release_rules.py"),
+    "calibrate": ("test_calibrate.py",),
+    "vllm_log": ("test_vllm_log.py", "test_calibrate.py"),
 }
 FAST_TIMEOUT = 60  # a fast stage takes a few seconds; a mutant that loops is cut off
 FULL_TIMEOUT = 400  # the slow files about 45 s
@@ -86,11 +87,16 @@ class Mutant:
 
     @property
     def id(self) -> str:
-        return f"{self.module}:{self.line}:{self.col}:{self.kind}:{self.mutant}"
+        return mutant_id(asdict(self))
 
     @property
     def where(self) -> str:
         return f"dsa_kvcalc/{self.module}.py:{self.line}"
+
+
+def mutant_id(record: dict) -> str:
+    """What a mutant is, whatever its description: the node (in ast.walk order), the kind and the change."""
+    return f"{record['module']}:{record['node']}:{record['kind']}:{json.dumps(record['change'])}"
 
 
 def releases() -> list[str]:
@@ -141,9 +147,14 @@ def bool_returns(tree: ast.Module) -> set[int]:
     return found
 
 
-def short(node: ast.AST) -> str:
+def short(node: ast.AST, width: int = 90) -> str:
     text = ast.unparse(node)
-    return text if len(text) <= 90 else text[:87] + "..."
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def operation(left: ast.AST, op: type, right: ast.AST) -> str:
+    """`left OP right`, each side cut short apart, so that the operator always shows."""
+    return f"{short(left, 40)} {SYMBOLS[op]} {short(right, 40)}"
 
 
 def mutants(module: str, source: str, known_releases: list[str]) -> list[Mutant]:
@@ -176,18 +187,19 @@ def mutants(module: str, source: str, known_releases: list[str]) -> list[Mutant]
                         add(index, node, "release", other, repr(value), repr(other))
         elif isinstance(node, ast.Compare):
             for j, op in enumerate(node.ops):
+                left, right = ([node.left] + node.comparators)[j], node.comparators[j]
                 for other in NEIGHBOURS[type(op)]:
-                    mutated = copy.deepcopy(node)
-                    mutated.ops[j] = other()
-                    add(index, node, "compare", (j, other.__name__), short(node), short(mutated))
+                    add(index, node, "compare", (j, other.__name__), operation(left, type(op), right),
+                        operation(left, other, right))
         elif isinstance(node, ast.BoolOp):
             other = ast.Or if isinstance(node.op, ast.And) else ast.And
-            add(index, node, "boolop", other.__name__, short(node), short(ast.BoolOp(other(), node.values)))
+            add(index, node, "boolop", other.__name__, f" {SYMBOLS[type(node.op)]} ".join(short(v, 40) for v in node.values),
+                f" {SYMBOLS[other]} ".join(short(v, 40) for v in node.values))
         elif isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in ARITHMETIC:
+            left, right = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target, node.value)
             for other in ARITHMETIC[type(node.op)]:
-                mutated = copy.deepcopy(node)
-                mutated.op = other()
-                add(index, node, "arithmetic", other.__name__, short(node), short(mutated))
+                add(index, node, "arithmetic", other.__name__, operation(left, type(node.op), right),
+                    operation(left, other, right))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max"):
             other = "max" if node.func.id == "min" else "min"
             mutated = copy.deepcopy(node)
@@ -327,7 +339,7 @@ def stages(module: str, tests: Path, full: bool) -> list[tuple[list[str], int]]:
     """The module's own test files, then the other fast ones, then (full) the slow ones: the whole suite in three,
     each with its timeout."""
     files = sorted(p.name for p in tests.glob("test_*.py"))
-    first = [f for f in FIRST_TESTS.get(module, ()) if f in files]
+    first = [f for f in (f"test_pinned_{module}.py", *FIRST_TESTS[module]) if f in files]
     fast = [f for f in files if f not in first and f not in SLOW_TESTS]
     slow = [f for f in files if f in SLOW_TESTS] if full else []
     return [([f"tests/{f}" for f in part], timeout)
@@ -354,7 +366,7 @@ def read_results(path: Path) -> dict[str, dict]:
         for line in path.read_text().splitlines():
             if line.strip():
                 record = json.loads(line)
-                latest[record["id"]] = record
+                latest[mutant_id(record)] = record
     return latest
 
 
@@ -370,7 +382,12 @@ def equivalence(record: dict, known: list[dict]) -> dict | None:
 def summary(path: Path, modules: list[str]) -> None:
     results = read_results(path)
     known = equivalents()
-    current = {m: digest((PACKAGE / f"{m}.py").read_text()) for m in modules}
+    sources = {m: (PACKAGE / f"{m}.py").read_text() for m in modules}
+    current = {m: digest(source) for m, source in sources.items()}
+    described = {m.id: m for module in modules for m in mutants(module, sources[module], releases())}
+    for key, record in results.items():  # as this version of the tool describes them
+        if key in described and record["digest"] == current[record["module"]]:
+            record.update({k: getattr(described[key], k) for k in ("line", "col", "original", "mutant", "code")})
     print(f"{'module':<10} {'killed':>7} {'total':>6} {'rate':>7}   equivalent  killed/changing-output  rate")
     survivors, totals = [], [0, 0, 0, 0]
     for module in modules:
