@@ -267,3 +267,12 @@ def test_graph_rows_are_whole_numbers():
                               "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}})
     graph_rows = capacity.cudagraph_logits_rows(recipe)
     assert graph_rows == 300 and type(graph_rows) is int
+
+
+def test_interactivity_does_not_add_request_counts():
+    # vllm==0.29.0 vllm/config/vllm.py:2030-2037 request_counts(): 1, 2, 4, multiples of 8 (16 from 256), whatever the
+    # performance mode; interactivity adds only token sizes 1..32. k = 19 (20 tokens a request), 64 sequences on H200:
+    # the limit is min(64 x 20 x 2, 512) = 512, so at most 25 requests; the largest count on the grid is 24: 480 rows
+    # (25 x 20 = 500 is a token size on no grid either: 500 is no multiple of 16).
+    assert rows(**{"max-num-seqs": 64, "performance-mode": "interactivity",
+                   "speculative-config": {"method": "mtp", "num_speculative_tokens": 19}}) == 480
