@@ -153,8 +153,12 @@ def short(node: ast.AST, width: int = 90) -> str:
 
 
 def operation(left: ast.AST, op: type, right: ast.AST) -> str:
-    """`left OP right`, each side cut short apart, so that the operator always shows."""
-    return f"{short(left, 40)} {SYMBOLS[op]} {short(right, 40)}"
+    """`left OP right`, each side cut short apart (in parentheses where it is an operation), so that the operator
+    always shows."""
+    def side(node):
+        text = short(node, 40)
+        return f"({text})" if isinstance(node, (ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp)) else text
+    return f"{side(left)} {SYMBOLS[op]} {side(right)}"
 
 
 def mutants(module: str, source: str, known_releases: list[str]) -> list[Mutant]:
