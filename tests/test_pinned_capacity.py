@@ -106,11 +106,13 @@ def test_the_sparse_mla_prefill_workspace_factor_drops_above_256k_tokens(length,
     assert capacity.prefill_workspace_bytes(recipe) == workspace
 
 
-def test_one_process_has_no_collectives_allowance():
+@pytest.mark.parametrize("tp, dp, non_torch", [
     # estimates.py: 1 GiB for one process's context and workspaces; TP x DP > 1 adds 1.5 GiB of NCCL buffers
-    single = capacity.plan(load({"model": "DeepSeek-V4-Flash", "gpu": "B300"})).memory.non_torch
-    pair = capacity.plan(load({"model": "DeepSeek-V4-Flash", "gpu": "B300", "tensor-parallel-size": 2})).memory.non_torch
-    assert (single.bytes, pair.bytes) == (GIB, 2 * GIB + GIB // 2)
+    (1, 1, GIB), (2, 1, 2 * GIB + GIB // 2), (2, 2, 2 * GIB + GIB // 2)])
+def test_one_process_has_no_collectives_allowance(tp, dp, non_torch):
+    recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "B300", "tensor-parallel-size": tp, "data-parallel-size": dp,
+                   "enable-expert-parallel": True})
+    assert capacity.plan(recipe).memory.non_torch.bytes == non_torch
 
 
 def test_a_drafter_other_than_mtp_adds_no_kv_layer():
@@ -139,26 +141,25 @@ def test_the_batches_in_flight_as_vllm_counts_them(keys, batches):
     assert capacity.concurrent_batches(load({"gpu": "H200", "tensor-parallel-size": 8} | keys)) == batches
 
 
-def test_multi_layer_mtp_keeps_k_minus_1_more_tokens_in_every_window(tmp_path):
-    # vllm==0.28.0 vllm/config/speculative.py:1501-1507 and kv_cache_utils.py:2137-2147: k - 1 more tokens in each
-    # sliding window when min(num_nextn_predict_layers, k) > 1. A V4 config with 2 MTP layers on H200 (8192 batched
-    # tokens, two batches in flight): at k = 3 each window takes 2 more tokens, one more page each: the 64-token
-    # window cdiv(127 + 2 + 16,384, 64) + 1 = 260 against 259, the ratio-4 states cdiv(7 + 2 + 16,384, 4) + 1 = 4,100
-    # against 4,099, the ratio-128 states cdiv(127 + 2 + 16,384, 8) + 1 = 2,066 against 2,065. At k = 1, and with
-    # V4-Flash's one MTP layer at any k, min(layers, k) = 1: nothing more.
+@pytest.mark.parametrize("model, k, retained", [
+    # vllm==0.28.0 vllm/config/speculative.py:1501-1507 and kv_cache_utils.py:2137-2147: each sliding window keeps
+    # k - 1 more tokens when min(num_nextn_predict_layers, k) > 1
+    ("two-mtp-layers", 3, 2), ("two-mtp-layers", 2, 1), ("two-mtp-layers", 1, 0),
+    ("DeepSeek-V4-Flash", 3, 0),  # one MTP layer: min(1, 3) = 1
+])
+def test_multi_layer_mtp_keeps_k_minus_1_more_tokens_in_every_window(tmp_path, monkeypatch, model, k, retained):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({
         "num_hidden_layers": 43, "hidden_size": 4096, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512,
         "num_nextn_predict_layers": 2, "compress_ratios": [0, 0] + [4, 128] * 20 + [4], "sliding_window": 128,
         "architectures": ["DeepseekV4ForCausalLM"]}))
-
-    def kv(model, k):
-        return capacity.plan(load({"model": model, "gpu": "H200", "tensor-parallel-size": 4, "vllm-version": "0.28.0",
-                                   "speculative-config": {"method": "mtp", "num_speculative_tokens": k}})).memory.kv
-
-    windows = sum(g.kind == "window" for g in kv(str(config), 1).groups)
-    assert kv(str(config), 3).pages_per_request - kv(str(config), 1).pages_per_request == windows
-    assert kv("DeepSeek-V4-Flash", 3).pages_per_request == kv("DeepSeek-V4-Flash", 1).pages_per_request
+    recipe = load({"model": str(config) if model == "two-mtp-layers" else model, "gpu": "H200",
+                   "tensor-parallel-size": 4, "vllm-version": "0.28.0",
+                   "speculative-config": {"method": "mtp", "num_speculative_tokens": k}})
+    handed = []
+    monkeypatch.setattr(capacity.kv_cache, "spec", lambda *args: handed.append(args[3:]))
+    capacity.kv_spec(recipe, "FLASHMLA_SPARSE")
+    assert handed == [(2 * 8192, retained)]  # two batches of 8192 tokens in flight (H200's default), and the extra
 
 
 # 4. KV-cache sizing -------------------------------------------------------------------------------------------------
@@ -276,3 +277,128 @@ def test_interactivity_does_not_add_request_counts():
     # (25 x 20 = 500 is a token size on no grid either: 500 is no multiple of 16).
     assert rows(**{"max-num-seqs": 64, "performance-mode": "interactivity",
                    "speculative-config": {"method": "mtp", "num_speculative_tokens": 19}}) == 480
+
+
+@pytest.mark.parametrize("seqs, largest", [
+    # 0.30.0, no speculation (the grid only: 0.31.0 adds max_num_seqs): 1, 2, 4, then multiples of 8 below 256
+    (1, 1), (3, 2), (4, 4), (90, 88)])
+def test_the_capture_grid_below_256(seqs, largest):
+    assert rows(**{"max-num-seqs": seqs, "vllm-version": "0.30.0"}) == largest
+
+
+def test_interactivity_stops_at_32():
+    # range(1, min(limit, 32) + 1): 33 sequences give 32 rows (33 is no multiple of 8)
+    assert rows(**{"max-num-seqs": 33, "vllm-version": "0.30.0", "performance-mode": "interactivity"}) == 32
+
+
+@pytest.mark.parametrize("sizes, largest", [([64, 256], 256), ([300], 0)])
+def test_given_sizes_up_to_the_decode_worst_case_itself(sizes, largest):
+    # 256 sequences, no speculation: 256 rows at most; a given 256 is taken, 300 alone leaves no FULL decode graph
+    assert rows(**{"max-num-seqs": 256, "compilation-config": {"cudagraph_capture_sizes": sizes}}) == largest
+
+
+def test_max_num_batched_tokens_is_captured_only_within_the_decode_worst_case():
+    # 0.30.0, 100 sequences, 150 batched tokens: the limit is min(200, 512, 150) = 150, which vLLM captures
+    # (vllm==0.20.1 vllm/config/vllm.py:1527-1532), but a decode batch has at most 100 rows: the grid's 96
+    assert rows(**{"max-num-seqs": 100, "max-num-batched-tokens": 150, "vllm-version": "0.30.0"}) == 96
+
+
+def test_whole_requests_cover_the_decode_worst_case_with_one_draft_token():
+    # 0.29.0, k = 1, 99 sequences: the grid's largest even size within 198 rows is 192; request_counts(99) ends in 99
+    # itself (vllm/config/vllm.py:2030-2037): 99 x 2 = 198
+    assert rows(**{"max-num-seqs": 99, "vllm-version": "0.29.0", "speculative-config": MTP}) == 198
+
+
+def test_whole_requests_below_the_ceiling_are_counted_on_the_request_grid():
+    # 0.29.0, k = 2, 300 sequences on H200: the limit min(1800, 512) = 512 takes 512 // 3 = 170 requests, the grid's
+    # largest count within them 168: 504 rows (the token grid's largest multiple of 3 is 480), a whole number
+    graph_rows = rows(**{"max-num-seqs": 300, "vllm-version": "0.29.0",
+                         "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}})
+    assert graph_rows == 504 and type(graph_rows) is int
+
+
+def test_a_batch_smaller_than_one_request_has_no_full_decode_graph():
+    # 2 batched tokens, k = 3: not one 4-token request fits in a captured batch
+    assert rows(**{"max-num-batched-tokens": 2, "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}) == 0
+
+
+def test_rocm_from_030_locks_only_the_decode_rows():
+    # vllm==0.30.0 vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:949-972: min(max_num_batched_tokens, max_num_seqs x
+    # (1 + k)) rows: GLM-5 on MI300X (191.98 GiB: 1024 sequences, 16,384 tokens), k = 1: min(16,384, 2048) x 202,752
+    # x 4 B = 1,660,944,384, + the 512 MiB budget
+    recipe = load({"model": "GLM-5", "gpu": "MI300X", "tensor-parallel-size": 8, "vllm-version": "0.30.0",
+                   "speculative-config": MTP})
+    assert capacity.plan(recipe).backend("auto").reserved_bytes == 1_660_944_384 + 512 * 2**20
+
+
+def test_a_headroom_measured_for_one_working_set_stays_with_it():
+    # Measured for auto (6 B an element) only: deep_select (2 B) has its own working set, so only the 512 MiB budget;
+    # with two FP32-copy backends measured, the others take the first given
+    plan = capacity.plan(load_recipe(SEED, ["memory.indexer_headroom_bytes={auto: 3091880448}"]))
+    assert (plan.backend("deep_select").indexer_headroom_bytes, plan.backend("torch").indexer_headroom_bytes) == (
+        512 * 2**20, 3_091_880_448)
+    plan = capacity.plan(load_recipe(SEED, ["memory.indexer_headroom_bytes={auto: 3091880448, persistent: 3000000000}"]))
+    assert plan.backend("torch").indexer_headroom_bytes == 3_091_880_448
+
+
+def test_releases_that_estimate_no_graphs_size_the_kv_cache_without_them():
+    # 0.19.1: 0.9 x 150,109,880,320 B = 135,098,892,288 requested - 80 - 10 - 2 GiB (98,784,247,808) =
+    # 36,314,644,480 B of KV; the 10 GiB of graphs are not subtracted (vllm==0.19.1 vllm/envs.py:1654-1655)
+    recipe = load(V32_H200 | {"vllm-version": "0.19.1", "memory": {"weights_gib": 80, "peak_activation_gib": 10,
+                                                                   "non_torch_gib": 2, "cudagraph_gib": 10}})
+    assert capacity.plan(recipe).backend("auto").kv_cache_bytes == 36_314_644_480
+
+
+def test_the_seeds_concurrency_and_workaround():
+    # 41,050,274 tokens / 1,048,576 = 39.149 -> 39.15 (vLLM prints two decimals). 0.33.0 is at risk: the workaround
+    # budget is cdiv(9,668,395,008, 2^20) = 9,221 MiB (9,220.5 rounded up), which its profile reserves as the prefill
+    # budget, not as #62860's decode reservation
+    auto = capacity.plan(load_recipe(SEED)).backend("auto")
+    assert auto.max_concurrency == 39.15 and auto.selected
+    assert auto.workaround.prefill_budget_mb == 9221
+    assert auto.workaround.sizing.reserved_bytes == 9221 * 2**20 and not auto.workaround.sizing.reserves_decode_logits
+    assert not any(b.selected for b in capacity.plan(load_recipe(SEED)).backends if b.backend != "auto")
+
+
+def test_on_main_the_fix_is_the_release_itself():
+    main = capacity.plan(load_recipe(SEED, ["vllm-version=main"])).backend("auto")
+    assert main.with_fix is main.release and main.with_fix.reserved_bytes == 9_668_395_008  # the seed: 9.0 GiB
+
+
+def test_weights_that_fill_the_gpu_refuse_the_plan_unless_the_kv_is_pinned_to_an_estimate():
+    # vLLM refuses to start with no memory left for the cache: weights + non-torch = requested leaves none
+    recipe = load(V32_H200)
+    requested = capacity.plan(recipe).memory.requested_bytes
+    full = {"memory": {"weights_bytes": requested - 2 * GIB - GIB // 2}}
+    with pytest.raises(RecipeError, match="memory.weights_gib"):
+        capacity.plan(load(V32_H200 | full))
+    capacity.plan(load(V32_H200 | {"memory": {"weights_bytes": requested - 2 * GIB - GIB // 2 - 1}}))
+    with pytest.raises(RecipeError, match="memory.weights_gib"):  # measured: vLLM's own figure, pinned or not
+        capacity.plan(load(V32_H200 | full | {"kv-cache-memory-bytes": GIB}))
+    # the 641.7 GiB estimate of an EP-less DP 8 is plan's, not vLLM's: a pinned KV cache plans
+    capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "data-parallel-size": 8, "kv-cache-memory-bytes": GIB}))
+
+
+def test_a_pool_given_as_one_number_is_the_recipes_backends():
+    # memory.cudagraph_gib: 1 is auto's pool, which holds 9.0 GiB of logits; a 5 GiB deep_select pool holds its
+    # 1536 x 1,049,088 x 2 B = 3.0 GiB
+    with pytest.raises(RecipeError, match=r"^memory.cudagraph_gib: 1.00 GiB is less than the 9.00 GiB"):
+        capacity.plan(load_recipe(SEED, ["memory.cudagraph_gib=1"]))
+    capacity.plan(load_recipe(SEED, ["memory.cudagraph_gib.deep_select=5"]))
+
+
+def test_a_plan_of_some_backends_shows_auto_beside_them():
+    assert [b.backend for b in capacity.plan(load_recipe(SEED), {"deep_select"}).backends] == ["auto", "deep_select"]
+
+
+def test_defaults_that_move_the_tokens():
+    # V3.2 on H200 with 10 GiB of KV: bf16 blocks of 64 x 78,324 B: 2,142 of them, 137,088 tokens; fp8_ds_mla blocks
+    # of 64 x 48,068 B: 3,490, 223,360 tokens: +62.93 %. The batch defaults do not move a pinned MLA cache.
+    impacts = capacity.default_impacts(load(V32_H200 | {"kv-cache-memory-bytes": 10 * GIB}))
+    assert [(i.field, i.value, i.other, i.tokens_change) for i in impacts] == [("kv_cache_dtype", "auto", "fp8", 0.6293)]
+    # B200 (>= 160 GiB) defaults to 16,384 batched tokens (vllm==0.28.0 vllm/engine/arg_utils.py:2582-2601), which
+    # DeepSeek-V4's windows feel: 2048 and 8192 are named
+    v4 = capacity.default_impacts(load({"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4}))
+    assert {(i.value, i.other) for i in v4 if i.field == "max_num_batched_tokens"} == {(16384, 2048), (16384, 8192)}
+    # no KV tokens at all: nothing to compare, not a division by zero
+    assert capacity.default_impacts(load(V32_H200 | {"memory": {"peak_activation_gib": 200}})) == []

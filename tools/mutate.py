@@ -99,9 +99,17 @@ def mutant_id(record: dict) -> str:
     return f"{record['module']}:{record['node']}:{record['kind']}:{json.dumps(record['change'])}"
 
 
+def module_source(module: str, rev: str | None = None) -> str:
+    """The module as the checkout has it, or as it was at a commit."""
+    if rev is None:
+        return (PACKAGE / f"{module}.py").read_text()
+    return subprocess.run(["git", "show", f"{rev}:dsa_kvcalc/{module}.py"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+
+
 def releases() -> list[str]:
     """engine.RELEASES, read from the source (the tool imports nothing of the package)."""
-    tree = ast.parse((PACKAGE / "engine.py").read_text())
+    tree = ast.parse(module_source("engine"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "RELEASE_COMMITS":
             return list(ast.literal_eval(node.value))
@@ -383,10 +391,10 @@ def equivalence(record: dict, known: list[dict]) -> dict | None:
                  and e["original"] == record["original"] and e["mutant"] == record["mutant"]), None)
 
 
-def summary(path: Path, modules: list[str]) -> None:
+def summary(path: Path, modules: list[str], rev: str | None = None) -> None:
     results = read_results(path)
     known = equivalents()
-    sources = {m: (PACKAGE / f"{m}.py").read_text() for m in modules}
+    sources = {m: module_source(m, rev) for m in modules}
     current = {m: digest(source) for m, source in sources.items()}
     described = {m.id: m for module in modules for m in mutants(module, sources[module], releases())}
     for key, record in results.items():  # as this version of the tool describes them
@@ -440,12 +448,13 @@ def main() -> None:
                         else sys.executable, help="the interpreter with pytest and the package's dependencies")
     parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     parser.add_argument("--summary", action="store_true", help="summarise the results file, run nothing")
+    parser.add_argument("--at", metavar="REV", help="--summary of the modules as they were at this commit")
     args = parser.parse_args()
     PYTHON = args.python
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # kill PID: the copies are removed all the same
     modules = args.module or list(MODULES)
     if args.summary:
-        return summary(args.results, modules)
+        return summary(args.results, modules, args.at)
 
     known_releases = releases()
     sources = {m: (PACKAGE / f"{m}.py").read_text() for m in modules}
