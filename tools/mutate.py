@@ -278,7 +278,7 @@ class Workspace:
     """A private copy of the repository (tracked and untracked, not ignored, files) where mutants are written, and
     its test server."""
 
-    def __init__(self, tests_from: str | None = None):
+    def __init__(self, tests_from: str | None = None, package_from: str | None = None):
         self.path = Path(tempfile.mkdtemp(prefix="dsa-kvcalc-mutant-"))
         names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                                capture_output=True, check=True).stdout.decode().split("\0")
@@ -289,10 +289,11 @@ class Workspace:
                 target.symlink_to(os.readlink(source))
             elif source.is_file():
                 shutil.copy2(source, target)
-        if tests_from:  # the suite as it was at a commit (the kill rate before new tests)
-            shutil.rmtree(self.path / "tests")
-            archive = subprocess.run(["git", "archive", tests_from, "tests"], cwd=ROOT, capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", str(self.path)], input=archive.stdout, check=True)
+        for folder, rev in (("tests", tests_from), ("dsa_kvcalc", package_from)):  # as they were at a commit
+            if rev:
+                shutil.rmtree(self.path / folder)
+                archive = subprocess.run(["git", "archive", rev, folder], cwd=ROOT, capture_output=True, check=True)
+                subprocess.run(["tar", "-x", "-C", str(self.path)], input=archive.stdout, check=True)
         self.output = self.path / "pytest-output.txt"
         self.server = subprocess.Popen([PYTHON, "-c", SERVER], cwd=self.path, stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True)
@@ -362,7 +363,7 @@ def status_of(result: dict) -> str:
     """killed: a test failed; error: the run broke (the mutant breaks the import: collection errors); timeout."""
     if result["code"] is None:
         return "timeout"
-    if result["code"] in (4, 5):  # usage error, no tests: the tool's fault, not the mutant's
+    if result["code"] == 5 or "file or directory not found" in result["tail"]:  # the tool's fault, not the mutant's
         raise SystemExit(f"pytest could not run the selection:\n{result['tail']}")
     return {0: "survived", 1: "killed"}.get(result["code"], "error")
 
@@ -442,13 +443,14 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"the JSON-lines file (default {RESULTS})")
     parser.add_argument("--retest", action="append", default=[], metavar="STATUS",
                         help="run again the mutants last recorded with this status (survived, error, ...)")
-    parser.add_argument("--tests-from", metavar="REV", help="run the tests as they were at this commit")
+    parser.add_argument("--tests-from", metavar="REV", help="the tests as they were at this commit")
     parser.add_argument("--fast-only", action="store_true", help="no full-suite run for the fast survivors")
     parser.add_argument("--python", default=str(ROOT / ".venv/bin/python") if (ROOT / ".venv/bin/python").exists()
                         else sys.executable, help="the interpreter with pytest and the package's dependencies")
     parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     parser.add_argument("--summary", action="store_true", help="summarise the results file, run nothing")
-    parser.add_argument("--at", metavar="REV", help="--summary of the modules as they were at this commit")
+    parser.add_argument("--at", metavar="REV", help="the package and the tests as they were at this commit (for a "
+                        "run or a --summary: the kill rate before later changes)")
     args = parser.parse_args()
     PYTHON = args.python
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # kill PID: the copies are removed all the same
@@ -457,7 +459,7 @@ def main() -> None:
         return summary(args.results, modules, args.at)
 
     known_releases = releases()
-    sources = {m: (PACKAGE / f"{m}.py").read_text() for m in modules}
+    sources = {m: module_source(m, args.at) for m in modules}
     todo = [m for module in modules for m in mutants(module, sources[module], known_releases)]
     shard, shards = map(int, args.shard.split("/"))
     todo = todo[shard - 1::shards]
@@ -478,7 +480,7 @@ def main() -> None:
 
     lock, free = threading.Lock(), []
     for _ in range(args.jobs):
-        free.append(Workspace(args.tests_from))
+        free.append(Workspace(args.tests_from or args.at, args.at))
     for module in dict.fromkeys(m.module for m in todo):  # the unparsed, unmutated source must pass
         baseline = free[0].run(module, ast.unparse(ast.parse(sources[module])) + "\n",
                                stages(module, free[0].path / "tests", False))
