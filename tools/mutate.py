@@ -372,11 +372,13 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def read_results(path: Path) -> dict[str, dict]:
-    """The latest record of each mutant."""
+def read_results(path: Path, base: Path | None = None) -> dict[str, dict]:
+    """The latest record of each mutant (in base, then in path)."""
     latest = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
+    for one in (base, path):
+        if one is None or not one.exists():
+            continue
+        for line in one.read_text().splitlines():
             if line.strip():
                 record = json.loads(line)
                 latest[mutant_id(record)] = record
@@ -392,8 +394,8 @@ def equivalence(record: dict, known: list[dict]) -> dict | None:
                  and e["original"] == record["original"] and e["mutant"] == record["mutant"]), None)
 
 
-def summary(path: Path, modules: list[str], rev: str | None = None) -> None:
-    results = read_results(path)
+def summary(path: Path, modules: list[str], rev: str | None = None, base: Path | None = None) -> None:
+    results = read_results(path, base)
     known = equivalents()
     sources = {m: module_source(m, rev) for m in modules}
     current = {m: digest(source) for m, source in sources.items()}
@@ -441,6 +443,8 @@ def main() -> None:
     parser.add_argument("--shard", default="1/1", help="i/n: only every n-th mutant, starting at the i-th")
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once, each in its own copy")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"the JSON-lines file (default {RESULTS})")
+    parser.add_argument("--base", type=Path, help="earlier results (read, never written): --retest survived with "
+                        "--base BEFORE.jsonl --results AFTER.jsonl keeps the two runs apart")
     parser.add_argument("--retest", action="append", default=[], metavar="STATUS",
                         help="run again the mutants last recorded with this status (survived, error, ...)")
     parser.add_argument("--tests-from", metavar="REV", help="the tests as they were at this commit")
@@ -456,7 +460,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # kill PID: the copies are removed all the same
     modules = args.module or list(MODULES)
     if args.summary:
-        return summary(args.results, modules, args.at)
+        return summary(args.results, modules, args.at, args.base)
 
     known_releases = releases()
     sources = {m: module_source(m, args.at) for m in modules}
@@ -468,7 +472,7 @@ def main() -> None:
             print(f"{m.where}: {m.original} -> {m.mutant}   ({m.kind})")
         print(f"{len(todo)} mutants")
         return
-    done = read_results(args.results)
+    done = read_results(args.results, args.base)
     digests = {m: digest(s) for m, s in sources.items()}
     todo = [m for m in todo if m.id not in done or done[m.id]["digest"] != digests[m.module]
             or done[m.id]["status"] in args.retest]
@@ -476,7 +480,7 @@ def main() -> None:
         todo = todo[:args.limit]
     print(f"{len(todo)} mutants to run, {args.jobs} at a time; results in {args.results}", flush=True)
     if not todo:
-        return summary(args.results, modules)
+        return summary(args.results, modules, args.at, args.base)
 
     lock, free = threading.Lock(), []
     for _ in range(args.jobs):
@@ -518,7 +522,7 @@ def main() -> None:
         pool.shutdown(cancel_futures=True)
         for workspace in free:
             workspace.remove()
-    summary(args.results, modules)
+    summary(args.results, modules, args.at, args.base)
 
 
 PYTHON = sys.executable
