@@ -133,3 +133,22 @@ def test_only_ds_mla_pages_align_the_block_stride():
     ([21, 43], 21, 22), ([12, 16], 12, 16), ([6, 6], 2, 6)])
 def test_approximate_gcd(values, lower_bound, divisor):
     assert kv_cache.approximate_gcd(values, lower_bound) == divisor
+
+
+def test_v4_flash_packed_groups_at_029():
+    # vllm==0.29.0 vllm/v1/core/kv_cache_utils.py:1668-1796 by hand for V4-Flash (no MTP): buckets in order of first
+    # appearance, the sliding windows (43 x 37,440), the full caches (21 x 37,440 + 21 x 8,640 + 20 x 1,728, page
+    # counts 21/21/20: unbalanced), the 4-token states (21 x 32,832 + 21 x 8,640: balanced, two sizes, so at least 21
+    # repeats a group) and the ratio-128 states (20 x 32,832). _approximate_gcd([43, 21, 20], 21) = 22 (padding
+    # 1 + 1 + 2), so only the windows split, in two: 22 and 21 layers. The same five groups vLLM 0.28.1 printed.
+    kv = capacity.rank_memory(load({"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4,
+                                    "kv-cache-dtype": "fp8", "vllm-version": "0.29.0"})).kv
+    assert [g.page_bytes for g in kv.groups] == [22 * 37_440, 21 * 37_440, 1_002_240, 21 * (32_832 + 8640), 20 * 32_832]
+
+
+def test_one_group_needs_its_pages_times_its_page():
+    # GLM-5.2 fp8 on B200: one group of 78 x 576 + 21 x 132 = 47,700 B a token; a request of 202,752 tokens holds
+    # 3,168 pages of 64 tokens: vLLM's "KV cache is needed" 3,168 x 64 x 47,700 = 9,671,270,400 B
+    recipe = load({"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "max-model-len": 202752})
+    assert capacity.rank_memory(recipe).kv_provenance.bytes == 9_671_270_400
