@@ -63,12 +63,19 @@ def test_expert_parallel_weights_split_the_routed_experts(model, dp, weights):
     assert capacity.weights_estimate(recipe).bytes == weights
 
 
-@pytest.mark.parametrize("name, total", [
-    ("H200", 150_109_880_320), ("H200 NVL", 150_109_880_320),  # measured on the lent H200
-    ("H100 PCIe", 81_008 * MIB),  # torch device properties: total_memory 81008MB
+@pytest.mark.parametrize("name, arch, total", [
+    # torch's total_memory in MiB, or the GiB (2^30) that torch OOM messages and vLLM's "Free memory on device
+    # (free/total GiB)" print, as each GPU's source in the catalog quotes them
+    ("H100", "sm90", 81_089 * MIB), ("H100 PCIe", "sm90", 81_008 * MIB), ("H100 NVL", "sm90", 93.00),
+    ("H200", "sm90", 150_109_880_320), ("H200 NVL", "sm90", 150_109_880_320),  # measured on the lent H200
+    ("H20", "sm90", 97_285 * MIB), ("GH200", "sm90", 94.88), ("B200", "sm100", 182_631 * MIB),
+    ("GB200", "sm100", 184.31), ("B300", "sm103", 267.69), ("GB300", "sm103", 276.50),
+    ("RTX PRO 6000", "sm120", 97_250 * MIB), ("GB10", "sm121", 121.69), ("MI300X", "gfx942", 196_592 * MIB),
+    ("MI325X", "gfx942", 255.98), ("MI355X", "gfx950", 287.98),
 ])
-def test_gpu_memory_as_measured(name, total):
-    assert next(g for g in GPUS if g.name == name).total_memory_bytes == total
+def test_gpu_memory_as_torch_and_vllm_print_it(name, arch, total):
+    gpu = next(g for g in GPUS if g.name == name)
+    assert (gpu.arch, gpu.total_memory_bytes) == (arch, total if isinstance(total, int) else round(total * 2**30))
 
 
 @pytest.mark.parametrize("layout, columns, stride", [
