@@ -29,11 +29,23 @@ MODEL = {m.name: m for m in MODELS}
     ("deepseek-ai/DeepSeek-V4-Flash", (43, 1, 4096, 64, 128, 512, 1_048_576)),
     ("deepseek-ai/DeepSeek-V4-Flash-0731", (43, 1, 4096, 64, 128, 512, 1_048_576)),
     ("deepseek-ai/DeepSeek-V4-Pro", (61, 1, 7168, 64, 128, 1024, 1_048_576)),
+    # DeepSeek-V4.1-Flash's config (the catalog's copies): 40 layers, 3 MTP layers, hidden 5120
+    ("deepseek-ai/DeepSeek-V4.1-Flash", (40, 3, 5120, 32, 128, 512, 1_048_576)),
 ])
 def test_models_as_their_configs_give_them(name, fields):
     m = MODEL[name]
     assert (m.num_layers, m.mtp_layers, m.hidden_size, m.index_n_heads, m.index_head_dim, m.index_topk,
             m.max_position_embeddings) == fields
+
+
+@pytest.mark.parametrize("model", ["DeepSeek-V4-Flash", "DeepSeek-V4-Flash-0731", "DeepSeek-V4-Pro"])
+def test_deepseek_v4_windows_and_indexer_keys(model):
+    # config.json sliding_window 128; vLLM's indexer, and DeepInfer's, score the ratio-4 compressed keys:
+    # 1,048,576 // 4 = 262,144 columns
+    assert MODEL[f"deepseek-ai/{model}"].sliding_window == 128
+    for engine in ("vllm", "deepinfer"):
+        plan = capacity.plan(load({"model": model, "gpu": "B300", "tensor-parallel-size": 8, "engine": engine}))
+        assert plan.backends[0].decode_logits.columns == 262_144
 
 
 def test_v4_pro_compresses_as_its_config_lists():
