@@ -40,12 +40,22 @@ def v41_specs(recipe, drafts: int = 0) -> Counter:
     (({"gpu": "B200", "kv-cache-dtype": "fp8", "attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}, None), 0, {
         ("window", 32, 16_384, 1): 40, ("full", 128, 32_768, 1): 3, ("full", 128, 8704, 1): 3,
         ("state", 8, 32_768, 1): 3, ("full", 128, 65_536, 1): 1, ("full", 128, 16_896, 1): 1}),
+    # the same backend with a BF16 cache: rows of 512 x 2 B: 32,768, 65,536 and 131,072
+    (({"gpu": "B200", "attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}, None), 0, {
+        ("window", 32, 32_768, 1): 40, ("full", 128, 65_536, 1): 3, ("full", 128, 8704, 1): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 128, 131_072, 1): 1, ("full", 128, 16_896, 1): 1}),
+    # H200 with the sparse-logits indexer at 0.33.0: the indexer pages align to lcm(256, 576) = 2,304 (only SM100's
+    # packed layouts drop the page alignment from it)
+    (({"gpu": "H200", "attention-config": {"indexer_sparse_logits": True}}, None), 0, {
+        ("window", 32, 19_008, 1): 40, ("full", 64, 19_008, 1): 3, ("full", 64, 4608, 2304): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 64, 37_440, 1): 1, ("full", 64, 8640, 2304): 1}),
     # RTX PRO 6000 (SM120): FlashInfer's packed layout with V4's records, 128-token blocks: 128 x 584 = 74,752 ->
     # 74,880; 128 x 132 = 16,896 -> 17,280
     (({"gpu": "RTX PRO 6000"}, None), 0, {
         ("window", 32, 19_008, 1): 40, ("full", 128, 37_440, 1): 3, ("full", 128, 8640, 1): 3,
         ("state", 8, 32_768, 1): 3, ("full", 128, 74_880, 1): 1, ("full", 128, 17_280, 1): 1}),
-], ids=["seed", "seed-0.32.0", "h200", "b200-flashinfer", "rtx-pro-6000"])
+], ids=["seed", "seed-0.32.0", "h200", "b200-flashinfer", "b200-flashinfer-bf16", "h200-sparse-logits",
+        "rtx-pro-6000"])
 def test_v41_caches_as_its_attention_builds_them(recipe, drafts, specs):
     keys, overrides = recipe
     built = load_recipe(SEED, overrides) if keys == "seed" else load(V41 | keys)
@@ -104,20 +114,28 @@ def test_shared_indexers_split_over_pipeline_stages_by_layer():
     # decides: 64 x (39 x 576 + 12 x 132) = 1,539,072 B a block (fp8 on B200: FlashInfer's standard 576 B).
     glm = {"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "pipeline-parallel-size": 2,
            "kv-cache-dtype": "fp8", "max-model-len": 202752}
-    assert capacity.plan(load(glm)).memory.kv.block_bytes == 1_539_072
+    memory = capacity.rank_memory(load(glm))
+    assert memory.kv.block_bytes == 1_539_072
+    # stage 0's one group is logged: 3,168 pages of 1,539,072 B a request
+    assert memory.kv_provenance.bytes == 3168 * 1_539_072
 
 
-def test_an_mtp_layer_always_builds_its_indexer(tmp_path):
-    # vllm==0.24.0 vllm/model_executor/models/deepseek_v2.py:1024-1049: MTP layers always build their indexer. A
-    # GLM-5.2-like config of 77 layers (freq 4, offset 3): 0, 1, 2, 6, ..., 74 own one (21), and the MTP layer 77,
-    # whose max(77 - 3 + 1, 0) % 4 is 3, too: 64 x (78 x 576 + 22 x 132) B a page
+@pytest.mark.parametrize("layers, freq, offset, page", [
+    # vllm==0.24.0 vllm/model_executor/models/deepseek_v2.py:1024-1049: a layer skips the top-k (and builds no
+    # indexer) when max(layer - offset + 1, 0) % freq != 0; MTP layers always build theirs. 77 layers, freq 4,
+    # offset 3: 0, 1, 2, 6, ..., 74 own one (21), and the MTP layer 77 (whose 75 % 4 is 3) too
+    (77, 4, 3, 64 * (78 * 576 + 22 * 132)),
+    # 10 layers, freq 2, offset 2: 0, 1, 3, 5, 7, 9 (6), and the MTP layer 10
+    (10, 2, 2, 64 * (11 * 576 + 7 * 132)),
+])
+def test_shared_indexers_and_the_mtp_layers_own(tmp_path, layers, freq, offset, page):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"num_hidden_layers": 77, "hidden_size": 6144, "index_n_heads": 32,
+    config.write_text(json.dumps({"num_hidden_layers": layers, "hidden_size": 6144, "index_n_heads": 32,
                                   "index_head_dim": 128, "index_topk": 2048, "num_nextn_predict_layers": 1,
-                                  "index_topk_freq": 4, "index_skip_topk_offset": 3}))
+                                  "index_topk_freq": freq, "index_skip_topk_offset": offset}))
     recipe = load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
                    "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
-    assert capacity.rank_memory(recipe).kv.groups[0].page_bytes == 64 * (78 * 576 + 22 * 132)
+    assert capacity.rank_memory(recipe).kv.groups[0].page_bytes == page
 
 
 def test_only_ds_mla_pages_align_the_block_stride():
@@ -144,6 +162,14 @@ def test_v4_flash_packed_groups_at_029():
     kv = capacity.rank_memory(load({"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4,
                                     "kv-cache-dtype": "fp8", "vllm-version": "0.29.0"})).kv
     assert [g.page_bytes for g in kv.groups] == [22 * 37_440, 21 * 37_440, 1_002_240, 21 * (32_832 + 8640), 20 * 32_832]
+
+
+def test_one_group_costs_its_page_under_every_block_rule():
+    # GLM-5.2 at 0.24.0 ('bucket' rule, 21 indexers): one group's block is its page, 64 x (78 x 576 + 21 x 132) =
+    # 3,052,800 B, not page sizes x the most layers of one size (the multi-group rules)
+    recipe = load({"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "vllm-version": "0.24.0", "max-model-len": 202752})
+    assert capacity.plan(recipe).memory.kv.block_bytes == 3_052_800
 
 
 def test_one_group_needs_its_pages_times_its_page():
