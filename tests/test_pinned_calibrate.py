@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOGS
+from conftest import LOGS, SEED
 from dsa_kvcalc import calibrate as cal
 from dsa_kvcalc import capacity
-from dsa_kvcalc.recipe import RecipeError, load
+from dsa_kvcalc.recipe import RecipeError, load, load_recipe
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.vllm_log import read_log, read_log_file
 
@@ -162,3 +162,79 @@ def test_a_device_other_than_the_recipes_gpu_is_noted():
     # no total printed: the utilisation gap's estimate, noted beyond 2 %
     assert cal.device_notes(recipe, cal.Measured("", 1, approximate_total_memory_bytes=141 * GIB)) == []
     assert "about 150.0 GiB" in cal.device_notes(recipe, cal.Measured("", 1, approximate_total_memory_bytes=150 * GIB))[0]
+
+
+@pytest.mark.parametrize("version, activation", [
+    # Logged: 12 GiB peak, 2 GiB non-torch, 4 GiB of graphs; the KV leaves 10 GiB for peak + non-torch.
+    ("0.26.0", 12 * GIB),  # the peak as logged (and 4 GiB unexplained, noted)
+    ("0.27.0", 8 * GIB),  # vLLM PR #49208: 0.27.0 logs the peak with the graph estimate in it: 12 - 4
+    # main reserves the decode logits (#62860): 1024 rows x 163,840 FP32 columns = 671,088,640 B against the
+    # 512 MiB budget raise the peak by 134,217,728 B, which the memory block leaves out (the base peak)
+    ("main", 8 * GIB - 134_217_728),
+])
+def test_the_logged_peak_as_the_memory_block_keeps_it(version, activation):
+    recipe = load(V32_H200 | {"vllm-version": version})
+    estimate = capacity.plan(recipe)
+    weights, graphs = 80 * GIB, 4 * GIB
+    target = estimate.memory.requested_bytes - weights - graphs - 10 * GIB
+    measured = cal.Measured("", 1, peak_activation_bytes=12 * GIB, non_torch_bytes=2 * GIB)
+    split = cal.profiled_terms(recipe, estimate, measured, weights, graphs, target)
+    assert (split.activation, split.non_torch) == (activation, 2 * GIB)
+
+
+def test_logged_terms_that_overfill_the_gpu_are_refused():
+    recipe = load(V32_H200)
+    estimate = capacity.plan(recipe)
+    with pytest.raises(RecipeError, match="is the gpu right"):
+        cal.profiled_terms(recipe, estimate, cal.Measured("", 1), 80 * GIB, 4 * GIB, estimate.memory.requested_bytes)
+
+
+def test_graphs_the_log_does_not_print():
+    # 0.19.1 subtracts no estimate (envs.py:1654-1655): none; 0.33.0 does: plan's estimate stands in
+    old = load(V32_H200 | {"vllm-version": "0.19.1"})
+    assert cal.logged_graphs(old, capacity.plan(old), cal.Measured("", 1))[:2] == (0, "log (none)")
+    new = load(V32_H200)
+    plan = capacity.plan(new)
+    assert cal.logged_graphs(new, plan, cal.Measured("", 1))[:2] == (plan.backend("auto").cudagraph.bytes,
+                                                                     "plan's estimate")
+
+
+def test_weights_the_log_does_not_print():
+    recipe = load(V32_H200)
+    plan = capacity.plan(recipe)
+    others = plan.memory.peak_activation.bytes + plan.memory.non_torch.bytes
+    requested, graphs = plan.memory.requested_bytes, 4 * GIB
+    # KV that leaves room for plan's weights estimate: the estimate
+    assert cal.logged_weights(recipe, plan, cal.Measured("", 1), graphs, GIB)[:2] == (plan.memory.weights.bytes, None)
+    # KV that leaves 50 GiB beside plan's peak and non-torch estimates: the weights are those 50 GiB (memory.rest)
+    target = requested - graphs - others - 50 * GIB
+    assert cal.logged_weights(recipe, plan, cal.Measured("", 1), graphs, target)[:2] == (50 * GIB, "weights")
+    with pytest.raises(RecipeError, match="is the gpu right"):  # KV beyond what the estimates leave
+        cal.logged_weights(recipe, plan, cal.Measured("", 1), graphs, requested - graphs - others + 1)
+
+
+def test_the_headroom_from_two_logs_compares_like_with_like():
+    # The seed's auto reservation, 9,668,395,008 B: KV memory 60 GiB before and 55 GiB after leaves 9,668,395,008 -
+    # 5,368,709,120 = 4,299,685,888 B of headroom
+    seed = load_recipe(SEED)
+    before = cal.Measured("", 1, available_kv_bytes=60 * GIB)
+    headroom = cal.indexer_headroom(seed, before, cal.Measured("", 1, available_kv_bytes=55 * GIB))
+    assert (headroom.headroom_bytes, headroom.kv_source) == (4_299_685_888, "Available KV cache memory")
+    # memory in one log, tokens in the other: both by tokens, the seed's 41,050,274 and 36,636,372: its headroom
+    mixed = cal.indexer_headroom(seed, dataclasses.replace(before, kv_tokens=41_050_274),
+                                 cal.Measured("", 1, kv_tokens=36_636_372))
+    assert mixed.headroom_bytes == 3_091_880_448
+    with pytest.raises(RecipeError, match="changed by 20.00 GiB against a reservation of 9.00 GiB"):
+        cal.indexer_headroom(seed, before, cal.Measured("", 1, available_kv_bytes=40 * GIB))
+    with pytest.raises(RecipeError, match="--after: no Available KV"):
+        cal.indexer_headroom(seed, before, cal.Measured("", 1))
+
+
+def test_the_after_log_needs_only_kv_figures_from_any_rank():
+    log = read_log("(Worker_TP0 pid=1) INFO [gpu_worker.py:560] Available KV cache memory: 10.00 GiB\n"
+                   "(Worker_TP1 pid=2) INFO [kv_cache_utils.py:1711] GPU KV cache size: 90,841 tokens\n"
+                   "(Worker_TP1 pid=2) INFO [api_utils.py:345] version 0.33.0\n")
+    after = cal.measure_kv(log)
+    assert (after.available_kv_bytes, after.kv_tokens, after.version) == (10 * GIB, 90_841, "0.33.0")
+    with pytest.raises(RecipeError, match="--after: no Available KV"):
+        cal.measure_kv(read_log("INFO [api_utils.py:345] version 0.33.0\n"))
