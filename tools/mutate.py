@@ -400,13 +400,14 @@ def summary(path: Path, modules: list[str], rev: str | None = None, base: Path |
     sources = {m: module_source(m, rev) for m in modules}
     current = {m: digest(source) for m, source in sources.items()}
     described = {m.id: m for module in modules for m in mutants(module, sources[module], releases())}
-    for key, record in results.items():  # as this version of the tool describes them
-        if key in described and record["digest"] == current[record["module"]]:
-            record.update({k: getattr(described[key], k) for k in ("line", "col", "original", "mutant", "code")})
+    results = {key: record for key, record in results.items()  # this source's mutants, as this tool describes them
+               if key in described and record["digest"] == current[record["module"]]}
+    for key, record in results.items():
+        record.update({k: getattr(described[key], k) for k in ("line", "col", "original", "mutant", "code")})
     print(f"{'module':<10} {'killed':>7} {'total':>6} {'rate':>7}   equivalent  killed/changing-output  rate")
     survivors, totals = [], [0, 0, 0, 0]
     for module in modules:
-        records = [r for r in results.values() if r["module"] == module and r["digest"] == current[module]]
+        records = [r for r in results.values() if r["module"] == module]
         if not records:
             continue
         killed = [r for r in records if r["status"] != "survived"]
@@ -430,8 +431,7 @@ def summary(path: Path, modules: list[str], rev: str | None = None, base: Path |
         print(f"dsa_kvcalc/{r['module']}.py:{r['line']}: {r['original']} -> {r['mutant']}{note}")
     statuses = {}
     for r in results.values():
-        if r["module"] in current and r["digest"] == current[r["module"]]:
-            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
     print(f"\nby status: {statuses}")
 
 
