@@ -47,7 +47,7 @@ def test_before_030_only_the_built_in_chain_runs():
     # vllm==0.33.0 vllm/model_executor/layers/indexer_topk.py:188-190: persistent takes topk 512, 1024 or 2048;
     # :44-47 DeepSelect topk <= 4096
     (256, "persistent", "index_topk 256 not supported (512/1024/2048)"),
-    (8192, "deep_select", "index_topk 8192 not supported (<= 4096)"),
+    (4097, "deep_select", "index_topk 4097 not supported (<= 4096)"),
 ])
 def test_a_top_k_the_kernel_does_not_take_leaves_the_backend_out(tmp_path, topk, backend, reason):
     config = tmp_path / "config.json"
@@ -55,6 +55,15 @@ def test_a_top_k_the_kernel_does_not_take_leaves_the_backend_out(tmp_path, topk,
                                   "index_head_dim": 128, "index_topk": topk}))
     plan = capacity.plan(load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 8}))
     assert (plan.backend(backend).available, plan.backend(backend).reason) == (False, reason)
+
+
+@pytest.mark.parametrize("topk", [1, 4096])
+def test_deep_select_takes_any_top_k_up_to_4096(tmp_path, topk):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_hidden_layers": 61, "hidden_size": 7168, "index_n_heads": 64,
+                                  "index_head_dim": 128, "index_topk": topk}))
+    plan = capacity.plan(load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 8}))
+    assert plan.backend("deep_select").available
 
 
 # 3. Memory terms ----------------------------------------------------------------------------------------------------
