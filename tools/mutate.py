@@ -1,25 +1,28 @@
 """Mutation testing of the domain modules: change one constant, boundary or comparison, and some test must fail.
 
-For each target module the source is parsed with `ast` and every single-point mutant generated (see MUTATIONS below);
-each mutant is written into a private copy of the repository (never the checkout), and the tests run there: first a
-fast selection (every test file but the slow reliability, fuzz and output ones, the module's own first, stopping at
-the first failure), then, for a mutant no fast test kills, the whole suite. Results are appended to a JSON-lines file,
+For each target module the source is parsed with `ast` and every single-point mutant generated (the mutations below);
+each mutant is written into a private copy of the repository (never the checkout), where a server that has imported
+pytest and its plugins once forks a fresh child per run. The tests run in stages, each stopping at its first failure:
+tests/test_pinned_MODULE.py and the module's own test files, the other fast files, then (unless --fast-only) the slow
+ones, so that a mutant reported as surviving has passed the whole suite. Results are appended to a JSON-lines file,
 one line a mutant, so that a run can be stopped, resumed, sharded (--shard i/n) and summarised later.
 
-    python3 tools/mutate.py                                  # every module, 2 jobs
+    python3 tools/mutate.py                                  # every module, 2 jobs, results in /tmp
     python3 tools/mutate.py --module engine --module capacity --jobs 2
     python3 tools/mutate.py --summary                        # the results so far
     python3 tools/mutate.py --list --module kv_cache         # the mutants, without running them
-    python3 tools/mutate.py --retest survived                # again, for the survivors (after adding tests)
+    python3 tools/mutate.py --at 4fc62cc --fast-only --results BEFORE.jsonl   # the package and tests of a commit
+    python3 tools/mutate.py --retest survived --base BEFORE.jsonl --results AFTER.jsonl   # the survivors, again
 
-Mutations (skipping docstrings, f-strings, string constants other than release strings, and type annotations):
-numbers n -> n + 1 and n - 1 (floats x 1.01); comparisons < <= > >= to their boundary neighbour and their negation,
-== <-> !=, in <-> not in, is <-> is not; True <-> False; and <-> or; + <-> -, * -> //, // -> * and /, / -> //; min <->
-max; a release string ("0.28.0", a rule's first release) -> the previous and the next release; `return x` in a
-function returning bool -> `return not x`; each `if` and conditional expression's test -> True and -> False.
+Mutations (skipping docstrings, f-strings, decorators, string constants other than release strings, and type
+annotations): numbers n -> n + 1 and n - 1 (floats x 1.01); comparisons < <= > >= to their boundary neighbour and
+their negation, == <-> !=, in <-> not in, is <-> is not; True <-> False; and <-> or; + <-> -, * -> //, // -> * and /,
+/ -> //; min <-> max; a release string ("0.28.0": a rule's first release) -> the previous and the next release;
+`return x` in a function returning bool -> `return not x`; each `if` and conditional expression's test -> True and
+-> False.
 
-Mutants known not to change any output are listed, with the reason, in tools/mutants_equivalent.json; the summary
-counts them apart.
+Mutants that change no output are listed, with the reason, in tools/mutants_equivalent.json; the summary counts them
+apart.
 """
 
 import argparse
@@ -45,8 +48,7 @@ PACKAGE = ROOT / "dsa_kvcalc"
 MODULES = ("engine", "capacity", "kv_cache", "catalog", "calibrate", "vllm_log")
 EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
 RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
-# Files the fast selection leaves to the full run: seconds each (CLI subprocesses, hypothesis, FIFOs), and no rule
-# pinned there that the others do not pin.
+# Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all.
 SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_output.py")
 # The files that pin each module's rules (tests/test_pinned_MODULE.py first), run first so that most mutants die
 # within a second or two.
