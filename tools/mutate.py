@@ -455,6 +455,9 @@ def main() -> None:
     parser.add_argument("--retest", action="append", default=[], metavar="STATUS",
                         help="run again the mutants last recorded with this status (survived, error, ...)")
     parser.add_argument("--tests-from", metavar="REV", help="the tests as they were at this commit")
+    parser.add_argument("--verify", action="store_true", help="only the slow files, for the mutants that survived "
+                        "the fast stages (a --fast-only run)")
+    parser.add_argument("--skip-equivalent", action="store_true", help="with --verify: not the known equivalents")
     parser.add_argument("--fast-only", action="store_true", help="no full-suite run for the fast survivors")
     parser.add_argument("--python", default=str(ROOT / ".venv/bin/python") if (ROOT / ".venv/bin/python").exists()
                         else sys.executable, help="the interpreter with pytest and the package's dependencies")
@@ -481,8 +484,14 @@ def main() -> None:
         return
     done = read_results(args.results, args.base)
     digests = {m: digest(s) for m, s in sources.items()}
-    todo = [m for m in todo if m.id not in done or done[m.id]["digest"] != digests[m.module]
-            or done[m.id]["status"] in args.retest]
+    if args.verify:  # the slow files, for the survivors of the fast stages (and not the known equivalents)
+        known = equivalents()
+        todo = [m for m in todo if m.id in done and done[m.id]["digest"] == digests[m.module]
+                and done[m.id]["status"] == "survived" and done[m.id]["phase"] == "fast"
+                and not (args.skip_equivalent and equivalence(asdict(m), known))]
+    else:
+        todo = [m for m in todo if m.id not in done or done[m.id]["digest"] != digests[m.module]
+                or done[m.id]["status"] in args.retest]
     if args.limit is not None:
         todo = todo[:args.limit]
     print(f"{len(todo)} mutants to run, {args.jobs} at a time; results in {args.results}", flush=True)
@@ -506,6 +515,8 @@ def main() -> None:
         try:
             source = apply(sources[mutant.module], mutant)
             plan = stages(mutant.module, workspace.path / "tests", not args.fast_only)
+            if args.verify:
+                plan = plan[-1:]  # the fast stages passed already
             result = workspace.run(mutant.module, source, plan)
             status = status_of(result)
             phase = "full" if not args.fast_only and result["stages"] == len(plan) else "fast"
