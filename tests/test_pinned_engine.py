@@ -30,3 +30,15 @@ def test_deepinfer_holds_max_num_seqs_rows_whatever_the_batched_tokens():
     assert deepinfer.decode_logits.rows == 3072
     assert deepinfer.release.reserved_bytes == deepinfer.other.reserved_bytes == 1_613_758_464
     assert not deepinfer.oom.at_risk
+
+
+def test_a_pre_release_of_the_newest_is_not_newer_than_it():
+    # 0.33.0rc1 and 0.33.0.dev4 are builds towards v0.33.0 (the newest tag): its rules, no "newer" warning
+    assert not engine.vllm("0.33.0rc1").newer_than_modelled
+    assert not engine.vllm("0.33.0.dev4").newer_than_modelled
+
+
+def test_only_main_s_own_commit_names_main():
+    # main after #62860 is 317081f; a build of 3170810 (the same first six hex digits) is another commit
+    assert engine.build_of("0.34.0.dev3+g317081f") == "main"
+    assert engine.build_of("0.34.0.dev3+g3170810") == "0.34.0.dev3+g3170810"
