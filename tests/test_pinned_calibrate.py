@@ -238,3 +238,12 @@ def test_the_after_log_needs_only_kv_figures_from_any_rank():
     assert (after.available_kv_bytes, after.kv_tokens, after.version) == (10 * GIB, 90_841, "0.33.0")
     with pytest.raises(RecipeError, match="--after: no Available KV"):
         cal.measure_kv(read_log("INFO [api_utils.py:345] version 0.33.0\n"))
+
+
+def test_a_logged_total_names_the_gpu_within_005_gib():
+    # H200: 150,109,880,320 B; the log prints GiB with two decimals, and 0.05 GiB (53,687,091 B) of slack names it
+    assert cal.gpu_from_memory(150_109_880_320 + GIB // 20) == "H200"
+    assert cal.gpu_from_memory(150_109_880_320 + GIB // 20 + 1) is None
+    recipe = load(V32_H200)
+    assert cal.device_notes(recipe, cal.Measured("", 1, total_memory_bytes=150_109_880_320 + GIB // 20)) == []
+    assert cal.device_notes(recipe, cal.Measured("", 1, total_memory_bytes=150_109_880_320 + GIB // 20 + 1)) != []
