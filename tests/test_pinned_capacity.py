@@ -47,6 +47,7 @@ def test_before_030_only_the_built_in_chain_runs():
     # vllm==0.33.0 vllm/model_executor/layers/indexer_topk.py:188-190: persistent takes topk 512, 1024 or 2048;
     # :44-47 DeepSelect topk <= 4096
     (256, "persistent", "index_topk 256 not supported (512/1024/2048)"),
+    (256, "cooperative", "index_topk 256 not supported (512/1024/2048)"),  # :241-262, the same constraint
     (4097, "deep_select", "index_topk 4097 not supported (<= 4096)"),
 ])
 def test_a_top_k_the_kernel_does_not_take_leaves_the_backend_out(tmp_path, topk, backend, reason):

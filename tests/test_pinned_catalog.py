@@ -48,6 +48,27 @@ def test_deepseek_v4_windows_and_indexer_keys(model):
         assert plan.backends[0].decode_logits.columns == 262_144
 
 
+def test_shared_and_compressed_layers_as_the_configs_list_them():
+    # GLM-5.2's config: index_topk_freq 4, index_skip_topk_offset 3
+    for name in ("zai-org/GLM-5.2-FP8", "nvidia/GLM-5.2-NVFP4"):
+        assert (MODEL[name].index_topk_freq, MODEL[name].index_skip_topk_offset) == (4, 3)
+    # aiconfigurator's V4-Flash config.json: compress_ratios 0, 0, 20 x (4, 128), 4 over the 43 layers
+    assert MODEL["deepseek-ai/DeepSeek-V4-Flash"].compress_ratios == (0, 0) + (4, 128) * 20 + (4,)
+    # V4.1-Flash: codes 0, 0, 18 x 2, 20 x 1; kv sources 2, 8, 14, 20; index layers 2, 8, 14, 20, 24, 28, 32, 36
+    # (vllm==0.33.0 vllm/models/deepseek_v41/amd/mono/keylist.py:5); a 128-token window
+    v41 = MODEL["deepseek-ai/DeepSeek-V4.1-Flash"]
+    assert v41.compress_ratios == (0, 0) + (2,) * 18 + (1,) * 20 and v41.sliding_window == 128
+    assert (v41.kv_source_layers, v41.index_source_layers) == ((2, 8, 14, 20), (2, 8, 14, 20, 24, 28, 32, 36))
+
+
+def test_v41_runs_from_030():
+    # vllm==0.30.0 vllm/model_executor/models/registry.py:379 adds DeepseekV41ForCausalLM (0.29.0 has none)
+    v41 = {"model": "DeepSeek-V4.1-Flash", "gpu": "B200", "data-parallel-size": 4, "enable-expert-parallel": True}
+    with pytest.raises(RecipeError, match="predates"):
+        load(v41 | {"vllm-version": "0.29.0"})
+    load(v41 | {"vllm-version": "0.30.0"})
+
+
 def test_v4_pro_compresses_as_its_config_lists():
     # compress_ratios: 128, 128, then 29 pairs of 4, 128, then 4 (and the MTP layer's 0): 30 ratio-4 layers of
     # (37,440 + 8,640) B and 31 ratio-128 layers of 1,728 B a 256-token block: 1,435,968 B, the largest group
@@ -69,10 +90,15 @@ def test_v4_pro_compresses_as_its_config_lists():
     ("DeepSeek-V4-Flash", 4, 159_085_588_644 - 147_169_738_752 + 147_169_738_752 // 4),
     # V4-Pro 61 x 384 x 3 x 7168 x 3072 x 17 / 32 = 822,054,223,872 of 865e9
     ("DeepSeek-V4-Pro", 8, 865_000_000_000 - 822_054_223_872 + 822_054_223_872 // 8),
+    # NVFP4 experts at 9/16 of FP8's: 724,952,678,400 x 9 / 16 = 407,785,881,600 of 465,886,348,800 (724.8B
+    # weights x 9/16 + 29.1B in BF16)
+    ("GLM-5.1-NVFP4", 8, 465_886_348_800 - 407_785_881_600 + 407_785_881_600 // 8),
+    ("GLM-5.2-NVFP4", 8, 465_886_348_800 - 407_785_881_600 + 407_785_881_600 // 8),
 ])
 def test_expert_parallel_weights_split_the_routed_experts(model, dp, weights):
     recipe = load({"model": model, "gpu": "B300", "data-parallel-size": dp, "enable-expert-parallel": True})
-    assert capacity.weights_estimate(recipe).bytes == weights
+    estimate = capacity.weights_estimate(recipe).bytes
+    assert estimate == weights and type(estimate) is int  # bytes are whole
 
 
 @pytest.mark.parametrize("name, arch, total", [

@@ -180,11 +180,11 @@ def test_one_group_needs_its_pages_times_its_page():
     assert capacity.rank_memory(recipe).kv_provenance.bytes == 9_671_270_400
 
 
-@pytest.mark.parametrize("in_flight, pages", [(8257, 132), (8258, 133)])
-def test_a_sliding_window_holds_its_window_less_one_plus_the_tokens_in_flight(in_flight, pages):
+@pytest.mark.parametrize("in_flight, extra, pages", [(8257, 0, 132), (8258, 0, 133), (8255, 2, 132), (8257, 2, 133)])
+def test_a_sliding_window_holds_its_window_less_one_plus_the_tokens_in_flight(in_flight, extra, pages):
     # vllm==0.28.0 vllm/v1/kv_cache_interface.py:565-572: cdiv(min(window - 1 + extra + in flight, L), block) + 1.
     # V4-Flash's 128-token window in 64-token pages: 127 + 8257 = 8384 = 131 x 64 -> 132 pages; one more token
-    # in flight starts a 132nd page -> 133
+    # (in flight or retained) starts a 132nd page -> 133
     recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "vllm-version": "0.28.0"})
     window = next(g for g in capacity.rank_memory(recipe).kv.groups if g.kind == "window" and g.block == 64)
-    assert kv_cache.group_pages(recipe, window, in_flight, 0) == pages
+    assert kv_cache.group_pages(recipe, window, in_flight, extra) == pages
