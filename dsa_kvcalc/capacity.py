@@ -242,7 +242,9 @@ def cudagraph_logits_rows(recipe: Recipe) -> int:
     if given_limit is None and per_seq > 1 and engine.captures_whole_requests:  # n x (1 + k), n on the grid
         requests = min(seqs, ceiling)
         fits = min(limit, worst) // per_seq
-        candidates += [largest_on_grid(fits, requests, 1, interactive) * per_seq,
+        # request_counts: 1, 2, 4, multiples of 8 and 16, whatever the performance mode (vllm==0.29.0
+        # vllm/config/vllm.py:2030-2037)
+        candidates += [largest_on_grid(fits, requests, 1, False) * per_seq,
                        requests * per_seq if requests <= fits else 0]
     if given_limit is None and per_seq == 1 and engine.captures_max_num_seqs and seqs <= limit:
         candidates.append(seqs)

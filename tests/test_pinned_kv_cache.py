@@ -1,0 +1,190 @@
+"""kv_cache.py's rules that no other test pinned (found by tools/mutate.py), each worked out by hand from the vLLM
+release lines it cites."""
+
+import json
+from collections import Counter
+
+import pytest
+
+from conftest import SEED
+from dsa_kvcalc import capacity, kv_cache
+from dsa_kvcalc.recipe import load, load_recipe
+
+V41 = {"model": "DeepSeek-V4.1-Flash", "data-parallel-size": 4, "enable-expert-parallel": True}
+
+
+def v41_specs(recipe, drafts: int = 0) -> Counter:
+    return Counter((c.kind, c.block, c.page_bytes, c.stride_alignment) for c in kv_cache.v41_caches(recipe, drafts))
+
+
+# DeepSeek-V4.1 (vllm==0.33.0 vllm/models/deepseek_v41/attention.py:521-578, compressor.py:221-233): the kv sources
+# 2, 8, 14 (ratio 2) and 20 (ratio 1) keep a compressed cache of block // ratio states and an indexer cache; every
+# layer a 32-token window; the ratio-2 sources an FP32 ring of 8 slots x 2 x 512 x 4 B = 32,768 B.
+@pytest.mark.parametrize("recipe, drafts, specs", [
+    # The seed, 0.33.0 on B200: mega attention (TP 1: 64 heads / 8 groups = 8), so nvfp4_ds_mla 288 B compressed
+    # records; MXFP8 528 B window records at 512 B alignment; MXFP4 indexer entries of 68 B. Windows 32 x 528 = 16,896
+    # (33 x 512), stride lcm(528, 288) = 3,168; compressed 64 x 288 = 18,432 and 128 x 288 = 36,864; indexer 64 x 68
+    # = 4,352 -> 4,608 and 128 x 68 = 8,704, at lcm(256, 1) = 256 (sparse logits). 40 layers + 3 DSpark drafts.
+    (("seed", []), 3, {("window", 32, 16_896, 3168): 43, ("full", 128, 18_432, 1): 3, ("full", 128, 4608, 256): 3,
+                       ("state", 8, 32_768, 1): 3, ("full", 128, 36_864, 1): 1, ("full", 128, 8704, 256): 1}),
+    # 0.32.0: no window stride alignment; the sparse-logits indexer aligned to lcm(512, 512) = 512
+    (("seed", ["vllm-version=0.32.0"]), 3, {
+        ("window", 32, 16_896, 1): 43, ("full", 128, 18_432, 1): 3, ("full", 128, 4608, 512): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 128, 36_864, 1): 1, ("full", 128, 8704, 512): 1}),
+    # H200: FlashMLA, V4's 584 B records at 576 B alignment, 64-token blocks, FP8 indexer entries of 132 B:
+    # 32 x 584 = 18,688 -> 19,008; 64 x 584 = 37,376 -> 37,440; 32 x 132 = 4,224 -> 4,608; 64 x 132 = 8,448 -> 8,640
+    (({"gpu": "H200"}, None), 0, {("window", 32, 19_008, 1): 40, ("full", 64, 19_008, 1): 3, ("full", 64, 4608, 1): 3,
+                                  ("state", 8, 32_768, 1): 3, ("full", 64, 37_440, 1): 1, ("full", 64, 8640, 1): 1}),
+    # B200 with FlashInfer's V4.1 backend: plain rows of 512 fp8 bytes at 512 B alignment: 32 x 512 = 16,384,
+    # 64 x 512 = 32,768, 128 x 512 = 65,536; indexer 64 x 132 = 8,448 -> 8,704 and 128 x 132 = 16,896
+    (({"gpu": "B200", "kv-cache-dtype": "fp8", "attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}, None), 0, {
+        ("window", 32, 16_384, 1): 40, ("full", 128, 32_768, 1): 3, ("full", 128, 8704, 1): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 128, 65_536, 1): 1, ("full", 128, 16_896, 1): 1}),
+    # the same backend with a BF16 cache: rows of 512 x 2 B: 32,768, 65,536 and 131,072
+    (({"gpu": "B200", "attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}, None), 0, {
+        ("window", 32, 32_768, 1): 40, ("full", 128, 65_536, 1): 3, ("full", 128, 8704, 1): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 128, 131_072, 1): 1, ("full", 128, 16_896, 1): 1}),
+    # H200 with the sparse-logits indexer at 0.33.0: the indexer pages align to lcm(256, 576) = 2,304 (only SM100's
+    # packed layouts drop the page alignment from it)
+    (({"gpu": "H200", "attention-config": {"indexer_sparse_logits": True}}, None), 0, {
+        ("window", 32, 19_008, 1): 40, ("full", 64, 19_008, 1): 3, ("full", 64, 4608, 2304): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 64, 37_440, 1): 1, ("full", 64, 8640, 2304): 1}),
+    # RTX PRO 6000 (SM120): FlashInfer's packed layout with V4's records, 128-token blocks: 128 x 584 = 74,752 ->
+    # 74,880; 128 x 132 = 16,896 -> 17,280
+    (({"gpu": "RTX PRO 6000"}, None), 0, {
+        ("window", 32, 19_008, 1): 40, ("full", 128, 37_440, 1): 3, ("full", 128, 8640, 1): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 128, 74_880, 1): 1, ("full", 128, 17_280, 1): 1}),
+], ids=["seed", "seed-0.32.0", "h200", "b200-flashinfer", "b200-flashinfer-bf16", "h200-sparse-logits",
+        "rtx-pro-6000"])
+def test_v41_caches_as_its_attention_builds_them(recipe, drafts, specs):
+    keys, overrides = recipe
+    built = load_recipe(SEED, overrides) if keys == "seed" else load(V41 | keys)
+    assert v41_specs(built, drafts) == specs
+
+
+@pytest.mark.parametrize("k, slots", [(0, 8), (6, 8), (7, 16)])
+def test_v41_compressor_ring_holds_k_plus_2_rows_in_a_power_of_two_of_at_least_8(k, slots):
+    # vllm==0.33.0 vllm/models/deepseek_v41/compressor.py:221-223: max(8, 1 << (k + 2 - 1).bit_length())
+    speculation = {"speculative-config": {"method": "dspark", "num_speculative_tokens": k}} if k else {}
+    rings = [c for c in kv_cache.v41_caches(load(V41 | {"gpu": "B200"} | speculation), 0) if c.kind == "state"]
+    assert {(c.block, c.page_bytes) for c in rings} == {(slots, slots * 2 * 512 * 4)}
+
+
+@pytest.mark.parametrize("keys, attention", [
+    # vllm==0.33.0 vllm/models/deepseek_v41/nvidia/flash_mla_mega_attn.py:153-174: mega attention on SM100 where TP
+    # divides the 64 heads and 8 wo_a groups and leaves 8 heads a group: TP 1, 2 and 8 do, TP 16 leaves none
+    ({"tensor-parallel-size": 1}, "mega"), ({"tensor-parallel-size": 2}, "mega"), ({"tensor-parallel-size": 8}, "mega"),
+    ({"tensor-parallel-size": 16}, "flashmla"),
+    ({"gpu": "H200"}, "flashmla"),  # SM100 only
+    ({"vllm-version": "0.30.0"}, "flashmla"),  # no mega attention before 0.31.0 (model.py:226-236)
+    ({"attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}, "flashinfer"),  # the recipe's backend decides
+])
+def test_v41_attention_class(keys, attention):
+    recipe = load({"model": "DeepSeek-V4.1-Flash", "gpu": "B200", "data-parallel-size": 1} | keys)
+    assert kv_cache.v41_attention(recipe) == attention
+
+
+def test_v4_mxfp4_indexer_entries_shrink_pages_from_027():
+    # 0.27.0 stores V4's MXFP4 indexer entries at 68 B (0.22.0-0.26.0 at the FP8 size): a ratio-4 layer's 64 indexer
+    # entries are 4,352 -> 4,608 B (8 x 576) for 8,448 -> 8,640. The largest group, 21 ratio-4 layers of
+    # (37,440 + indexer) + 20 ratio-128 layers of 1,728: 21 x 46,080 + 34,560 = 1,002,240 at 0.26.0, 21 x 42,048 +
+    # 34,560 = 917,568 at 0.27.0 (the block under the overlay rule).
+    v4 = {"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4, "kv-cache-dtype": "fp8",
+          "attention-config": {"indexer_kv_dtype": "mxfp4"}}
+    assert capacity.plan(load(v4 | {"vllm-version": "0.27.0"})).memory.kv.block_bytes == 917_568
+    assert capacity.rank_memory(load(v4 | {"vllm-version": "0.26.0"})).kv.groups[0].page_bytes == 1_002_240
+
+
+def test_before_0201_tokens_are_blocks_per_group_times_the_smallest_block():
+    # vllm==0.20.0 vllm/v1/core/kv_cache_utils.py:1694-1711: num_blocks // len(groups) x min block size. V4-Flash at
+    # 0.20.0: one full group and, cut by the approximate gcd 22 of the layer counts [21, 43, 21, 20], two sliding-window
+    # groups (43 layers), one of the ratio-4 and indexer compressor states (4-token pages) and one of the ratio-128
+    # states: 5 groups. A block costs 22 layer tuples x (37,440 + 8,640 + 1,728) = 1,051,776 B ('tuple' rule), so
+    # 100 blocks give 100 // 5 x 4 = 80 tokens.
+    v4 = {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "kv-cache-dtype": "fp8",
+          "vllm-version": "0.20.0", "kv-cache-memory-bytes": 100 * 1_051_776}
+    plan = capacity.plan(load(v4))
+    assert (plan.memory.kv.block_bytes, len(plan.memory.kv.groups)) == (1_051_776, 5)
+    assert plan.backend("auto").kv_cache_tokens == 80
+
+
+def test_shared_indexers_split_over_pipeline_stages_by_layer():
+    # GLM-5.2: layers 0, 1, 2, 6, 10, ..., 74 own an indexer (the config's indexer_types). PP 2 splits 39 + 39 layers
+    # (get_pp_indices): stage 0 holds 0, 1, 2, 6, ..., 38 (12 indexers), stage 1 42, ..., 74 (9). The fuller stage
+    # decides: 64 x (39 x 576 + 12 x 132) = 1,539,072 B a block (fp8 on B200: FlashInfer's standard 576 B).
+    glm = {"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "pipeline-parallel-size": 2,
+           "kv-cache-dtype": "fp8", "max-model-len": 202752}
+    memory = capacity.rank_memory(load(glm))
+    assert memory.kv.block_bytes == 1_539_072
+    # stage 0's one group is logged: 3,168 pages of 1,539,072 B a request
+    assert memory.kv_provenance.bytes == 3168 * 1_539_072
+
+
+@pytest.mark.parametrize("layers, freq, offset, page", [
+    # vllm==0.24.0 vllm/model_executor/models/deepseek_v2.py:1024-1049: a layer skips the top-k (and builds no
+    # indexer) when max(layer - offset + 1, 0) % freq != 0; MTP layers always build theirs. 77 layers, freq 4,
+    # offset 3: 0, 1, 2, 6, ..., 74 own one (21), and the MTP layer 77 (whose 75 % 4 is 3) too
+    (77, 4, 3, 64 * (78 * 576 + 22 * 132)),
+    # 10 layers, freq 2, offset 2: 0, 1, 3, 5, 7, 9 (6), and the MTP layer 10
+    (10, 2, 2, 64 * (11 * 576 + 7 * 132)),
+])
+def test_shared_indexers_and_the_mtp_layers_own(tmp_path, layers, freq, offset, page):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_hidden_layers": layers, "hidden_size": 6144, "index_n_heads": 32,
+                                  "index_head_dim": 128, "index_topk": 2048, "num_nextn_predict_layers": 1,
+                                  "index_topk_freq": freq, "index_skip_topk_offset": offset}))
+    recipe = load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
+    assert capacity.rank_memory(recipe).kv.groups[0].page_bytes == page
+
+
+def test_only_ds_mla_pages_align_the_block_stride():
+    # vllm==0.31.0 mla_attention.py:1375-1382: the stride alignment is fp8_ds_mla's; a BF16 cache on FlashMLA-sparse
+    # keeps its 61 x (1152 + 132) x 64 = 5,012,736 B block (not a multiple of 1152)
+    v32 = {"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "attention-backend": "FLASHMLA_SPARSE"}
+    assert capacity.plan(load(v32 | {"vllm-version": "0.31.0"})).memory.kv.block_bytes == 5_012_736
+
+
+@pytest.mark.parametrize("values, lower_bound, divisor", [
+    # vllm==0.28.0 vllm/v1/core/kv_cache_utils.py:1588-1618: the d in [lower_bound, max] padding the values least,
+    # the larger on ties. [21, 43]: d = 22 pads 1 + 1; [12, 16]: 16 pads 4 (12 pads 8); [6, 6]: 2, 3 and 6 pad none
+    ([21, 43], 21, 22), ([12, 16], 12, 16), ([6, 6], 2, 6)])
+def test_approximate_gcd(values, lower_bound, divisor):
+    assert kv_cache.approximate_gcd(values, lower_bound) == divisor
+
+
+def test_v4_flash_packed_groups_at_029():
+    # vllm==0.29.0 vllm/v1/core/kv_cache_utils.py:1668-1796 by hand for V4-Flash (no MTP): buckets in order of first
+    # appearance, the sliding windows (43 x 37,440), the full caches (21 x 37,440 + 21 x 8,640 + 20 x 1,728, page
+    # counts 21/21/20: unbalanced), the 4-token states (21 x 32,832 + 21 x 8,640: balanced, two sizes, so at least 21
+    # repeats a group) and the ratio-128 states (20 x 32,832). _approximate_gcd([43, 21, 20], 21) = 22 (padding
+    # 1 + 1 + 2), so only the windows split, in two: 22 and 21 layers. The same five groups vLLM 0.28.1 printed.
+    kv = capacity.rank_memory(load({"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4,
+                                    "kv-cache-dtype": "fp8", "vllm-version": "0.29.0"})).kv
+    assert [g.page_bytes for g in kv.groups] == [22 * 37_440, 21 * 37_440, 1_002_240, 21 * (32_832 + 8640), 20 * 32_832]
+
+
+def test_one_group_costs_its_page_under_every_block_rule():
+    # GLM-5.2 at 0.24.0 ('bucket' rule, 21 indexers): one group's block is its page, 64 x (78 x 576 + 21 x 132) =
+    # 3,052,800 B, not page sizes x the most layers of one size (the multi-group rules)
+    recipe = load({"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "vllm-version": "0.24.0", "max-model-len": 202752})
+    assert capacity.plan(recipe).memory.kv.block_bytes == 3_052_800
+
+
+def test_one_group_needs_its_pages_times_its_page():
+    # GLM-5.2 fp8 on B200: one group of 78 x 576 + 21 x 132 = 47,700 B a token; a request of 202,752 tokens holds
+    # 3,168 pages of 64 tokens: vLLM's "KV cache is needed" 3,168 x 64 x 47,700 = 9,671,270,400 B
+    recipe = load({"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "max-model-len": 202752})
+    assert capacity.rank_memory(recipe).kv_provenance.bytes == 9_671_270_400
+
+
+@pytest.mark.parametrize("in_flight, extra, pages", [(8257, 0, 132), (8258, 0, 133), (8255, 2, 132), (8257, 2, 133)])
+def test_a_sliding_window_holds_its_window_less_one_plus_the_tokens_in_flight(in_flight, extra, pages):
+    # vllm==0.28.0 vllm/v1/kv_cache_interface.py:565-572: cdiv(min(window - 1 + extra + in flight, L), block) + 1.
+    # V4-Flash's 128-token window in 64-token pages: 127 + 8257 = 8384 = 131 x 64 -> 132 pages; one more token
+    # (in flight or retained) starts a 132nd page -> 133
+    recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "vllm-version": "0.28.0"})
+    window = next(g for g in capacity.rank_memory(recipe).kv.groups if g.kind == "window" and g.block == 64)
+    assert kv_cache.group_pages(recipe, window, in_flight, extra) == pages
