@@ -175,3 +175,20 @@ def test_versions_as_they_exist():
     with pytest.raises(ValueError, match="0.18.1 is older than 0.19.0, the oldest release modelled"):
         engine.build_of("0.18.1")
     assert engine.build_of("0.19.0") == "0.19.0"
+
+
+@pytest.mark.parametrize("raw, block_bytes", [
+    # vLLM's own planner (oracle/table.py, vllm==0.32.0 and 0.33.0) on these recipes. Their backends declare a
+    # block-outermost layout (catalog.Model.block_outermost_layout), so the sum of the pages is rounded up to the lcm
+    # of the alignments; padding each page alone would give 13,394,304 and 152,064.
+    ({"model": "GLM-5.3-Flash", "gpu": "H200", "vllm-version": "0.32.0"}, 13_415_424),
+    ({"model": "DeepSeek-V4.1-Flash", "gpu": "B200", "vllm-version": "0.33.0"}, 136_224),
+    # V3.2's are layer-outer, so each page is padded alone: on B200 fp8 is FlashInfer's 576 B a token, aligned to
+    # 32 rows (18,432 B), which a 64-token page of 36,864 B already is; the indexer's 8,448 B page aligns to 1. With
+    # its MTP layer, 62 x (36,864 + 8,448) = 2,809,344, what vLLM's planner gives for recipes/deepseek-v3.2-8xb200-tp8
+    # (rounding the sum to 18,432 would give 2,820,096).
+    ({"model": "DeepSeek-V3.2", "gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.33.0",
+      "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}}, 2_809_344),
+])
+def test_the_layout_decides_how_a_block_is_padded(raw, block_bytes):
+    assert rank_memory(load(raw | {"tensor-parallel-size": 4})).kv.block_bytes == block_bytes

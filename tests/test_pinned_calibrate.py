@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LOGS, SEED
-from dsa_kvcalc import calibrate as cal
+from dsa_kvcalc import calibrate as cal, memory_terms
 from dsa_kvcalc import capacity
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
 from dsa_kvcalc.units import GIB
@@ -109,7 +109,7 @@ def test_a_log_without_a_model_needs_one():
 
 
 def test_the_kv_target_is_the_logged_tokens_or_the_logged_memory():
-    memory = capacity.rank_memory(load(V32_H200 | {"kv-cache-dtype": "fp8"}))
+    memory = memory_terms.rank_memory(load(V32_H200 | {"kv-cache-dtype": "fp8"}))
     block = memory.kv.block_bytes  # 61 x (656 + 132) x 64 = 3,076,352 B, 64 tokens
     # tokens alone: their blocks (64,000 tokens = 1,000 blocks)
     assert cal.kv_target_bytes(memory, cal.Measured("", 1, kv_tokens=64_000)) == (1000 * block, None)
@@ -202,7 +202,7 @@ def test_graphs_the_log_does_not_print():
 def test_weights_the_log_does_not_print():
     recipe = load(V32_H200)
     plan = capacity.plan(recipe)
-    others = plan.memory.peak_activation.bytes + plan.memory.non_torch.bytes
+    others = plan.memory.base_peak.bytes + plan.memory.non_torch.bytes
     requested, graphs = plan.memory.requested_bytes, 4 * GIB
     # KV that leaves room for plan's weights estimate: the estimate
     assert cal.logged_weights(recipe, plan, cal.Measured("", 1), graphs, GIB)[:2] == (plan.memory.weights.bytes, None)
@@ -218,16 +218,16 @@ def test_the_headroom_from_two_logs_compares_like_with_like():
     # 5,368,709,120 = 4,299,685,888 B of headroom
     seed = load_recipe(SEED)
     before = cal.Measured("", 1, available_kv_bytes=60 * GIB)
-    headroom = cal.indexer_headroom(seed, before, cal.Measured("", 1, available_kv_bytes=55 * GIB))
+    headroom = cal.headroom_from_logs(seed, before, cal.Measured("", 1, available_kv_bytes=55 * GIB))
     assert (headroom.headroom_bytes, headroom.kv_source) == (4_299_685_888, "Available KV cache memory")
     # memory in one log, tokens in the other: both by tokens, the seed's 41,050,274 and 36,636,372: its headroom
-    mixed = cal.indexer_headroom(seed, dataclasses.replace(before, kv_tokens=41_050_274),
+    mixed = cal.headroom_from_logs(seed, dataclasses.replace(before, kv_tokens=41_050_274),
                                  cal.Measured("", 1, kv_tokens=36_636_372))
     assert mixed.headroom_bytes == 3_091_880_448
     with pytest.raises(RecipeError, match="changed by 20.00 GiB against a reservation of 9.00 GiB"):
-        cal.indexer_headroom(seed, before, cal.Measured("", 1, available_kv_bytes=40 * GIB))
+        cal.headroom_from_logs(seed, before, cal.Measured("", 1, available_kv_bytes=40 * GIB))
     with pytest.raises(RecipeError, match="--after: no Available KV"):
-        cal.indexer_headroom(seed, before, cal.Measured("", 1))
+        cal.headroom_from_logs(seed, before, cal.Measured("", 1))
 
 
 def test_the_after_log_needs_only_kv_figures_from_any_rank():

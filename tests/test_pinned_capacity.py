@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import SEED
-from dsa_kvcalc import capacity
+from dsa_kvcalc import capacity, choices, memory_terms
 from dsa_kvcalc.catalog import LAYOUTS
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
 from dsa_kvcalc.units import GIB
@@ -76,9 +76,9 @@ def test_a_measured_term_is_carried_to_another_shape_by_the_estimates_change(tmp
     path = tmp_path / "glm.yaml"
     path.write_text("model: GLM-5\ngpu: B200\ntensor-parallel-size: 8\nmax-num-batched-tokens: 8192\n"
                     "memory:\n  peak_activation_bytes: 10000000000\n  weights_bytes: 90000000000\n")
-    assert capacity.plan(load_recipe(path)).memory.peak_activation.provenance == "measured"
+    assert capacity.plan(load_recipe(path)).memory.base_peak.provenance == "measured"
     memory = capacity.plan(load_recipe(path, ["max-num-batched-tokens=4096"])).memory
-    assert (memory.peak_activation.bytes, memory.peak_activation.provenance) == (9_094_030_336, "derived")
+    assert (memory.base_peak.bytes, memory.base_peak.provenance) == (9_094_030_336, "derived")
     assert (memory.weights.bytes, memory.weights.provenance) == (90_000_000_000, "measured")  # no change to carry
 
 
@@ -97,7 +97,7 @@ def test_engram_tables_on_the_gpus_split_over_the_data_parallel_ranks():
     offloaded = capacity.plan(load_recipe(SEED)).memory.weights
     on_gpu = capacity.plan(load_recipe(SEED, ["engram-config.cpu_offload=false"])).memory.weights
     assert on_gpu.bytes - offloaded.bytes == 50_685_982_802
-    assert "188.8 GiB of Engram tables in host memory" in offloaded.source
+    assert "202,743,931,208 B of Engram tables in host memory" in offloaded.source
     assert "in host memory" not in on_gpu.source and "in host memory" not in capacity.plan(
         load(V32_H200)).memory.weights.source
 
@@ -113,7 +113,7 @@ def test_engram_tables_on_the_gpus_split_over_the_data_parallel_ranks():
 def test_the_sparse_mla_prefill_workspace_factor_drops_above_256k_tokens(length, version, workspace):
     recipe = load({"model": "GLM-5.2", "gpu": "H200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
                    "max-model-len": length, "vllm-version": version})
-    assert capacity.prefill_workspace_bytes(recipe) == workspace
+    assert memory_terms.prefill_workspace_bytes(recipe) == workspace
 
 
 @pytest.mark.parametrize("tp, dp, non_torch", [
@@ -148,7 +148,7 @@ def test_fp8_e4m3_is_deepseek_v4s_own_fp8_layout_not_an_mla_refusal():
     ({"model": "DeepSeek-V4-Flash", "vllm-version": "0.29.0", "pipeline-parallel-size": 2}, 3),  # V2 for all
 ])
 def test_the_batches_in_flight_as_vllm_counts_them(keys, batches):
-    assert capacity.concurrent_batches(load({"gpu": "H200", "tensor-parallel-size": 8} | keys)) == batches
+    assert choices.concurrent_batches(load({"gpu": "H200", "tensor-parallel-size": 8} | keys)) == batches
 
 
 @pytest.mark.parametrize("model, k, retained", [
@@ -167,8 +167,8 @@ def test_multi_layer_mtp_keeps_k_minus_1_more_tokens_in_every_window(tmp_path, m
                    "tensor-parallel-size": 4, "vllm-version": "0.28.0",
                    "speculative-config": {"method": "mtp", "num_speculative_tokens": k}})
     handed = []
-    monkeypatch.setattr(capacity.kv_cache, "spec", lambda *args: handed.append(args[3:]))
-    capacity.kv_spec(recipe, "FLASHMLA_SPARSE")
+    monkeypatch.setattr(choices.kv_cache, "spec", lambda *args: handed.append(args[3:]))
+    choices.kv_spec(recipe, "FLASHMLA_SPARSE")
     assert handed == [(2 * 8192, retained)]  # two batches of 8192 tokens in flight (H200's default), and the extra
 
 

@@ -3,7 +3,7 @@ torch or vLLM print, DeepGEMM's layout rules."""
 
 import pytest
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc import capacity, choices, memory_terms
 from dsa_kvcalc.catalog import GPUS, LAYOUTS, MODELS
 from dsa_kvcalc.recipe import RecipeError, load
 
@@ -97,7 +97,7 @@ def test_v4_pro_compresses_as_its_config_lists():
 ])
 def test_expert_parallel_weights_split_the_routed_experts(model, dp, weights):
     recipe = load({"model": model, "gpu": "B300", "data-parallel-size": dp, "enable-expert-parallel": True})
-    estimate = capacity.weights_estimate(recipe).bytes
+    estimate = memory_terms.weights_estimate(recipe).bytes
     assert estimate == weights and type(estimate) is int  # bytes are whole
 
 
@@ -145,7 +145,7 @@ def test_deepseek_v4_runs_from_020_and_drafts_three_dspark_layers():
         load(v4 | {"vllm-version": "0.19.1"})
     assert load(v4 | {"vllm-version": "0.20.0"}).model.first_release == "0.20.0"
     dspark = load(v4 | {"speculative-config": {"method": "dspark", "num_speculative_tokens": 3}})
-    assert capacity.draft_layers(dspark) == 3
+    assert choices.draft_layers(dspark) == 3
 
 
 def test_only_glm5_runs_fp8_for_auto_on_sm10x():

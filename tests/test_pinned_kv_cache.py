@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from conftest import SEED
-from dsa_kvcalc import capacity, kv_cache
+from dsa_kvcalc import capacity, kv_cache, memory_terms
 from dsa_kvcalc.recipe import load, load_recipe
 
 V41 = {"model": "DeepSeek-V4.1-Flash", "data-parallel-size": 4, "enable-expert-parallel": True}
@@ -92,7 +92,7 @@ def test_v4_mxfp4_indexer_entries_shrink_pages_from_027():
     v4 = {"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4, "kv-cache-dtype": "fp8",
           "attention-config": {"indexer_kv_dtype": "mxfp4"}}
     assert capacity.plan(load(v4 | {"vllm-version": "0.27.0"})).memory.kv.block_bytes == 917_568
-    assert capacity.rank_memory(load(v4 | {"vllm-version": "0.26.0"})).kv.groups[0].page_bytes == 1_002_240
+    assert memory_terms.rank_memory(load(v4 | {"vllm-version": "0.26.0"})).kv.groups[0].page_bytes == 1_002_240
 
 
 def test_before_0201_tokens_are_blocks_per_group_times_the_smallest_block():
@@ -114,10 +114,10 @@ def test_shared_indexers_split_over_pipeline_stages_by_layer():
     # decides: 64 x (39 x 576 + 12 x 132) = 1,539,072 B a block (fp8 on B200: FlashInfer's standard 576 B).
     glm = {"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "pipeline-parallel-size": 2,
            "kv-cache-dtype": "fp8", "max-model-len": 202752}
-    memory = capacity.rank_memory(load(glm))
+    memory = memory_terms.rank_memory(load(glm))
     assert memory.kv.block_bytes == 1_539_072
     # stage 0's one group is logged: 3,168 pages of 1,539,072 B a request
-    assert memory.kv_provenance.bytes == 3168 * 1_539_072
+    assert memory.kv.request_bytes == 3168 * 1_539_072
 
 
 @pytest.mark.parametrize("layers, freq, offset, page", [
@@ -135,14 +135,17 @@ def test_shared_indexers_and_the_mtp_layers_own(tmp_path, layers, freq, offset, 
                                   "index_topk_freq": freq, "index_skip_topk_offset": offset}))
     recipe = load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
                    "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
-    assert capacity.rank_memory(recipe).kv.groups[0].page_bytes == page
+    assert memory_terms.rank_memory(recipe).kv.groups[0].page_bytes == page
 
 
-def test_only_ds_mla_pages_align_the_block_stride():
-    # vllm==0.31.0 mla_attention.py:1375-1382: the stride alignment is fp8_ds_mla's; a BF16 cache on FlashMLA-sparse
-    # keeps its 61 x (1152 + 132) x 64 = 5,012,736 B block (not a multiple of 1152)
+def test_a_flat_bf16_cache_aligns_the_sum_at_031_and_each_layer_from_032():
+    # vllm==0.31.0 mla_attention.py:751-756, 1375-1382: FlashMLA-sparse on a BF16 (flat) cache aligns the block to one
+    # token's record, 1,152 B, and kv_cache_utils.py:1606-1632 rounds the sum: 61 x (1152 + 132) x 64 = 5,012,736 B
+    # up to 4,352 x 1,152 = 5,013,504. vllm==0.32.0 kv_cache_utils.py:1515-1551: the layout is layer-outer (LBNHC), so
+    # each 64 x 1,152 B page is padded alone (already a multiple), and the block stays 5,012,736 B.
     v32 = {"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "attention-backend": "FLASHMLA_SPARSE"}
-    assert capacity.plan(load(v32 | {"vllm-version": "0.31.0"})).memory.kv.block_bytes == 5_012_736
+    assert capacity.plan(load(v32 | {"vllm-version": "0.31.0"})).memory.kv.block_bytes == 5_013_504
+    assert capacity.plan(load(v32 | {"vllm-version": "0.32.0"})).memory.kv.block_bytes == 5_012_736
 
 
 @pytest.mark.parametrize("values, lower_bound, divisor", [
@@ -159,7 +162,7 @@ def test_v4_flash_packed_groups_at_029():
     # counts 21/21/20: unbalanced), the 4-token states (21 x 32,832 + 21 x 8,640: balanced, two sizes, so at least 21
     # repeats a group) and the ratio-128 states (20 x 32,832). _approximate_gcd([43, 21, 20], 21) = 22 (padding
     # 1 + 1 + 2), so only the windows split, in two: 22 and 21 layers. The same five groups vLLM 0.28.1 printed.
-    kv = capacity.rank_memory(load({"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4,
+    kv = memory_terms.rank_memory(load({"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4,
                                     "kv-cache-dtype": "fp8", "vllm-version": "0.29.0"})).kv
     assert [g.page_bytes for g in kv.groups] == [22 * 37_440, 21 * 37_440, 1_002_240, 21 * (32_832 + 8640), 20 * 32_832]
 
@@ -177,7 +180,7 @@ def test_one_group_needs_its_pages_times_its_page():
     # 3,168 pages of 64 tokens: vLLM's "KV cache is needed" 3,168 x 64 x 47,700 = 9,671,270,400 B
     recipe = load({"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
                    "max-model-len": 202752})
-    assert capacity.rank_memory(recipe).kv_provenance.bytes == 9_671_270_400
+    assert memory_terms.rank_memory(recipe).kv.request_bytes == 9_671_270_400
 
 
 @pytest.mark.parametrize("in_flight, extra, pages", [(8257, 0, 132), (8258, 0, 133), (8255, 2, 132), (8257, 2, 133)])
@@ -186,5 +189,5 @@ def test_a_sliding_window_holds_its_window_less_one_plus_the_tokens_in_flight(in
     # V4-Flash's 128-token window in 64-token pages: 127 + 8257 = 8384 = 131 x 64 -> 132 pages; one more token
     # (in flight or retained) starts a 132nd page -> 133
     recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "vllm-version": "0.28.0"})
-    window = next(g for g in capacity.rank_memory(recipe).kv.groups if g.kind == "window" and g.block == 64)
+    window = next(g for g in memory_terms.rank_memory(recipe).kv.groups if g.kind == "window" and g.block == 64)
     assert kv_cache.group_pages(recipe, window, in_flight, extra) == pages
