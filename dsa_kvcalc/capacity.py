@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from dsa_kvcalc import estimates
-from dsa_kvcalc.catalog import SPARSE_MLA_CACHE_DTYPES, STRIDE_ALIGNMENT_BYTES, Backend, Layout, Rows
+from dsa_kvcalc.catalog import SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES, STRIDE_ALIGNMENT_BYTES, Backend, Layout, Rows
 from dsa_kvcalc.choices import availability, engine_backends, on_model_runner_v2
 from dsa_kvcalc.engine import release_tuple
 from dsa_kvcalc.keys import Recipe, RecipeError
@@ -429,11 +429,16 @@ NVFP4_DS_MLA_FIRST = "0.30.0"  # vllm==0.30.0 vllm/config/cache.py:48 (vllm==0.2
 
 
 def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
-    """vLLM starts only where the sparse-MLA backend takes the KV-cache dtype (DeepSeek-V4's own attention resolves
-    its fp8 layout itself)."""
+    """vLLM starts only where the sparse-MLA backend runs on the GPU and takes the KV-cache dtype (DeepSeek-V4's own
+    attention resolves its backend and fp8 layout itself)."""
     if recipe.model.family not in ("mla", "glm5next"):
         return
     backend = memory.sparse_mla_backend
+    archs, source = SPARSE_MLA_ARCHS[backend]
+    if recipe.gpu.arch not in archs:
+        key = "attention-backend" if recipe.attention_backend else "gpu"
+        raise RecipeError(key, f"{recipe.gpu.name} ({recipe.gpu.arch}): {recipe.engine.label}'s sparse-MLA backend "
+                               f"{backend} runs on {', '.join(archs)} only ({source}); vLLM would refuse to start")
     dtypes, source = SPARSE_MLA_CACHE_DTYPES[backend]
     rocm_fp8 = backend == "ROCM_AITER_MLA_SPARSE" and recipe.quantized_cache and not recipe.engine.rocm_accepts_fp8
     nvfp4 = recipe.cache_dtype == "nvfp4_ds_mla" and (recipe.gpu.arch not in ("sm100", "sm103") or release_tuple(

@@ -170,6 +170,27 @@ SPARSE_MLA_CACHE_DTYPES = {
 }
 
 
+# The archs each sparse-MLA backend runs on (supports_compute_capability; the same from its first release to 0.33.0):
+# vLLM refuses to start when the backend it picks, or the one named, does not run on the GPU.
+SPARSE_MLA_ARCHS = {
+    "FLASHMLA_SPARSE": (("sm90", "sm100", "sm103"), "vllm==0.19.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:"
+                                                     "118-119 (major 9 or 10; vllm==0.33.0 :203-204)"),
+    "FLASHINFER_MLA_SPARSE": (("sm100", "sm103"), "vllm==0.19.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py:"
+                                                  "100-102 (major 10; vllm==0.33.0 :105-106)"),
+    "FLASH_ATTN_MLA_SPARSE_FA4": (("sm100", "sm103"), "vllm==0.33.0 vllm/v1/attention/backends/mla/"
+                                                      "flashattn_mla_sparse.py:275 (FlashInfer's TRTLLM backend's, major "
+                                                      "10)"),
+    "FLASHINFER_MLA_SPARSE_SM120": (("sm120", "sm121"), "vllm==0.24.0 vllm/v1/attention/backends/mla/"
+                                                        "flashinfer_mla_sparse.py:170-171 (major 12)"),
+    "FLASHINFER_MLA_SPARSE_SM90": (("sm90",), "vllm==0.33.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm90.py:"
+                                              "189-190 (major 9)"),
+    "FLASH_ATTN_MLA_SPARSE": (("sm90",), "vllm==0.33.0 vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:82-83 "
+                                         "(major 9)"),
+    "ROCM_AITER_MLA_SPARSE": (("gfx942", "gfx950"), "vllm==0.33.0 vllm/platforms/rocm.py:537-539 (ROCm's only sparse "
+                                                    "MLA)"),
+}
+
+
 # The sparse-MLA backend vLLM runs for a 512-wide latent (kv_lora_rank 512 without RoPE: GLM-5.3-Flash), by arch. On
 # SM90 FlashInfer's SM90 kernel goes first for head size 512 (vllm==0.30.0 vllm/platforms/cuda.py:143, the same to
 # 0.33.0); on SM10x FlashMLA-sparse and FA4 refuse head size 512 (vllm==0.30.0

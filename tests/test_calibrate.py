@@ -240,7 +240,9 @@ def test_a_dcp_log_with_only_kv_lines_calibrates_to_its_tokens(tmp_path):
     settings = ["--set", "model=lukealonso/GLM-5.1-NVFP4-MTP", "--set", "gpu=NVIDIA RTX PRO 6000 Blackwell (96 GB)",
                 "--set", "tensor-parallel-size=8", "--set", "decode-context-parallel-size=4", "--set",
                 "kv-cache-dtype=fp8", "--set", "max-num-seqs=64", "--set", "gpu-memory-utilization=0.845", "--set",
-                "vllm-version=0.22.0", "--set", 'speculative-config={"method": "mtp", "num_speculative_tokens": 3}']
+                "vllm-version=0.22.0", "--set", 'speculative-config={"method": "mtp", "num_speculative_tokens": 3}',
+                # the fork's own SM12x kernels (B12X_MLA_SPARSE, 656 B pages): 0.24.0's SM12x backend stands in
+                "--set", "attention-backend=FLASHINFER_MLA_SPARSE_SM120"]
     for kept in (lines, lines[1:]):
         log = tmp_path / "dcp.log"
         log.write_text("\n".join(kept) + "\n")

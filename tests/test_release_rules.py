@@ -39,10 +39,25 @@ def test_a_cache_dtype_the_backend_refuses_is_an_error_not_a_silent_swap():
         planned(**GLM5_B200 | {"gpu": "RTX PRO 6000", "kv-cache-dtype": "bfloat16"})
     with pytest.raises(RecipeError, match="turboquant_k8v4"):  # a CacheDType no sparse-MLA backend takes
         planned(**GLM5_B200 | {"kv-cache-dtype": "turboquant_k8v4"})
-    # before 0.24.0 SM12x runs FLASHMLA_SPARSE (vllm==0.23.0 vllm/platforms/cuda.py:123-130), which takes bfloat16
-    assert planned(**GLM5_B200 | {"gpu": "RTX PRO 6000", "kv-cache-dtype": "bfloat16", "vllm-version": "0.23.0",
-                                  "enable-expert-parallel": True, "data-parallel-size": 2}
-                   )[1].memory.sparse_mla_backend == "FLASHMLA_SPARSE"
+
+
+def test_a_sparse_mla_backend_the_gpu_cannot_run_refuses_the_plan():
+    # Before 0.24.0 SM12x falls to FLASHMLA_SPARSE (vllm==0.23.0 vllm/platforms/cuda.py:123-130), which runs on
+    # major 9 or 10 only (flashmla_sparse.py:129-130): no valid backend, vLLM does not start. 0.24.0 adds
+    # FLASHINFER_MLA_SPARSE_SM120 (major 12, flashinfer_mla_sparse.py:170-171).
+    sm120 = GLM5_B200 | {"gpu": "RTX PRO 6000", "kv-cache-dtype": "fp8", "enable-expert-parallel": True,
+                         "data-parallel-size": 2}
+    with pytest.raises(RecipeError, match="gpu: .*FLASHMLA_SPARSE runs on sm90, sm100, sm103 only"):
+        planned(**sm120 | {"vllm-version": "0.23.0"})
+    assert planned(**sm120 | {"vllm-version": "0.24.0"})[1].memory.sparse_mla_backend == "FLASHINFER_MLA_SPARSE_SM120"
+    # a named backend: FlashInfer's TRTLLM sparse MLA is major 10 only, FlashAttention's sparse MLA major 9 only
+    # (vllm==0.33.0 flashinfer_mla_sparse.py:105-106, flashattn_mla_sparse.py:82-83)
+    with pytest.raises(RecipeError, match="attention-backend: .*FLASHINFER_MLA_SPARSE runs on sm100, sm103 only"):
+        planned(**GLM5_B200 | {"gpu": "H200", "attention-backend": "FLASHINFER_MLA_SPARSE"})
+    with pytest.raises(RecipeError, match="attention-backend: .*FLASH_ATTN_MLA_SPARSE runs on sm90 only"):
+        planned(**GLM5_B200 | {"kv-cache-dtype": "bfloat16", "attention-backend": "FLASH_ATTN_MLA_SPARSE"})
+    assert planned(**GLM5_B200 | {"gpu": "H200", "kv-cache-dtype": "bfloat16",
+                                  "attention-backend": "FLASH_ATTN_MLA_SPARSE"})[1].memory.kv.block_bytes > 0
 
 
 def test_nvfp4_ds_mla_is_352_bytes_on_sm100_from_030():
@@ -228,17 +243,18 @@ def test_glm51_pp2_record_is_one_stage_of_39_layers():
 
 @pytest.mark.parametrize("settings, backend, block", [
     # V3.2, BF16 cache, H200: FlashAttention's sparse MLA from 0.25.0 (vllm==0.25.0 vllm/platforms/cuda.py:134-142);
-    # 61 x (1152 + 132) x 64 = 5,012,736 B, a multiple of 1152 (one row of its record) from 0.32.0:
-    # 4,352 x 1152 = 5,013,504
+    # 61 x (1152 + 132) x 64 = 5,012,736 B. From 0.32.0 it aligns to 1152 (one row of its record), but the layout is
+    # layer-outer, so each 64 x 1152 B page is padded alone (already a multiple) and the sum, not a multiple, stays
     ({"gpu": "H200", "vllm-version": "0.31.0"}, "FLASH_ATTN_MLA_SPARSE", 5_012_736),
-    ({"gpu": "H200", "vllm-version": "0.32.0"}, "FLASH_ATTN_MLA_SPARSE", 5_013_504),
+    ({"gpu": "H200", "vllm-version": "0.32.0"}, "FLASH_ATTN_MLA_SPARSE", 5_012_736),
     # ... and FlashMLA's in 0.24.0, which 0.31.0 already aligns as a flat cache (mla_attention.py:751-756)
     ({"gpu": "H200", "vllm-version": "0.24.0"}, "FLASHMLA_SPARSE", 5_012_736),
     # V3.2, fp8 on B200: FlashInfer's standard fp8, 61 x (576 + 132) x 64 = 2,764,032 B; one 576-B row in 0.31.0:
-    # 4,799 x 576 = 2,764,224; 32 rows (18,432 B, its kernel's MultipleOf(32) pages) from 0.32.0: 150 x 18,432
+    # 4,799 x 576 = 2,764,224 (0.31.0 rounds the sum); from 0.32.0 32 rows (18,432 B, its kernel's MultipleOf(32)
+    # pages) a layer, which each 36,864 B page already is: the sum is not rounded (layer-outer, kv_cache_utils.py:1520)
     ({"gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.30.0"}, "FLASHINFER_MLA_SPARSE", 2_764_032),
     ({"gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.31.0"}, "FLASHINFER_MLA_SPARSE", 2_764_224),
-    ({"gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.32.0"}, "FLASHINFER_MLA_SPARSE", 2_764_800),
+    ({"gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.32.0"}, "FLASHINFER_MLA_SPARSE", 2_764_032),
 ])
 def test_mla_blocks_align_to_the_rows_each_backend_reads(settings, backend, block):
     plan = capacity.plan(load({"model": "DeepSeek-V3.2", "tensor-parallel-size": 8} | settings))
