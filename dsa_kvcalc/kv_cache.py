@@ -357,9 +357,9 @@ def glm5next_caches(recipe: Recipe, backend: str, draft_layers: int) -> list[Cac
     indexer_page = block // model.index_kpool * INDEXER_ENTRY_BYTES
     ring = tail_ring_slots(recipe)
     state_block = block if recipe.enable_prefix_caching else recipe.max_model_len  # mamba_block_size
-    latent_alignment = mla_stride_alignment(recipe, backend, latent_bytes)
-    indexer_alignment = 1
+    latent_alignment = indexer_alignment = 1  # GLM-5.3-Flash's own attention sets none (vllm==0.31.0 glm5next/)
     if engine.backend_block_stride_alignment:
+        latent_alignment = mla_stride_alignment(recipe, backend, latent_bytes)
         kernel_block = math.gcd(model.index_kpool * max(PAGED_MQA_PAGE_SIZES), block)
         indexer_alignment = 1 if kernel_block == block else kernel_block // model.index_kpool * INDEXER_ENTRY_BYTES
     caches = []

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsa_kvcalc import capacity
+from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.choices import kv_spec, sparse_mla_backend
 from dsa_kvcalc.engine import RELEASES
 from dsa_kvcalc.keys import RecipeError
@@ -31,7 +32,7 @@ ARCHITECTURE_CONFIG = {
     "DeepseekV4ForCausalLM": {"model_type": "deepseek_v4", "num_attention_heads": 64, "head_dim": 512},
     "DeepseekV41ForCausalLM": {"model_type": "deepseek_v41", "head_dim": 512},
     "Glm5NextForConditionalGeneration": {"model_type": "glm5_next", "kv_lora_rank": 512, "qk_rope_head_dim": 0,
-                                         "gate_lower_bound": -5.0},
+                                         "qk_nope_head_dim": 256, "q_lora_rank": 1536, "gate_lower_bound": -5.0},
 }
 HEADS = {"deepseek-ai/DeepSeek-V4-Pro": 128}
 FAMILY = {"mla": "mla", "deepseek_v4": "deepseek_v4", "deepseek_v41": "deepseek_v41", "glm5next": "glm5next"}
@@ -60,9 +61,28 @@ def records() -> list[tuple[str, dict]]:
     return [(record.name, record.recipe, record.available_gib) for record in RECORDS]
 
 
+def probes() -> list[tuple[str, dict, None]]:
+    """Every catalog model on H200 and B200 at TP8 (with expert parallelism for V4 and V4.1), without speculation and
+    with each drafter it runs (MTP k=3, DSpark k=5); GLM-5.3-Flash also without prefix caching."""
+    cases = []
+    for model in MODELS:
+        for gpu in ("H200", "B200"):
+            raw = {"model": model.name, "gpu": gpu, "tensor-parallel-size": 8}
+            if model.family in ("deepseek_v4", "deepseek_v41"):
+                raw["enable-expert-parallel"] = True
+            variants = {"": {}} | {f" {drafter} k={k}": {"speculative-config": {"method": drafter,
+                                                                              "num_speculative_tokens": k}}
+                                   for drafter, k in (("mtp", 3), ("dspark", 5)) if drafter in model.drafters}
+            if model.family == "glm5next":
+                variants[" no prefix caching"] = {"enable-prefix-caching": False}
+            cases += [(f"probe {model.name} {gpu}{label}", raw | extra, None) for label, extra in variants.items()]
+    return cases
+
+
 def everything() -> list[tuple[str, dict, float | None]]:
-    """(name, raw recipe, logged available KV GiB or None) for every bundled recipe and development record."""
-    return [(name, raw, None) for name, raw in bundled()] + records()
+    """(name, raw recipe, logged available KV GiB or None) for every bundled recipe, development record and catalog
+    probe."""
+    return [(name, raw, None) for name, raw in bundled()] + records() + probes()
 
 
 def model_config(recipe) -> dict:
@@ -105,7 +125,8 @@ def serving(recipe, release: str) -> dict:
     return {"release": release, "arch": recipe.gpu.arch, "kv_cache_dtype": recipe.kv_cache_dtype,
             "attention_backend": recipe.attention_backend, "max_model_len": recipe.max_model_len,
             "max_num_batched_tokens": recipe.max_num_batched_tokens, "max_num_seqs": recipe.max_num_seqs,
-            "async_scheduling": recipe.async_scheduling, "tensor_parallel_size": recipe.tensor_parallel_size,
+            "async_scheduling": recipe.async_scheduling, "enable_prefix_caching": recipe.enable_prefix_caching,
+            "tensor_parallel_size": recipe.tensor_parallel_size,
             "pipeline_parallel_size": recipe.pipeline_parallel_size, "data_parallel_size": recipe.data_parallel_size,
             "decode_context_parallel_size": recipe.decode_context_parallel_size, "speculative": speculative,
             "attention_config": attention, "use_v2_model_runner": False}
@@ -115,7 +136,8 @@ def plan_figures(recipe, kv_bytes: int) -> dict:
     backend = sparse_mla_backend(recipe)
     kv = kv_spec(recipe, backend)
     return {"tokens": kv.tokens(kv_bytes), "block_bytes": kv.block_bytes, "blocks_per_request": kv.pages_per_request,
-            "groups": len(kv.groups), "kv_bytes": kv_bytes, "backend": backend}
+            "groups": len(kv.groups), "kv_bytes": kv_bytes, "backend": backend,
+            "refuses": kv_bytes < kv.request_bytes}  # report.refusal: one request of max-model-len does not fit
 
 
 def kv_bytes_of(recipe, available_gib: float | None) -> int:

@@ -326,11 +326,15 @@ def indexer_uses_fp4(vllm_config, serving: dict) -> bool:
 def v41_attention_class(vllm_config, arch: str):
     """The release's own pick (vllm/models/deepseek_v41/nvidia/model.py _select_dsv4_attn_cls). Mega attention asks
     whether its kernel was built (flash_mla_mega_attn.py is_flashmla_mega_attn_supported): a GPU build has it, this
-    CPU does not, so it is told yes; its topology checks (heads per wo_a group after TP) are the release's."""
+    CPU does not, so it is told yes on the SM10x family, where that function's own capability check passes
+    (vllm==0.31.0 flash_mla_mega_attn.py:93-94), and no elsewhere; its topology checks (heads per wo_a group after
+    TP) are the release's."""
     model = importlib.import_module("vllm.models.deepseek_v41.nvidia.model")
     with contextlib.suppress(ImportError):
         mega = importlib.import_module("vllm.models.deepseek_v41.nvidia.flash_mla_mega_attn")
-        mega.is_flashmla_mega_attn_supported = lambda: (True, None)
+        sm10x = arch in ("sm100", "sm103")
+        mega.is_flashmla_mega_attn_supported = lambda: (sm10x, None if sm10x else "FlashMLA mega attention requires "
+                                                                                   "sm_10x GPUs.")
     with platform_cuda.emulate(arch):
         return model._select_dsv4_attn_cls(vllm_config)
 
@@ -439,9 +443,10 @@ def build_glm5next(vllm_config, serving: dict, hf: dict, classes: dict) -> tuple
     MambaBase.get_kv_cache_spec); the others, and the MTP layer model.layers.{45}.mtp_block, are DSA layers: the
     indexer's kpool K cache (Glm5NextIndexerCache, 132 B, index_kpool tokens an entry), its tail ring
     (Glm5NextTailCache) and the MLA latent (MLAAttention, head_size kv_lora_rank + qk_rope_head_dim = 512).
-    The hybrid config vLLM sets before the layers give their specs is written here as the release sets it: prefix
-    caching on, so mamba_cache_mode 'align' (vllm==0.30.0 vllm/model_executor/models/config.py:609-649), the attention
-    block B and the KDA page padded to B x an MLA token (glm5next_block_size)."""
+    The hybrid config vLLM sets before the layers give their specs is written here as the release sets it
+    (MambaModelConfig.verify_and_update_config, vllm==0.31.0 vllm/model_executor/models/config.py:627-675): with
+    prefix caching (vLLM's default) mamba_cache_mode 'align' and mamba blocks of the attention block B, without it
+    'none' and mamba blocks of max_model_len; the KDA page padded to B x an MLA token (glm5next_block_size)."""
     import torch
     from vllm.model_executor.layers.attention.mla_attention import MLAAttention
 
@@ -461,8 +466,9 @@ def build_glm5next(vllm_config, serving: dict, hf: dict, classes: dict) -> tuple
     cache_config.cache_dtype = stored
     block, token, state = glm5next_block_size(cache_config, hf, tp, k)
     cache_config.block_size = block
-    cache_config.mamba_cache_mode = "align"
-    cache_config.mamba_block_size = block
+    prefix_caching = serving.get("enable_prefix_caching", True)
+    cache_config.mamba_cache_mode = "align" if prefix_caching else "none"
+    cache_config.mamba_block_size = block if prefix_caching else serving["max_model_len"]
     cache_config.mamba_page_size_padded = block * token if block * token != state else None
     drafts = draft_layer_count(serving, hf, 0)
     k_head = hf["index_head_dim"] + hf["index_head_dim"] // 128 * 4

@@ -132,7 +132,8 @@ def construct(cls, kwargs: dict, log: dict, path: str):
 def build_vllm_config(serving: dict, model: dict, log: dict):
     """The VllmConfig stand-in for the planner and the model code.
 
-    serving: max_model_len, max_num_batched_tokens, max_num_seqs, async_scheduling, cache_dtype (the block size is
+    serving: max_model_len, max_num_batched_tokens, max_num_seqs, async_scheduling, enable_prefix_caching (vLLM's
+      default, on, where absent), cache_dtype (the block size is
       left to the release: Platform.update_block_size_for_backend picks it once the layers exist),
       tensor/pipeline/data/decode_context_parallel_size, speculative ({method, num_speculative_tokens}),
       attention_config ({field: value}), use_v2_model_runner.
@@ -141,7 +142,8 @@ def build_vllm_config(serving: dict, model: dict, log: dict):
     import torch
     import vllm.config as C
 
-    cache = construct(C.CacheConfig, dict(cache_dtype=serving["cache_dtype"], enable_prefix_caching=True), log,
+    cache = construct(C.CacheConfig, dict(cache_dtype=serving["cache_dtype"],
+                                          enable_prefix_caching=serving.get("enable_prefix_caching", True)), log,
                       "cache_config")
     scheduler = construct(C.SchedulerConfig, dict(
         max_num_batched_tokens=serving["max_num_batched_tokens"], max_num_seqs=serving["max_num_seqs"],

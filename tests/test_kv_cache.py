@@ -192,3 +192,13 @@ def test_versions_as_they_exist():
 ])
 def test_the_layout_decides_how_a_block_is_padded(raw, block_bytes):
     assert rank_memory(load(raw | {"tensor-parallel-size": 4})).kv.block_bytes == block_bytes
+
+
+@pytest.mark.parametrize("spec, block_bytes", [
+    ({}, 7_441_280), ({"speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}, 8_117_760)])
+def test_glm53_flash_latents_align_nothing_before_032(spec, block_bytes):
+    # vLLM's own planner (oracle/table.py) on GLM-5.3-Flash, B200, TP8, vllm==0.31.0: its own attention
+    # (vllm/models/glm5next/common/) sets no block_stride_alignment, so FlashInfer's flat-cache row alignment (one
+    # 512 B record) is not applied; the same block as on H200. Aligning it would give 7,441,408 and 8,118,272.
+    raw = {"model": "GLM-5.3-Flash", "gpu": "B200", "tensor-parallel-size": 8, "vllm-version": "0.31.0"}
+    assert rank_memory(load(raw | spec)).kv.block_bytes == block_bytes
