@@ -17,7 +17,7 @@ from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, canonical
 from dsa_kvcalc.names import MODEL_NAMES, find_gpu, find_model
 from dsa_kvcalc.overrides import set_override
 from dsa_kvcalc.values import read_values
-from dsa_kvcalc.vllm_config import SPARSE_MLA_BACKENDS
+from dsa_kvcalc.vllm_config import SPARSE_MLA_BACKEND_FIRST, SPARSE_MLA_BACKENDS
 
 
 class WithDefaults(dict):
@@ -121,6 +121,11 @@ def check_across(recipe: Recipe) -> None:
     if recipe.attention_backend is not None and recipe.attention_backend not in SPARSE_MLA_BACKENDS:
         raise RecipeError("attention-backend", f"{recipe.attention_backend} is no sparse-MLA backend; DSA models run "
                                                f"on {', '.join(SPARSE_MLA_BACKENDS)}")
+    first, line = SPARSE_MLA_BACKEND_FIRST.get(recipe.attention_backend, (engines.OLDEST_VLLM, 0))
+    if recipe.engine.name == "vllm" and engines.release_tuple(recipe.engine.version) < engines.release_tuple(first):
+        raise RecipeError("attention-backend", f"{recipe.attention_backend} is not a backend of {recipe.engine.label}: "
+                                               f"vLLM {first} adds it (vllm=={first} "
+                                               f"vllm/v1/attention/backends/registry.py:{line})")
     if recipe.engine.name == "vllm" and engines.release_tuple(recipe.engine.version) < engines.release_tuple(
             model.first_release):
         raise RecipeError("vllm-version", f"{recipe.engine.label} predates {model.name}'s model code (vLLM "

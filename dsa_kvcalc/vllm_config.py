@@ -18,11 +18,18 @@ PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")  # vllm==0.33.0 
 ALL2ALL_BACKENDS = ("naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "deepep_v2", "mori_high_throughput",
                     "mori_low_latency", "moonep", "nixl_ep", "allgather_reducescatter", "flashinfer_all2allv",
                     "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "passthrough")
-SPARSE_MLA_BACKENDS = ("FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE_FA4",
-                       "FLASHINFER_MLA_SPARSE_SM120", "FLASHINFER_MLA_SPARSE_SM90", "ROCM_AITER_MLA_SPARSE",
-                       # DeepSeek-V4 and V4.1's own (vllm==0.33.0 vllm/models/deepseek_v41/nvidia/model.py:201-258)
-                       "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHMLA_SPARSE_DSV41",
-                       "FLASHMLA_MEGA_ATTN_DSV41", "FLASHINFER_MLA_SPARSE_DSV41")
+# The sparse-MLA backends (vLLM's AttentionBackendEnum) and the release that first has each (line of
+# vllm/v1/attention/backends/registry.py there); none is removed up to 0.33.0. DeepSeek-V4's and V4.1's own are
+# picked by their model code (vllm==0.33.0 vllm/models/deepseek_v41/nvidia/model.py:201-258).
+SPARSE_MLA_BACKEND_FIRST = {
+    "FLASHMLA_SPARSE": ("0.19.0", 73), "FLASHINFER_MLA_SPARSE": ("0.19.0", 66), "ROCM_AITER_MLA_SPARSE": ("0.19.0", 57),
+    "FLASH_ATTN_MLA_SPARSE": ("0.25.0", 98), "FLASH_ATTN_MLA_SPARSE_FA4": ("0.33.0", 131),
+    "FLASHINFER_MLA_SPARSE_SM120": ("0.24.0", 76), "FLASHINFER_MLA_SPARSE_SM90": ("0.30.0", 86),
+    "FLASHMLA_SPARSE_DSV4": ("0.23.0", 80), "FLASHINFER_MLA_SPARSE_DSV4": ("0.23.0", 83),
+    "FLASHMLA_SPARSE_DSV41": ("0.30.0", 110), "FLASHMLA_MEGA_ATTN_DSV41": ("0.31.0", 117),
+    "FLASHINFER_MLA_SPARSE_DSV41": ("0.30.0", 113),
+}
+SPARSE_MLA_BACKENDS = tuple(SPARSE_MLA_BACKEND_FIRST)
 # Nested keys vLLM takes that do not change memory per rank: accepted and ignored.
 IGNORED_NESTED = {
     "speculative-config": {"model", "draft_tensor_parallel_size", "disable_padded_drafter_batch", "quantization",

@@ -231,7 +231,8 @@ def test_a_log_that_names_no_release_is_read_by_the_rules_that_give_its_tokens()
 
 
 def test_a_dcp_log_with_only_kv_lines_calibrates_to_its_tokens(tmp_path):
-    # shared/data: GLM-5.1-NVFP4-MTP on 8 x RTX PRO 6000, DCP4, a fork of about vLLM 0.22: "Available KV cache memory:
+    # shared/data: GLM-5.1-NVFP4-MTP on 8 x RTX PRO 6000, DCP4, a fork of about vLLM 0.22 with its own SM12x kernels
+    # (planned as 0.24.0, the first release with a sparse MLA for SM12x, on the same pages): "Available KV cache memory:
     # 7.58 GiB", "GPU KV cache size: 523,008 tokens", no graph estimate and (second case) no weights line. The
     # per-token figures agree (15,562 logged, 15,563 planned: 79 x 788 B / DCP 4), and the recipe written plans to the
     # log's tokens: plan's graph estimate stands in for the one the log does not print.
@@ -240,9 +241,7 @@ def test_a_dcp_log_with_only_kv_lines_calibrates_to_its_tokens(tmp_path):
     settings = ["--set", "model=lukealonso/GLM-5.1-NVFP4-MTP", "--set", "gpu=NVIDIA RTX PRO 6000 Blackwell (96 GB)",
                 "--set", "tensor-parallel-size=8", "--set", "decode-context-parallel-size=4", "--set",
                 "kv-cache-dtype=fp8", "--set", "max-num-seqs=64", "--set", "gpu-memory-utilization=0.845", "--set",
-                "vllm-version=0.22.0", "--set", 'speculative-config={"method": "mtp", "num_speculative_tokens": 3}',
-                # the fork's own SM12x kernels (B12X_MLA_SPARSE, 656 B pages): 0.24.0's SM12x backend stands in
-                "--set", "attention-backend=FLASHINFER_MLA_SPARSE_SM120"]
+                "vllm-version=0.24.0", "--set", 'speculative-config={"method": "mtp", "num_speculative_tokens": 3}']
     for kept in (lines, lines[1:]):
         log = tmp_path / "dcp.log"
         log.write_text("\n".join(kept) + "\n")

@@ -86,11 +86,10 @@ RECORDS = [
            "shared/data/dsa-startup-records.json (voipmonitor GLM-5.1 notes, failing DCP4 run)",
            dict(model="lukealonso/GLM-5.1-NVFP4-MTP", gpu="RTX PRO 6000", **{
                "tensor-parallel-size": 8, "decode-context-parallel-size": 4, "kv-cache-dtype": "fp8",
-               "max-model-len": 202752, "max-num-seqs": 64, "gpu-memory-utilization": 0.845, "vllm-version": "0.22.0",
-               # vLLM 0.22.0 as released has no sparse MLA for SM12x (FLASHMLA_SPARSE is major 9/10 only); the fork
-               # ran its own B12X_MLA_SPARSE kernels on the same 656 B fp8_ds_mla pages, for which 0.24.0's SM12x
-               # backend stands in
-               "attention-backend": "FLASHINFER_MLA_SPARSE_SM120",
+               # The fork (about 0.22) ran its own B12X_MLA_SPARSE kernels on 656 B fp8_ds_mla pages; vLLM 0.22.0 as
+               # released has no sparse MLA for SM12x (FLASHMLA_SPARSE is major 9/10 only). 0.24.0 is the first
+               # release whose SM12x backend stores the same pages; its tokens sit within the log's rounding.
+               "max-model-len": 202752, "max-num-seqs": 64, "gpu-memory-utilization": 0.845, "vllm-version": "0.24.0",
                "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}), 7.58, 523_008),
     Record("GLM-5.2-NVFP4 4xGB200 TP4 EP, vLLM 0.26.0, standard fp8 on FlashInfer sparse MLA",
            "glm-5.2-nvfp4-4xgb200-tp4-ep-v0.26.0",

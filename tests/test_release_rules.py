@@ -60,6 +60,20 @@ def test_a_sparse_mla_backend_the_gpu_cannot_run_refuses_the_plan():
                                   "attention-backend": "FLASH_ATTN_MLA_SPARSE"})[1].memory.kv.block_bytes > 0
 
 
+@pytest.mark.parametrize("backend, before, first", [
+    # vllm/v1/attention/backends/registry.py of each release: the first to list the backend, and the one before
+    ("FLASH_ATTN_MLA_SPARSE", "0.24.0", "0.25.0"), ("FLASHINFER_MLA_SPARSE_SM120", "0.23.0", "0.24.0"),
+    ("FLASHINFER_MLA_SPARSE_SM90", "0.29.0", "0.30.0"), ("FLASH_ATTN_MLA_SPARSE_FA4", "0.32.0", "0.33.0"),
+    ("FLASHMLA_SPARSE_DSV4", "0.22.1", "0.23.0"), ("FLASHINFER_MLA_SPARSE_DSV4", "0.22.1", "0.23.0"),
+    ("FLASHMLA_SPARSE_DSV41", "0.29.0", "0.30.0"), ("FLASHINFER_MLA_SPARSE_DSV41", "0.29.0", "0.30.0"),
+    ("FLASHMLA_MEGA_ATTN_DSV41", "0.30.0", "0.31.0")])
+def test_a_backend_the_release_does_not_have_is_refused(backend, before, first):
+    with pytest.raises(RecipeError, match=f"attention-backend: {backend} is not a backend of vLLM {before}: "
+                                          f"vLLM {first} adds it"):
+        load({"model": "GLM-5", "gpu": "B200", "attention-backend": backend, "vllm-version": before})
+    load({"model": "GLM-5", "gpu": "B200", "attention-backend": backend, "vllm-version": first})
+
+
 def test_nvfp4_ds_mla_is_352_bytes_on_sm100_from_030():
     # 256 B e2m1 NoPE + 64 B FP8 RoPE + 32 B scales (vllm==0.30.0 flashmla_sparse.py:108-121): 78 x (352 + 132)
     _, plan = planned(**GLM5_B200, **{"kv-cache-dtype": "nvfp4_ds_mla", "vllm-version": "0.30.0"})
