@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from dsa_kvcalc import estimates
-from dsa_kvcalc.catalog import SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES, STRIDE_ALIGNMENT_BYTES, Backend, Layout, Rows
+from dsa_kvcalc.catalog import (SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES, STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS,
+                                Backend, Layout, Rows)
 from dsa_kvcalc.choices import availability, engine_backends, on_model_runner_v2
-from dsa_kvcalc.engine import release_tuple
+from dsa_kvcalc.engine import VLLM_RULES, release_tuple
 from dsa_kvcalc.keys import Recipe, RecipeError
 from dsa_kvcalc.kv_cache import round_up
 from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, profile_budget_bytes, rank_memory
@@ -430,7 +431,16 @@ NVFP4_DS_MLA_FIRST = "0.30.0"  # vllm==0.30.0 vllm/config/cache.py:48 (vllm==0.2
 
 def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
     """vLLM starts only where the sparse-MLA backend runs on the GPU and takes the KV-cache dtype (DeepSeek-V4's own
-    attention resolves its backend and fp8 layout itself)."""
+    attention resolves its backend and fp8 layout itself, and its FlashMLA layout takes only fp8)."""
+    if recipe.model.family == "deepseek_v4":
+        flashmla = recipe.gpu.arch in V4_FLASHMLA_ARCHS and recipe.attention_backend != "FLASHINFER_MLA_SPARSE_DSV4"
+        auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
+        if flashmla and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
+            source = VLLM_RULES["v4_auto_cache_dtype_fp8"].at(release_tuple(recipe.engine.version))[1]
+            raise RecipeError("kv-cache-dtype", f"{recipe.kv_cache_dtype}: DeepSeek-V4's FlashMLA attention on "
+                                                f"{recipe.gpu.name} stores fp8_ds_mla and takes fp8 only in "
+                                                f"{recipe.engine.label} ({source}); vLLM would refuse to start: give "
+                                                f"kv-cache-dtype: fp8")
     if recipe.model.family not in ("mla", "glm5next"):
         return
     backend = memory.sparse_mla_backend

@@ -191,6 +191,13 @@ SPARSE_MLA_ARCHS = {
 }
 
 
+# Where DeepSeek-V4 runs its FlashMLA attention, whose fp8_ds_mla layout takes fp8 cache dtypes only (engine.py
+# v4_auto_cache_dtype_fp8): SM90 and SM10x, unless FLASHINFER_MLA_SPARSE_DSV4 is named (vllm==0.23.0
+# vllm/models/deepseek_v4/nvidia/model.py:716-727; 0.20.0-0.22.1 run FlashMLA only, vllm==0.22.1
+# vllm/models/deepseek_v4/attention.py:671-676). SM12x takes FlashInfer's from 0.24.0 (flashinfer_sparse.py:509).
+V4_FLASHMLA_ARCHS = ("sm90", "sm100", "sm103")
+
+
 # The sparse-MLA backend vLLM runs for a 512-wide latent (kv_lora_rank 512 without RoPE: GLM-5.3-Flash), by arch. On
 # SM90 FlashInfer's SM90 kernel goes first for head size 512 (vllm==0.30.0 vllm/platforms/cuda.py:143, the same to
 # 0.33.0); on SM10x FlashMLA-sparse and FA4 refuse head size 512 (vllm==0.30.0

@@ -131,6 +131,7 @@ class Engine:
     mla_block_stride_rows: dict  # sparse-MLA backend -> rows of one token's record a block is a multiple of
     sparse_mla_prefill_workspace_factor: tuple[int, int]  # up to 262,144 tokens of max_model_len, and above
     rocm_accepts_fp8: bool
+    v4_auto_cache_dtype_fp8: bool  # DeepSeek-V4's FlashMLA attention takes kv-cache-dtype auto as fp8 (else it stops)
     speculative_methods: frozenset
     # GLM-5.3-Flash's kpool indexer and hybrid KDA/DSA cache layout
     kpool_indexer_reserves_decode_logits: bool  # its own profile branch, not #62860
@@ -421,6 +422,12 @@ VLLM_RULES = {
                                 "size is fixed (the kpool indexer's [kpool x 32, kpool x 64], "
                                 "vllm/v1/attention/backends/mla/indexer.py:296-306); applied to GLM-5.3-Flash's "
                                 "caches"),)),
+    "v4_auto_cache_dtype_fp8": Rule(
+        False, "vllm==0.29.0 vllm/models/deepseek_v4/attention.py:102-108 (vllm==0.20.0 "
+               "vllm/model_executor/layers/deepseek_v4_attention.py:594-599): DeepSeek-V4's FlashMLA layout asserts an "
+               "fp8 cache dtype, so auto stops vLLM at model init",
+        (Change("0.30.0", True, "vllm==0.30.0 vllm/models/deepseek_v4/attention.py:107-117: auto is taken as fp8; "
+                                "any other non-fp8 dtype is refused"),)),
     "rocm_accepts_fp8": Rule(
         False, "vllm==0.20.2 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:85-89: auto, float16, bfloat16",
         (Change("0.21.0", True, "vllm==0.21.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:266-272: fp8 and "

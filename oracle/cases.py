@@ -62,14 +62,16 @@ def records() -> list[tuple[str, dict]]:
 
 
 def probes() -> list[tuple[str, dict, None]]:
-    """Every catalog model on H200 and B200 at TP8 (with expert parallelism for V4 and V4.1), without speculation and
-    with each drafter it runs (MTP k=3, DSpark k=5); GLM-5.3-Flash also without prefix caching."""
+    """Every catalog model on H200 and B200 at TP8 (with expert parallelism for V4 and V4.1, and fp8 for V4), without
+    speculation and with each drafter it runs (MTP k=3, DSpark k=5); GLM-5.3-Flash also without prefix caching."""
     cases = []
     for model in MODELS:
         for gpu in ("H200", "B200"):
             raw = {"model": model.name, "gpu": gpu, "tensor-parallel-size": 8}
             if model.family in ("deepseek_v4", "deepseek_v41"):
                 raw["enable-expert-parallel"] = True
+            if model.family == "deepseek_v4":
+                raw["kv-cache-dtype"] = "fp8"  # V4's FlashMLA attention refuses auto before 0.30.0
             variants = {"": {}} | {f" {drafter} k={k}": {"speculative-config": {"method": drafter,
                                                                               "num_speculative_tokens": k}}
                                    for drafter, k in (("mtp", 3), ("dspark", 5)) if drafter in model.drafters}

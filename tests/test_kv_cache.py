@@ -108,6 +108,7 @@ BOUNDARIES = [
     ("kv_block_rule", "0.26.0", "bucket", "0.27.0", "overlay"),
     ("aligns_block_stride", "0.30.0", False, "0.31.0", True),
     ("pads_layer_pages", "0.31.0", False, "0.32.0", True),
+    ("v4_auto_cache_dtype_fp8", "0.29.0", False, "0.30.0", True),
     ("kv_grouping", "0.28.0", "uniform", "0.29.0", "packed"),
     ("v41_mega_attention", "0.30.0", False, "0.31.0", True),
     ("v41_window_stride_alignment", "0.32.0", False, "0.33.0", True),

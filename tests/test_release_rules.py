@@ -118,8 +118,26 @@ def test_batched_dp_moe_defaults_to_256_tokens_and_throughput_doubles_the_tier()
     ("DeepSeek-V3.2", "0.19.1", False),  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (envs.py:1654-1655)
 ])
 def test_graphs_are_subtracted_where_the_runner_estimates_them(model, version, subtracted):
-    recipe, _ = planned(model=model, gpu="H200", **{"tensor-parallel-size": 8, "vllm-version": version})
+    recipe, _ = planned(model=model, gpu="H200", **{"tensor-parallel-size": 8, "vllm-version": version,
+                                                    "kv-cache-dtype": "fp8"})
     assert capacity.cudagraphs_subtracted(recipe) is subtracted
+
+
+def test_deepseek_v4s_flashmla_attention_takes_fp8_only_and_auto_from_030():
+    # vllm==0.29.0 vllm/models/deepseek_v4/attention.py:102-108: the fp8_ds_mla layout asserts an fp8 dtype, so auto
+    # stops vLLM; vllm==0.30.0 :107-117 takes auto as fp8 and refuses bfloat16. FlashMLA is V4's attention on SM90 and
+    # SM10x unless FlashInfer's is named (vllm/models/deepseek_v4/nvidia/model.py); SM12x runs FlashInfer's.
+    v4 = {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 8, "enable-expert-parallel": True}
+    with pytest.raises(RecipeError, match="kv-cache-dtype: auto: DeepSeek-V4's FlashMLA attention on H200"):
+        planned(**v4 | {"vllm-version": "0.29.0"})
+    assert planned(**v4 | {"vllm-version": "0.30.0"})[1].backend("auto").kv_cache_tokens > 0
+    assert planned(**v4 | {"vllm-version": "0.29.0", "kv-cache-dtype": "fp8"})[1].backend("auto").kv_cache_tokens > 0
+    with pytest.raises(RecipeError, match="kv-cache-dtype: bfloat16"):
+        planned(**v4 | {"gpu": "B200", "kv-cache-dtype": "bfloat16"})
+    assert planned(**v4 | {"gpu": "B200", "vllm-version": "0.29.0", "attention-backend": "FLASHINFER_MLA_SPARSE_DSV4"}
+                   )[1].backend("auto").kv_cache_tokens > 0
+    assert planned(**v4 | {"gpu": "RTX PRO 6000", "vllm-version": "0.29.0", "tensor-parallel-size": 4}
+                   )[1].backend("auto").kv_cache_tokens > 0
 
 
 def test_rocm_dspark_before_029_runs_v2_which_estimates_nothing():
