@@ -143,10 +143,11 @@ def plan_figures(recipe, kv_bytes: int) -> dict:
 
 
 def kv_bytes_of(recipe, available_gib: float | None) -> int:
-    """A record's logged KV memory; a bundled recipe's, what plan sizes it at on that release."""
+    """A record's logged KV memory; a bundled recipe's, what plan sizes it at on that release. Either way plan's
+    checks run (RecipeError where plan says vLLM would refuse)."""
+    planned = capacity.plan(recipe)
     if available_gib is not None:
         return round(available_gib * GIB)
-    planned = capacity.plan(recipe)
     return planned.backend(recipe.topk_backend).kv_cache_bytes
 
 
@@ -157,10 +158,16 @@ def point(release: str, name: str, raw: dict, available_gib: float | None) -> Po
         if "predates" in error.problem:
             return Point(release, name, None, None, "no model code in this release")
         return Point(release, name, None, None, f"plan refuses it: {error}")
-    kv_bytes = kv_bytes_of(recipe, available_gib)
+    try:
+        kv_bytes = kv_bytes_of(recipe, available_gib)
+        refusal = None
+    except RecipeError as error:  # what plan's checks say vLLM would refuse (a backend for another GPU, a dtype)
+        if available_gib is None:
+            return Point(release, name, None, None, f"plan refuses it: {error}")
+        kv_bytes, refusal = round(available_gib * GIB), str(error)
     case = {"name": name, "family": FAMILY[recipe.model.family], "model": model_config(recipe),
             "serving": serving(recipe, release), "available_bytes": kv_bytes}
-    return Point(release, name, case, plan_figures(recipe, kv_bytes))
+    return Point(release, name, case, plan_figures(recipe, kv_bytes) | {"refusal": refusal})
 
 
 def points(releases: list[str] | None = None, names: list[str] | None = None) -> list[Point]:

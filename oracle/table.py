@@ -69,12 +69,14 @@ def verdict(p, answer: dict | None) -> str:
     if p.case is None:
         return p.skip
     if answer is not None and "unsupported" in answer:
+        if p.plan["refusal"]:
+            return "both refuse: " + answer["unsupported"]
         return "vLLM would not start: " + answer["unsupported"]
     if answer is not None and VLLM_REFUSES in answer.get("error", ""):
         return f"both refuse: {VLLM_REFUSES}" if p.plan["refuses"] else "DIFFERENT: only vLLM refuses"
     if answer is None or "error" in answer:
         return "oracle error: " + (answer or {}).get("error", "no answer")[:300]
-    if p.plan["refuses"]:
+    if p.plan["refuses"] or p.plan["refusal"]:
         return "DIFFERENT: only plan refuses"
     return "equal" if answer["tokens"] == p.plan["tokens"] else "DIFFERENT"
 
