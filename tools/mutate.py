@@ -45,7 +45,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dsa_kvcalc"
-MODULES = ("engine", "capacity", "kv_cache", "catalog", "calibrate", "vllm_log")
+MODULES = ("engine", "choices", "capacity", "kv_cache", "memory_terms", "defaults", "estimates", "catalog", "calibrate",
+           "vllm_log")
 EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
 RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all.
@@ -54,8 +55,12 @@ SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two
 # within a second or two.
 FIRST_TESTS = {
     "engine": ("test_release_rules.py", "test_kv_cache.py"),
+    "choices": ("test_pinned_capacity.py", "test_release_rules.py", "test_seed.py"),
     "capacity": ("test_release_rules.py", "test_seed.py"),
     "kv_cache": ("test_kv_cache.py",),
+    "memory_terms": ("test_pinned_capacity.py", "test_kv_cache.py", "test_seed.py"),
+    "defaults": ("test_pinned_capacity.py", "test_vllm_args.py", "test_records.py"),
+    "estimates": ("test_pinned_capacity.py", "test_records.py", "test_release_rules.py"),
     "catalog": ("test_seed.py", "test_release_rules.py"),
     "calibrate": ("test_calibrate.py",),
     "vllm_log": ("test_vllm_log.py", "test_calibrate.py"),
