@@ -33,6 +33,16 @@ def test_vllm_caps_the_decode_rows_at_the_batched_tokens():
     assert capacity.decode_rows(recipe) == 512
 
 
+def test_the_kpool_indexer_caps_its_rows_after_the_draft_tokens():
+    # vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:318-321: worst_decode_tokens =
+    # min(max_num_seqs x (num_spec + 1), max_num_batched_tokens) = min(1024 x 4, 2048) = 2048 for GLM-5.3-Flash with
+    # MTP k = 3 (#62860's rule for the other indexers would give min(1024, 2048) x 4 = 4096)
+    recipe = load({"model": "GLM-5.3-Flash", "gpu": "B200", "tensor-parallel-size": 4, "vllm-version": "0.30.0",
+                   "max-num-seqs": 1024, "max-num-batched-tokens": 2048,
+                   "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}})
+    assert capacity.decode_rows(recipe) == 2048
+
+
 # 2. Top-k backends --------------------------------------------------------------------------------------------------
 
 def test_before_030_only_the_built_in_chain_runs():
