@@ -422,3 +422,17 @@ def test_defaults_that_move_the_tokens():
     assert {(i.value, i.other) for i in v4 if i.field == "max_num_batched_tokens"} == {(16384, 2048), (16384, 8192)}
     # no KV tokens at all: nothing to compare, not a division by zero
     assert capacity.default_impacts(load(V32_H200 | {"memory": {"peak_activation_gib": 200}})) == []
+
+
+def test_rocms_locked_workspace_leaves_no_decode_logits_to_allocate_at_run_time():
+    # vllm==0.30.0 vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:949-972: AITER's paged-MQA logits come from a
+    # workspace of min(max_num_batched_tokens, max_num_seqs x (1 + k)) = min(1024, 1024 x 4) = 1024 rows x 163,840
+    # columns x 4 B = 671,088,640 B, "locked after profiling": nothing is allocated beside it at run time, so no
+    # shortfall, although #62860's decode term, 4096 x 163,840 x 4 = 2,684,354,560 B, is more than the budget +
+    # workspace (536,870,912 + 671,088,640 = 1,207,959,552 B)
+    plan = capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "MI355X", "tensor-parallel-size": 8,
+                               "vllm-version": "0.30.0", "max-num-seqs": 1024, "max-num-batched-tokens": 1024,
+                               "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}))
+    auto = plan.backend("auto")
+    assert auto.release.reservation.bytes == 1_207_959_552
+    assert (auto.oom.at_risk, auto.oom.shortfall_bytes) == (False, 0)
