@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import SEED
-from dsa_kvcalc import capacity, choices, memory_terms
+from dsa_kvcalc import capacity, choices, memory_terms, report
 from dsa_kvcalc.catalog import LAYOUTS
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
 from dsa_kvcalc.units import GIB
@@ -436,3 +436,19 @@ def test_rocms_locked_workspace_leaves_no_decode_logits_to_allocate_at_run_time(
     auto = plan.backend("auto")
     assert auto.release.reservation.bytes == 1_207_959_552
     assert (auto.oom.at_risk, auto.oom.shortfall_bytes) == (False, 0)
+
+
+def test_a_release_without_the_fix_reports_no_reservation_shortfall():
+    # vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:483-512: without #62860 the profiling branch
+    # reserves the prefill budget and no decode term, so there is no reservation for the decode logits to fall short
+    # of: the risk is the decodes that fit in what is free, and no "reserves ... for the decode logits" warning
+    plan = capacity.plan(load(V32_H200 | {"vllm-version": "0.33.0"}))
+    assert {b.oom.shortfall_bytes for b in plan.backends} == {0}
+    assert report.reservation_warnings(plan) == []
+
+
+def test_a_graph_pool_measured_for_a_backend_this_engine_does_not_run_is_not_checked():
+    # DeepInfer's top-k never runs on vLLM: a pool measured for it (0 GiB here) holds none of this recipe's logits, so
+    # it is no measurement plan checks against them
+    plan = capacity.plan(load(V32_H200 | {"memory": {"cudagraph_gib": {"deepinfer": 0}}}))
+    assert plan.backend("auto").available
