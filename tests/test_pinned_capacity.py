@@ -452,3 +452,13 @@ def test_a_graph_pool_measured_for_a_backend_this_engine_does_not_run_is_not_che
     # it is no measurement plan checks against them
     plan = capacity.plan(load(V32_H200 | {"memory": {"cudagraph_gib": {"deepinfer": 0}}}))
     assert plan.backend("auto").available
+
+
+def test_one_request_of_three_tokens_is_a_full_decode_graph_when_the_batch_takes_no_two():
+    # vllm==0.33.0 vllm/config/vllm.py:2487-2494, 2540-2552, 2601-2603: with k = 2 a uniform decode is 3 tokens a
+    # request; request_counts(max_num_seqs = 2) = [1, 2] gives sizes 3 and 6 (both <= min(2 x 3 x 2, 512) = 12), and
+    # only 3 is <= max_num_batched_tokens = 4. The token grid up to min(12, 4) = 4 is 1, 2, 4, none a whole request.
+    # So the largest FULL decode graph holds 3 rows (of the 2 x 3 = 6 of the decode worst case).
+    recipe = load(V32_H200 | {"vllm-version": "0.33.0", "max-num-seqs": 2, "max-num-batched-tokens": 4,
+                              "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}})
+    assert capacity.cudagraph_logits_rows(recipe) == 3
