@@ -191,3 +191,13 @@ def test_a_sliding_window_holds_its_window_less_one_plus_the_tokens_in_flight(in
     recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "vllm-version": "0.28.0"})
     window = next(g for g in memory_terms.rank_memory(recipe).kv.groups if g.kind == "window" and g.block == 64)
     assert kv_cache.group_pages(recipe, window, in_flight, extra) == pages
+
+
+def test_flashmla_s_ds_mla_pages_off_sm10x_align_to_nothing_at_031():
+    # vllm==0.31.0 vllm/model_executor/layers/attention/mla_attention.py:751-756, 1376-1382: the block stride aligns to
+    # one token's record only for a flat cache (FlashInfer's, or FlashMLA's without a DS-MLA dtype) or FlashMLA's
+    # DS-MLA pages on SM10x (TMA rows). V3.2 with fp8 (fp8_ds_mla, 656 B a token) on the H200 is neither: the block is
+    # 61 x (64 x 656 + 64 x 132) = 3,076,352 B, not rounded up to 656 B (4,690 x 656 = 3,076,640)
+    recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "vllm-version": "0.31.0"})
+    assert memory_terms.rank_memory(recipe).kv.block_bytes == 3_076_352
