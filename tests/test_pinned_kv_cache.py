@@ -201,3 +201,13 @@ def test_flashmla_s_ds_mla_pages_off_sm10x_align_to_nothing_at_031():
     recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
                    "vllm-version": "0.31.0"})
     assert memory_terms.rank_memory(recipe).kv.block_bytes == 3_076_352
+
+
+def test_flashmla_s_bf16_pages_are_a_flat_cache_aligned_to_one_row_at_031():
+    # vllm==0.31.0 vllm/model_executor/layers/attention/mla_attention.py:751-756, 1381-1382: FLASHMLA_SPARSE with a
+    # cache that is not DS-MLA (BF16 here, 1152 B a token) is a flat cache, its block stride a multiple of one
+    # 1152-B row; 0.31.0 rounds the sum up (kv_cache_utils.py:1622-1632): 61 x (64 x 1152 + 64 x 132) = 5,012,736 B
+    # -> 4,352 x 1152 = 5,013,504
+    recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "vllm-version": "0.31.0",
+                   "attention-backend": "FLASHMLA_SPARSE"})
+    assert memory_terms.rank_memory(recipe).kv.block_bytes == 5_013_504
