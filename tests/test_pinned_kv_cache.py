@@ -211,3 +211,13 @@ def test_flashmla_s_bf16_pages_are_a_flat_cache_aligned_to_one_row_at_031():
     recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "vllm-version": "0.31.0",
                    "attention-backend": "FLASHMLA_SPARSE"})
     assert memory_terms.rank_memory(recipe).kv.block_bytes == 5_013_504
+
+
+def test_pipeline_stages_price_a_block_by_the_widest_stage_with_the_drafts_on_the_last():
+    # vllm==0.33.0 vllm/distributed/utils.py:225-230 get_pp_indices: 61 layers over PP4 are 15 a stage, the remainder
+    # on the second-last: [15, 15, 16, 15]; the MTP layer joins the last stage (15 + 1). The widest stage holds 16
+    # layers of 64 x (1152 + 132) = 82,176 B (BF16 on the H200 at 0.30.0, unaligned): 1,314,816 B a block. (The drafts
+    # on another stage, or one stage holding every layer, would make it 17 or 62 layers.)
+    recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 4,
+                   "vllm-version": "0.30.0", "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
+    assert memory_terms.rank_memory(recipe).kv.block_bytes == 16 * 82_176
