@@ -5,7 +5,7 @@ import pytest
 
 from conftest import LOGS
 from dsa_kvcalc.keys import RecipeError
-from dsa_kvcalc.vllm_log import read_engine_args, read_log, read_log_file
+from dsa_kvcalc.vllm_log import read_engine_args, read_log, read_log_file, split_entries
 
 
 def test_the_first_entry_of_the_args_line_is_read():
@@ -47,3 +47,9 @@ def test_a_log_of_64_mib_is_read_and_one_byte_more_is_refused(tmp_path):
     path.write_bytes(log + b"\n" + b" " * (67_108_864 - len(log)))
     with pytest.raises(RecipeError, match="is over 64 MiB: not a vLLM startup log"):
         read_log_file(path, "log")
+
+
+def test_an_empty_quoted_key_closes_at_its_second_quote():
+    # '' opens and closes a string: the entries are "'': 1" and "'b': 2", and the brace closes the dict
+
+    assert split_entries("'': 1, 'b': 2}") == (["'': 1", " 'b': 2"], True)
