@@ -51,5 +51,4 @@ def test_a_log_of_64_mib_is_read_and_one_byte_more_is_refused(tmp_path):
 
 def test_an_empty_quoted_key_closes_at_its_second_quote():
     # '' opens and closes a string: the entries are "'': 1" and "'b': 2", and the brace closes the dict
-
     assert split_entries("'': 1, 'b': 2}") == (["'': 1", " 'b': 2"], True)
