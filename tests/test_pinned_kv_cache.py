@@ -221,3 +221,7 @@ def test_pipeline_stages_price_a_block_by_the_widest_stage_with_the_drafts_on_th
     recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 4,
                    "vllm-version": "0.30.0", "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
     assert memory_terms.rank_memory(recipe).kv.block_bytes == 16 * 82_176
+    # without the MTP layer the widest stage is still the second-last's 16 layers (the last holds 15)
+    plain = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 4,
+                  "vllm-version": "0.30.0"})
+    assert memory_terms.rank_memory(plain).kv.block_bytes == 16 * 82_176
