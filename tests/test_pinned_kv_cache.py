@@ -225,3 +225,7 @@ def test_pipeline_stages_price_a_block_by_the_widest_stage_with_the_drafts_on_th
     plain = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 4,
                   "vllm-version": "0.30.0"})
     assert memory_terms.rank_memory(plain).kv.block_bytes == 16 * 82_176
+    # PP2: [31, 30], the first stage the widest: 31 x 82,176
+    pp2 = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 2,
+                "vllm-version": "0.30.0"})
+    assert memory_terms.rank_memory(pp2).kv.block_bytes == 31 * 82_176
