@@ -5,7 +5,7 @@ import pytest
 
 from conftest import LOGS
 from dsa_kvcalc.keys import RecipeError
-from dsa_kvcalc.vllm_log import read_engine_args, read_log, read_log_file, split_entries
+from dsa_kvcalc.vllm_log import read_engine_args, read_engine_config, read_log, read_log_file, split_entries
 
 
 def test_the_first_entry_of_the_args_line_is_read():
@@ -52,3 +52,11 @@ def test_a_log_of_64_mib_is_read_and_one_byte_more_is_refused(tmp_path):
 def test_an_empty_quoted_key_closes_at_its_second_quote():
     # '' opens and closes a string: the entries are "'': 1" and "'b': 2", and the brace closes the dict
     assert split_entries("'': 1, 'b': 2}") == (["'': 1", " 'b': 2"], True)
+
+
+def test_the_engine_config_line_is_never_cut_off():
+    # vLLM's "Initializing a V1 LLM engine (v0.26.0) with config: model='...', max_seq_len=819200, ..." is read
+    # field by field, not as a dict repr: nothing is lost at its end, so calibrate warns of no truncated args
+    args = read_engine_config("model='zai-org/GLM-5.2', max_seq_len=819200, tensor_parallel_size=4")
+    assert args.values == {"model": "zai-org/GLM-5.2", "max_model_len": 819_200, "tensor_parallel_size": 4}
+    assert not args.truncated
