@@ -209,12 +209,13 @@ def test_kpool_width_and_gather_by_release():
 
 def test_glm53_is_glm52s_shape_and_takes_fp8_on_sm10x_from_032():
     # 78 layers + MTP, indexers on layers 0, 1, 2, 6, ..., 74 (21) and the MTP layer; B200 0.32.0: auto -> fp8_e4m3,
-    # FlashInfer's standard fp8: 64 x (79 x 576 + 22 x 132) = 3,098,112 B a block. From 0.32.0 the layout is
-    # layer-outer, so each latent page (36,864 B) is padded alone to its 32 rows (18,432 B), which it already is; the
-    # sum is not rounded to 169 x 18,432 = 3,115,008 (vllm==0.32.0 vllm/v1/core/kv_cache_utils.py:1515-1551)
+    # FlashInfer's standard fp8: 64 x (79 x 576 + 22 x 132) = 3,098,112 B a block. GLM-5.3's layout is layer-outer,
+    # so from 0.32.0 each layer's page is padded alone (vllm==0.32.0 vllm/v1/core/kv_cache_utils.py:1515-1531): a
+    # 64 x 576 = 36,864 B page is already two of FlashInfer's 32-row pages (18,432 B) and the indexer's aligns to 1,
+    # so the block stays 3,098,112 (rounding the sum to 18,432 would give 169 x 18,432 = 3,115,008)
     recipe = load({"model": "GLM-5.3", "gpu": "B200", "tensor-parallel-size": 8, "vllm-version": "0.32.0"} | MTP3)
     assert recipe.cache_dtype == "fp8_e4m3"
-    assert capacity.plan(recipe).memory.kv.block_bytes == 3_098_112
+    assert capacity.plan(recipe).memory.kv.block_bytes == 79 * 36_864 + 22 * 8_448
     assert load({"model": "zai-org/GLM-5.3", "gpu": "B200", "vllm-version": "0.31.0"}).cache_dtype == "auto"
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import SEED
-from dsa_kvcalc import capacity, choices, memory_terms
+from dsa_kvcalc import capacity, choices, memory_terms, report
 from dsa_kvcalc.catalog import LAYOUTS
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
 from dsa_kvcalc.units import GIB
@@ -31,6 +31,16 @@ def test_vllm_caps_the_decode_rows_at_the_batched_tokens():
     # vLLM #62860 (the seed): rows = min(max_num_seqs, max_num_batched_tokens) x (1 + k) = min(512, 256) x 2 = 512
     recipe = load(V32_H200 | {"max-num-seqs": 512, "max-num-batched-tokens": 256, "speculative-config": MTP})
     assert capacity.decode_rows(recipe) == 512
+
+
+def test_the_kpool_indexer_caps_its_rows_after_the_draft_tokens():
+    # vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:318-321: worst_decode_tokens =
+    # min(max_num_seqs x (num_spec + 1), max_num_batched_tokens) = min(1024 x 4, 2048) = 2048 for GLM-5.3-Flash with
+    # MTP k = 3 (#62860's rule for the other indexers would give min(1024, 2048) x 4 = 4096)
+    recipe = load({"model": "GLM-5.3-Flash", "gpu": "B200", "tensor-parallel-size": 4, "vllm-version": "0.30.0",
+                   "max-num-seqs": 1024, "max-num-batched-tokens": 2048,
+                   "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}})
+    assert capacity.decode_rows(recipe) == 2048
 
 
 # 2. Top-k backends --------------------------------------------------------------------------------------------------
@@ -412,3 +422,43 @@ def test_defaults_that_move_the_tokens():
     assert {(i.value, i.other) for i in v4 if i.field == "max_num_batched_tokens"} == {(16384, 2048), (16384, 8192)}
     # no KV tokens at all: nothing to compare, not a division by zero
     assert capacity.default_impacts(load(V32_H200 | {"memory": {"peak_activation_gib": 200}})) == []
+
+
+def test_rocms_locked_workspace_leaves_no_decode_logits_to_allocate_at_run_time():
+    # vllm==0.30.0 vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:949-972: AITER's paged-MQA logits come from a
+    # workspace of min(max_num_batched_tokens, max_num_seqs x (1 + k)) = min(1024, 1024 x 4) = 1024 rows x 163,840
+    # columns x 4 B = 671,088,640 B, "locked after profiling": nothing is allocated beside it at run time, so no
+    # shortfall, although #62860's decode term, 4096 x 163,840 x 4 = 2,684,354,560 B, is more than the budget +
+    # workspace (536,870,912 + 671,088,640 = 1,207,959,552 B)
+    plan = capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "MI355X", "tensor-parallel-size": 8,
+                               "vllm-version": "0.30.0", "max-num-seqs": 1024, "max-num-batched-tokens": 1024,
+                               "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}))
+    auto = plan.backend("auto")
+    assert auto.release.reservation.bytes == 1_207_959_552
+    assert (auto.oom.at_risk, auto.oom.shortfall_bytes) == (False, 0)
+
+
+def test_a_release_without_the_fix_reports_no_reservation_shortfall():
+    # vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:483-512: without #62860 the profiling branch
+    # reserves the prefill budget and no decode term, so there is no reservation for the decode logits to fall short
+    # of: the risk is the decodes that fit in what is free, and no "reserves ... for the decode logits" warning
+    plan = capacity.plan(load(V32_H200 | {"vllm-version": "0.33.0"}))
+    assert {b.oom.shortfall_bytes for b in plan.backends} == {0}
+    assert report.reservation_warnings(plan) == []
+
+
+def test_a_graph_pool_measured_for_a_backend_this_engine_does_not_run_is_not_checked():
+    # DeepInfer's top-k never runs on vLLM: a pool measured for it (0 GiB here) holds none of this recipe's logits, so
+    # it is no measurement plan checks against them
+    plan = capacity.plan(load(V32_H200 | {"memory": {"cudagraph_gib": {"deepinfer": 0}}}))
+    assert plan.backend("auto").available
+
+
+def test_one_request_of_three_tokens_is_a_full_decode_graph_when_the_batch_takes_no_two():
+    # vllm==0.33.0 vllm/config/vllm.py:2487-2494, 2540-2552, 2601-2603: with k = 2 a uniform decode is 3 tokens a
+    # request; request_counts(max_num_seqs = 2) = [1, 2] gives sizes 3 and 6 (both <= min(2 x 3 x 2, 512) = 12), and
+    # only 3 is <= max_num_batched_tokens = 4. The token grid up to min(12, 4) = 4 is 1, 2, 4, none a whole request.
+    # So the largest FULL decode graph holds 3 rows (of the 2 x 3 = 6 of the decode worst case).
+    recipe = load(V32_H200 | {"vllm-version": "0.33.0", "max-num-seqs": 2, "max-num-batched-tokens": 4,
+                              "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}})
+    assert capacity.cudagraph_logits_rows(recipe) == 3

@@ -1,5 +1,7 @@
 """engine.py's rules that no other test pins (found by tools/mutate.py), each against the seed or a vLLM release."""
 
+import pytest
+
 from dsa_kvcalc import capacity, engine
 from dsa_kvcalc.recipe import load_recipe
 
@@ -42,3 +44,12 @@ def test_only_main_s_own_commit_names_main():
     # main after #62860 is 317081f; a build of 3170810 (the same first six hex digits) is another commit
     assert engine.build_of("0.34.0.dev3+g317081f") == "main"
     assert engine.build_of("0.34.0.dev3+g3170810") == "0.34.0.dev3+g3170810"
+
+
+def test_an_old_release_numbered_0_2_is_a_release_not_a_source_build():
+    # vLLM 0.2.0 (September 2023) is a release on the package index, older than 0.19.0: it is told to be too old,
+    # not taken for a source build (which numbers itself 0.1.devN)
+    with pytest.raises(ValueError, match="0.2.0 is older than 0.19.0"):
+        engine.build_of("0.2.0")
+    with pytest.raises(ValueError, match="is a source build"):
+        engine.build_of("0.1.dev1")

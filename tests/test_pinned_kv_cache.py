@@ -191,3 +191,41 @@ def test_a_sliding_window_holds_its_window_less_one_plus_the_tokens_in_flight(in
     recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "vllm-version": "0.28.0"})
     window = next(g for g in memory_terms.rank_memory(recipe).kv.groups if g.kind == "window" and g.block == 64)
     assert kv_cache.group_pages(recipe, window, in_flight, extra) == pages
+
+
+def test_flashmla_s_ds_mla_pages_off_sm10x_align_to_nothing_at_031():
+    # vllm==0.31.0 vllm/model_executor/layers/attention/mla_attention.py:751-756, 1376-1382: the block stride aligns to
+    # one token's record only for a flat cache (FlashInfer's, or FlashMLA's without a DS-MLA dtype) or FlashMLA's
+    # DS-MLA pages on SM10x (TMA rows). V3.2 with fp8 (fp8_ds_mla, 656 B a token) on the H200 is neither: the block is
+    # 61 x (64 x 656 + 64 x 132) = 3,076,352 B, not rounded up to 656 B (4,690 x 656 = 3,076,640)
+    recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "vllm-version": "0.31.0"})
+    assert memory_terms.rank_memory(recipe).kv.block_bytes == 3_076_352
+
+
+def test_flashmla_s_bf16_pages_are_a_flat_cache_aligned_to_one_row_at_031():
+    # vllm==0.31.0 vllm/model_executor/layers/attention/mla_attention.py:751-756, 1381-1382: FLASHMLA_SPARSE with a
+    # cache that is not DS-MLA (BF16 here, 1152 B a token) is a flat cache, its block stride a multiple of one
+    # 1152-B row; 0.31.0 rounds the sum up (kv_cache_utils.py:1622-1632): 61 x (64 x 1152 + 64 x 132) = 5,012,736 B
+    # -> 4,352 x 1152 = 5,013,504
+    recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "vllm-version": "0.31.0",
+                   "attention-backend": "FLASHMLA_SPARSE"})
+    assert memory_terms.rank_memory(recipe).kv.block_bytes == 5_013_504
+
+
+def test_pipeline_stages_price_a_block_by_the_widest_stage_with_the_drafts_on_the_last():
+    # vllm==0.33.0 vllm/distributed/utils.py:225-230 get_pp_indices: 61 layers over PP4 are 15 a stage, the remainder
+    # on the second-last: [15, 15, 16, 15]; the MTP layer joins the last stage (15 + 1). The widest stage holds 16
+    # layers of 64 x (1152 + 132) = 82,176 B (BF16 on the H200 at 0.30.0, unaligned): 1,314,816 B a block. (The drafts
+    # on another stage, or one stage holding every layer, would make it 17 or 62 layers.)
+    recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 4,
+                   "vllm-version": "0.30.0", "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
+    assert memory_terms.rank_memory(recipe).kv.block_bytes == 16 * 82_176
+    # without the MTP layer the widest stage is still the second-last's 16 layers (the last holds 15)
+    plain = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 4,
+                  "vllm-version": "0.30.0"})
+    assert memory_terms.rank_memory(plain).kv.block_bytes == 16 * 82_176
+    # PP2: [31, 30], the first stage the widest: 31 x 82,176
+    pp2 = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 2,
+                "vllm-version": "0.30.0"})
+    assert memory_terms.rank_memory(pp2).kv.block_bytes == 31 * 82_176

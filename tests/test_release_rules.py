@@ -275,15 +275,18 @@ def test_glm51_pp2_record_is_one_stage_of_39_layers():
 
 @pytest.mark.parametrize("settings, backend, block", [
     # V3.2, BF16 cache, H200: FlashAttention's sparse MLA from 0.25.0 (vllm==0.25.0 vllm/platforms/cuda.py:134-142);
-    # 61 x (1152 + 132) x 64 = 5,012,736 B. From 0.32.0 it aligns to 1152 (one row of its record), but the layout is
-    # layer-outer, so each 64 x 1152 B page is padded alone (already a multiple) and the sum, not a multiple, stays
+    # 61 x (1152 + 132) x 64 = 5,012,736 B. From 0.32.0 V3.2's layer-outer layout pads each layer's page alone
+    # (vllm==0.32.0 vllm/v1/core/kv_cache_utils.py:1515-1531): the MLA page, 64 x 1152 = 73,728 B, is already a
+    # multiple of its 1152-B row and the indexer's 8,448 B aligns to 1, so the sum is unchanged (rounding the sum to
+    # 1152, as 0.31.0's rule would, gives 4,352 x 1152 = 5,013,504)
     ({"gpu": "H200", "vllm-version": "0.31.0"}, "FLASH_ATTN_MLA_SPARSE", 5_012_736),
     ({"gpu": "H200", "vllm-version": "0.32.0"}, "FLASH_ATTN_MLA_SPARSE", 5_012_736),
     # ... and FlashMLA's in 0.24.0, which 0.31.0 already aligns as a flat cache (mla_attention.py:751-756)
     ({"gpu": "H200", "vllm-version": "0.24.0"}, "FLASHMLA_SPARSE", 5_012_736),
     # V3.2, fp8 on B200: FlashInfer's standard fp8, 61 x (576 + 132) x 64 = 2,764,032 B; one 576-B row in 0.31.0:
-    # 4,799 x 576 = 2,764,224 (0.31.0 rounds the sum); from 0.32.0 32 rows (18,432 B, its kernel's MultipleOf(32)
-    # pages) a layer, which each 36,864 B page already is: the sum is not rounded (layer-outer, kv_cache_utils.py:1520)
+    # 4,799 x 576 = 2,764,224; from 0.32.0 each layer's page alone is padded to 32 rows (18,432 B, its kernel's
+    # MultipleOf(32) pages), which 64 x 576 = 36,864 already is: 61 x (36,864 + 8,448) = 2,764,032 again (the
+    # whole sum rounded to 18,432 would be 150 x 18,432 = 2,764,800)
     ({"gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.30.0"}, "FLASHINFER_MLA_SPARSE", 2_764_032),
     ({"gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.31.0"}, "FLASHINFER_MLA_SPARSE", 2_764_224),
     ({"gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.32.0"}, "FLASHINFER_MLA_SPARSE", 2_764_032),
