@@ -419,7 +419,7 @@ MLA_MODELS = [
           "layers, kv_lora_rank 512 + rope 64, index_topk_freq 4, index_skip_topk_offset 3; ROCm/ATOM#2291 states "
           "every KV field of GLM-5.3 equals GLM-5.2's)", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM53_CHECKPOINT, GLM_EXPERT_BYTES, index_topk_freq=4, index_skip_topk_offset=3,
-          note="GLM-5.2's shape: shared indexers on 21 of 78 layers (and the MTP layer)"),
+          num_attention_heads=64, note="GLM-5.2's shape: shared indexers on 21 of 78 layers (and the MTP layer)"),
 ]
 # vLLM's rules for GlmMoeDsaForCausalLM hold for every GLM-5.x checkpoint
 MLA_MODELS = [replace(m, auto_kv_cache_dtype=GLM5_AUTO_FP8) if m.architecture == GLM5_ARCH else m for m in MLA_MODELS]
@@ -427,14 +427,16 @@ V4_MODELS = [
     Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", V4_ARCH, 43, 1, 4096, 64,
           128, 512, 1048576, estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES,
           compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4,
-          drafters=V4_DRAFTERS, first_release=V4_FIRST),
+          num_attention_heads=64, drafters=V4_DRAFTERS, first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Flash-0731", f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the "
           "same compress_ratios, sliding_window and layers as the preview)", V4_ARCH, 43, 1, 4096, 64, 128, 512, 1048576,
           estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
-          indexer_logits_ratio=4, kv_compress_ratio=4, drafters=V4_DRAFTERS, first_release=V4_FIRST),
+          indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=64, drafters=V4_DRAFTERS,
+          first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", V4_ARCH, 61, 1, 7168, 64, 128,
           1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS,
-          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, drafters=V4_DRAFTERS, first_release=V4_FIRST),
+          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128, drafters=V4_DRAFTERS,
+          first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json and LivingAgile/mlx-lm "
           "tests/test_deepseek_v41.py (third-party copies, byte for byte the same, of deepseek-ai/DeepSeek-V4.1-Flash@"
           "dba1be0a; vllm==0.33.0 vllm/models/deepseek_v41/amd/mono/keylist.py:5 names the same index layers)",

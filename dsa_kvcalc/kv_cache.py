@@ -567,8 +567,8 @@ def spec(recipe: Recipe, backend: str, draft_layers: int, in_flight_tokens: int,
         per_request = sum(pages)
     else:  # a byte ratio against the full group's page (vllm==0.26.0 vllm/v1/core/kv_cache_utils.py:943-955)
         per_request = cdiv(sum(p * g.page_bytes for p, g in zip(pages, logged)), logged[0].page_bytes)
-    if len(logged) == 1:
-        request = pages[0] * logged[0].page_bytes
+    if len(logged) == 1:  # its pages at the block's stride, padding included (vllm==0.31.0 kv_cache_utils.py:2515-2527)
+        request = pages[0] * block_bytes(recipe, logged)
     elif recipe.engine.kv_grouping == "packed":  # a block for each page (vllm==0.29.0 kv_cache_utils.py:2043-2070)
         request = per_request * stride
     else:  # _max_memory_usage_bytes_from_groups, DeepSeek-V4 branch (kv_cache_utils.py:1957-1981)

@@ -130,6 +130,10 @@ def check_across(recipe: Recipe) -> None:
             model.first_release):
         raise RecipeError("vllm-version", f"{recipe.engine.label} predates {model.name}'s model code (vLLM "
                                           f"{model.first_release}+)")
+    heads = model.num_attention_heads
+    if heads % recipe.tensor_parallel_size:  # vllm==0.33.0 vllm/config/model.py:1557-1564 (vllm==0.19.0 :1111-1116)
+        raise RecipeError("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
+                                                  f"{heads} attention heads (vLLM would refuse to start)")
     check_speculation(recipe)
     check_linear_attention(recipe)
     if recipe.kv_cache_memory_bytes is not None and recipe.kv_cache_memory_bytes > gpu.total_memory_bytes:

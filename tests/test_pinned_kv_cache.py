@@ -229,3 +229,13 @@ def test_pipeline_stages_price_a_block_by_the_widest_stage_with_the_drafts_on_th
     pp2 = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 2,
                 "vllm-version": "0.30.0"})
     assert memory_terms.rank_memory(pp2).kv.block_bytes == 31 * 82_176
+
+
+def test_one_request_of_a_one_group_model_needs_its_pages_at_the_padded_block_stride():
+    # vllm==0.31.0 vllm/v1/core/kv_cache_utils.py:2515-2527 _max_memory_usage_bytes_from_groups ("KV cache is
+    # needed", :914-928): bytes_per_block (_pool_bytes_per_block, :1134-1142, the stride rounded up at :1622-1632) x
+    # the request's blocks. V3.2 fp8 on B200: FlashInfer's 61 x (576 + 132) x 64 = 2,764,032 B rounded up to 576 B is
+    # 2,764,224; cdiv(163,840, 64) = 2,560 blocks: 2,560 x 2,764,224 = 7,076,413,440 B (not 2,560 x 2,764,032)
+    recipe = load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "vllm-version": "0.31.0"})
+    assert memory_terms.rank_memory(recipe).kv.request_bytes == 7_076_413_440

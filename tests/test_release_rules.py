@@ -294,3 +294,13 @@ def test_glm51_pp2_record_is_one_stage_of_39_layers():
 def test_mla_blocks_align_to_the_rows_each_backend_reads(settings, backend, block):
     plan = capacity.plan(load({"model": "DeepSeek-V3.2", "tensor-parallel-size": 8} | settings))
     assert (plan.memory.sparse_mla_backend, plan.memory.kv.block_bytes) == (backend, block)
+
+
+@pytest.mark.parametrize("model, heads", [("GLM-5", 64), ("DeepSeek-V3.2", 128), ("GLM-5.3", 64),
+                                          ("DeepSeek-V4-Flash", 64), ("DeepSeek-V4-Pro", 128)])
+def test_tensor_parallelism_must_divide_the_attention_heads(model, heads):
+    # vllm==0.33.0 vllm/config/model.py:1557-1564 (vllm==0.19.0 :1111-1116): "Total number of attention heads must be
+    # divisible by tensor parallel size"; the heads are each config's num_attention_heads
+    with pytest.raises(RecipeError, match=f"tensor-parallel-size: 3 does not divide .*'s {heads} attention heads"):
+        load({"model": model, "gpu": "B200", "tensor-parallel-size": 3})
+    load({"model": model, "gpu": "B200", "tensor-parallel-size": 4})
