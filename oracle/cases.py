@@ -63,7 +63,8 @@ def records() -> list[tuple[str, dict]]:
 
 def probes() -> list[tuple[str, dict, None]]:
     """Every catalog model on H200 and B200 at TP8 (with expert parallelism for V4 and V4.1, and fp8 for V4), without
-    speculation and with each drafter it runs (MTP k=3, DSpark k=5); GLM-5.3-Flash also without prefix caching."""
+    speculation and with each drafter it runs (MTP k=3, DSpark k=5); GLM-5.3-Flash also without prefix caching, and the
+    1M-token GLM-5.2 and GLM-5.3 also at 131,072 tokens (at 1M one request does not fit on TP8)."""
     cases = []
     for model in MODELS:
         for gpu in ("H200", "B200"):
@@ -77,6 +78,8 @@ def probes() -> list[tuple[str, dict, None]]:
                                    for drafter, k in (("mtp", 3), ("dspark", 5)) if drafter in model.drafters}
             if model.family == "glm5next":
                 variants[" no prefix caching"] = {"enable-prefix-caching": False}
+            if model.family == "mla" and model.max_position_embeddings > 1 << 18:  # 1M: one request needs ~90 GiB
+                variants[" L=131072"] = {"max-model-len": 131072}
             cases += [(f"probe {model.name} {gpu}{label}", raw | extra, None) for label, extra in variants.items()]
     return cases
 
