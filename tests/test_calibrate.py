@@ -249,5 +249,8 @@ def test_a_dcp_log_with_only_kv_lines_calibrates_to_its_tokens(tmp_path):
         report = json.loads(calibrate(log, *settings, "-o", out, "-f", "json").output)
         implied = next(t for t in report["terms"] if t["term"] == "KV bytes per logged token")
         assert (implied["log"], implied["plan"]) == (15_562, 15_563)
+        # they agree, so no mismatch is noted; and the graph pool the log does not print is not written as measured
+        assert not any(note.startswith("KV bytes per logged token") for note in report["notes"]), report["notes"]
+        assert not any(key.startswith("cudagraph") for key in yaml.safe_load(out.read_text())["memory"])
         planned = json.loads(run("plan", out, "--format", "json").output)
         assert next(b for b in planned["backends"] if b["backend"] == "auto")["kv_cache_tokens"] == 523_008
