@@ -254,3 +254,20 @@ def test_a_dcp_log_with_only_kv_lines_calibrates_to_its_tokens(tmp_path):
         assert not any(key.startswith("cudagraph") for key in yaml.safe_load(out.read_text())["memory"])
         planned = json.loads(run("plan", out, "--format", "json").output)
         assert next(b for b in planned["backends"] if b["backend"] == "auto")["kv_cache_tokens"] == 523_008
+
+
+def test_a_log_of_a_release_that_subtracts_no_graphs_calibrates_to_its_tokens(tmp_path):
+    # vLLM 0.19.1 does not subtract the CUDA-graph estimate before sizing the KV cache
+    # (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0, envs.py:1654-1655), so the graphs sit inside the peak the log's
+    # sum leaves. GLM-5.1-FP8 bf16 on 8 x H200: 78 x (1152 + 132) x 64 = 6,409,728 B a block; "Available KV cache
+    # memory: 30.00 GiB" is 5,025 blocks, 321,600 tokens (blocks x 64 before 0.20.1). The recipe written must plan to
+    # those tokens again.
+    log = tmp_path / "glm.log"
+    log.write_text("Model loading took 89.39 GiB memory\nAvailable KV cache memory: 30.00 GiB\n"
+                   "GPU KV cache size: 321,600 tokens\n")
+    out = tmp_path / "glm.yaml"
+    result = calibrate(log, "--set", "gpu=H200", "--set", "model=GLM-5.1-FP8", "--set", "tensor-parallel-size=8",
+                       "--set", "vllm-version=0.19.1", "--output", out)
+    assert result.exit_code == 0, result.output
+    planned = json.loads(run("plan", out, "--format", "json").output)
+    assert next(b for b in planned["backends"] if b["backend"] == "auto")["kv_cache_tokens"] == 321_600
