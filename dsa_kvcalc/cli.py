@@ -229,10 +229,11 @@ def deployment_text(recipe, format: Enum, source: str) -> str:
 @app.command()
 def models(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f")):
     """List the model catalog, with sources."""
+    from dsa_kvcalc.catalog import MODELS
     from dsa_kvcalc.render import catalog as render
 
     if format is ReportFormat.json:
-        sys.stdout.write(render.models_json())
+        sys.stdout.write(render.catalog_json("models", MODELS))
     else:
         render.render_models(console())
 
@@ -240,10 +241,11 @@ def models(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "
 @app.command()
 def gpus(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f")):
     """List the GPU catalog, with sources."""
+    from dsa_kvcalc.catalog import GPUS
     from dsa_kvcalc.render import catalog as render
 
     if format is ReportFormat.json:
-        sys.stdout.write(render.gpus_json())
+        sys.stdout.write(render.catalog_json("gpus", GPUS))
     else:
         render.render_gpus(console())
 

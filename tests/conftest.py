@@ -1,5 +1,7 @@
-"""Helpers shared by the test files: paths, the CLI runner, and the one-line-error check."""
+"""Helpers shared by the test files: paths, the CLI runner, the one-line-error check, and a terminal's reader."""
 
+import os
+import select
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -28,3 +30,19 @@ def fails(result, *words):
     for word in words:
         assert word in lines[0], lines[0]
     return lines[0]
+
+
+def read_terminal(terminal: int, child) -> bytes:
+    """All a child process shows on the pty `terminal` until it exits (a full terminal would block it)."""
+    shown = b""
+    while True:
+        if select.select([terminal], [], [], 0.1)[0]:
+            try:
+                shown += os.read(terminal, 65536)
+                continue
+            except OSError:  # the child closed its end
+                pass
+        if child.poll() is not None:
+            break
+    os.close(terminal)
+    return shown

@@ -58,6 +58,10 @@ def test_a_sparse_mla_backend_the_gpu_cannot_run_refuses_the_plan():
         planned(**GLM5_B200 | {"kv-cache-dtype": "bfloat16", "attention-backend": "FLASH_ATTN_MLA_SPARSE"})
     assert planned(**GLM5_B200 | {"gpu": "H200", "kv-cache-dtype": "bfloat16",
                                   "attention-backend": "FLASH_ATTN_MLA_SPARSE"})[1].memory.kv.block_bytes > 0
+    # FA4's sparse MLA is FlashInfer's TRTLLM backend's, major 10: SM103 (B300) too, where 0.33.0 picks it for BF16 at
+    # <= 16 heads a rank (vllm==0.33.0 vllm/platforms/cuda.py:107-115; flashattn_mla_sparse.py:275)
+    assert planned(**GLM5_B200 | {"gpu": "B300", "kv-cache-dtype": "bfloat16"})[1].memory.sparse_mla_backend == \
+        "FLASH_ATTN_MLA_SPARSE_FA4"
 
 
 @pytest.mark.parametrize("backend, before, first", [

@@ -4,13 +4,12 @@ visible."""
 
 import os
 import pty
-import select
 import subprocess
 import sys
 
 import pytest
 
-from conftest import RECIPES, ROOT, SEED
+from conftest import RECIPES, ROOT, SEED, read_terminal
 from dsa_kvcalc import sweep
 from dsa_kvcalc.cli import PROGRESS_MIN_POINTS
 
@@ -25,17 +24,7 @@ def on_a_terminal(command: list[str]) -> tuple[int, str]:
     terminal, other_end = pty.openpty()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=other_end, env=CHILD_ENV)
     os.close(other_end)
-    shown = b""
-    while True:
-        if select.select([terminal], [], [], 0.1)[0]:
-            try:
-                shown += os.read(terminal, 65536)
-                continue
-            except OSError:  # the child closed its end
-                pass
-        if child.poll() is not None:
-            break
-    os.close(terminal)
+    shown = read_terminal(terminal, child)
     return child.wait(60), shown.decode(errors="replace")
 
 

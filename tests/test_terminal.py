@@ -7,7 +7,6 @@ import fcntl
 import os
 import pty
 import re
-import select
 import struct
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import termios
 
 import pytest
 
-from conftest import LOGS, ROOT, SEED
+from conftest import LOGS, ROOT, SEED, read_terminal
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} | {"PYTHONPATH": str(ROOT)}
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -29,17 +28,7 @@ def on_terminal(*args, columns: int = 80) -> str:
     child = subprocess.Popen([sys.executable, "-m", "dsa_kvcalc", *map(str, args)], stdout=other_end,
                              stderr=subprocess.DEVNULL, env=ENV)
     os.close(other_end)
-    shown = b""
-    while True:
-        if select.select([terminal], [], [], 0.1)[0]:
-            try:
-                shown += os.read(terminal, 65536)
-                continue
-            except OSError:  # the child closed its end
-                pass
-        if child.poll() is not None:
-            break
-    os.close(terminal)
+    shown = read_terminal(terminal, child)
     child.wait(60)
     return shown.decode().replace("\r\n", "\n")
 

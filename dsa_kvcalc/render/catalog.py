@@ -34,10 +34,3 @@ def catalog_json(name: str, entries) -> str:
     """Every field of every entry (Paths as text)."""
     return json.dumps({"tool": TOOL, name: [dataclasses.asdict(e) for e in entries]}, indent=2, default=str) + "\n"
 
-
-def models_json() -> str:
-    return catalog_json("models", MODELS)
-
-
-def gpus_json() -> str:
-    return catalog_json("gpus", GPUS)
