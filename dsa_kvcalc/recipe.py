@@ -76,6 +76,24 @@ def check_speculation(recipe: Recipe) -> None:
                                                        f"drafters: {', '.join(recipe.model.drafters)}")
 
 
+def check_capture_sizes(recipe: Recipe) -> None:
+    """With CUDA graphs on, vLLM needs a largest capture size of at least 1 token, and one given beside the sizes must
+    be their largest within max_num_batched_tokens (vllm==0.33.0 vllm/config/vllm.py:2551-2626; the same since
+    vllm==0.19.0 :1402-1473)."""
+    given = recipe.max_cudagraph_capture_size
+    if recipe.engine.name != "vllm" or recipe.cudagraph_mode == "NONE" or given is None:
+        return
+    name = KEYS["max_cudagraph_capture_size"].name
+    if given == 0:
+        raise RecipeError(name, "0 captures no CUDA graph, which vLLM refuses to start with: set "
+                                "compilation-config.cudagraph_mode NONE (or enforce-eager) instead")
+    largest = max((size for size in recipe.cudagraph_capture_sizes if size <= recipe.max_num_batched_tokens),
+                  default=0)
+    if recipe.cudagraph_capture_sizes and given != largest:
+        raise RecipeError(name, f"{given} is not {largest}, the largest of cudagraph_capture_sizes within "
+                                f"max-num-batched-tokens: vLLM refuses to start; give one of the two only")
+
+
 def check_linear_attention(recipe: Recipe) -> None:
     """A hybrid model's caches (GLM-5.3-Flash) are derived as far as they were read in vLLM and checked against its
     planner: vLLM on SM90 and SM10x with FlashInfer's sparse MLA, one pipeline stage (vLLM balances the KDA groups
@@ -135,6 +153,7 @@ def check_across(recipe: Recipe) -> None:
         raise RecipeError("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
                                                   f"{heads} attention heads (vLLM would refuse to start)")
     check_speculation(recipe)
+    check_capture_sizes(recipe)
     check_linear_attention(recipe)
     if recipe.kv_cache_memory_bytes is not None and recipe.kv_cache_memory_bytes > gpu.total_memory_bytes:
         raise RecipeError("kv-cache-memory-bytes", f"{recipe.kv_cache_memory_bytes:,} B is more than {gpu.name}'s "

@@ -308,3 +308,42 @@ def test_tensor_parallelism_must_divide_the_attention_heads(model, heads):
     with pytest.raises(RecipeError, match=f"tensor-parallel-size: 3 does not divide .*'s {heads} attention heads"):
         load({"model": model, "gpu": "B200", "tensor-parallel-size": 3})
     load({"model": model, "gpu": "B200", "tensor-parallel-size": 4})
+
+
+CAPTURE = "compilation-config.max_cudagraph_capture_size"
+
+
+@pytest.mark.parametrize("compilation, refused", [
+    # vllm==0.33.0 vllm/config/vllm.py:2560-2624: given sizes are de-duplicated and cut to max_num_batched_tokens
+    # (8192 here); a max_cudagraph_capture_size given beside them must equal the largest left, or ValueError
+    ({"cudagraph_capture_sizes": [1, 2, 4, 8, 1536], "max_cudagraph_capture_size": 1536}, None),
+    ({"cudagraph_capture_sizes": [1, 2, 4, 8], "max_cudagraph_capture_size": 1536}, "1536 is not 8, the largest"),
+    ({"cudagraph_capture_sizes": [4, 8192, 8192], "max_cudagraph_capture_size": 8192}, None),
+    ({"cudagraph_capture_sizes": [4, 8193], "max_cudagraph_capture_size": 8193}, "8193 is not 4, the largest"),
+    # only the sizes given: vLLM sets the largest itself; only the largest given: it builds its grid below it
+    ({"cudagraph_capture_sizes": [1, 2, 4, 8]}, None),
+    ({"max_cudagraph_capture_size": 1}, None),
+    # :2552-2557: min(max_num_batched_tokens, 0) = 0 fails "Maximum cudagraph size should be greater than or equal
+    # to 1 when using cuda graph"
+    ({"max_cudagraph_capture_size": 0}, "0 captures no CUDA graph"),
+    # :2447-2451: without CUDA graphs none of this is checked
+    ({"cudagraph_mode": "NONE", "max_cudagraph_capture_size": 0}, None),
+    ({"cudagraph_mode": "NONE", "cudagraph_capture_sizes": [8], "max_cudagraph_capture_size": 16}, None),
+])
+def test_vllm_refuses_capture_sizes_it_cannot_reconcile(compilation, refused):
+    recipe = {"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "max-num-batched-tokens": 8192,
+              "compilation-config": compilation}
+    if refused is None:
+        load(recipe)
+    else:
+        with pytest.raises(RecipeError, match=f"{CAPTURE}: {refused}"):
+            load(recipe)
+
+
+def test_enforce_eager_and_deepinfer_are_not_held_to_vllms_capture_sizes():
+    # under enforce-eager vLLM drops CUDA graphs before the check (vllm==0.33.0 vllm/config/vllm.py:2005-2010); the
+    # check is vLLM's, not DeepInfer's
+    load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "enforce-eager": True,
+          "compilation-config": {"max_cudagraph_capture_size": 0}})
+    load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "engine": "deepinfer",
+          "compilation-config": {"cudagraph_capture_sizes": [8], "max_cudagraph_capture_size": 16}})
