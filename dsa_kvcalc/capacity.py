@@ -504,10 +504,10 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
         oom=risk, workaround=workaround(recipe, memory, dl, headroom, subtracted) if risk.at_risk else None)
 
 
-def plan(recipe: Recipe, only: set[str] | None = None) -> Plan:
+def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = None) -> Plan:
     """Every backend of the recipe's engine through the doc's steps, or those in `only` (and auto, which the report
-    compares them with): a sweep plans just the backends it shows."""
-    memory = rank_memory(recipe)
+    compares them with): a sweep plans just the backends it shows, with the KV-cache specs it has built so far."""
+    memory = rank_memory(recipe, kv_specs)
     check_cache_dtype(recipe, memory)
     check_weights_fit(recipe, memory)
     backends = engine_backends(recipe)

@@ -87,11 +87,18 @@ def concurrent_batches(recipe: Recipe) -> int:
     return 2 if stages <= 1 else stages
 
 
-def kv_spec(recipe: Recipe, backend: str) -> KvSpec:
+def kv_spec(recipe: Recipe, backend: str, specs: dict | None = None) -> KvSpec:
     """The recipe's KV-cache groups (kv_cache.py), with the tokens in flight that windows hold (vLLM 0.26.0+: two
-    batches under async scheduling) and the draft tokens multi-layer MTP keeps (0.28.0+)."""
+    batches under async scheduling) and the draft tokens multi-layer MTP keeps (0.28.0+). A sweep passes `specs`,
+    the specs it has built by all that kv_cache.spec reads: most of its points share one."""
     engine, k = recipe.engine, recipe.num_speculative_tokens
     in_flight = recipe.max_num_batched_tokens * concurrent_batches(recipe)
     multi_layer_mtp = recipe.speculative_method != "dspark" and draft_layers(recipe) > 1 and k > 1
     extra = k - 1 if engine.retains_draft_tokens and multi_layer_mtp else 0
-    return kv_cache.spec(recipe, backend, draft_layers(recipe), in_flight, extra)
+    arguments = (backend, draft_layers(recipe), in_flight, extra)
+    if specs is None:
+        return kv_cache.spec(recipe, *arguments)
+    key = (*(getattr(recipe, name) for name in kv_cache.SPEC_FIELDS), *arguments)
+    if key not in specs:
+        specs[key] = kv_cache.spec(recipe, *arguments)
+    return specs[key]

@@ -128,7 +128,9 @@ class Engine:
     sm12x_sparse_mla_backend: str
     sm90_unquantized_sparse_mla_backend: str
     sm10x_few_heads_unquantized_sparse_mla_backend: str
-    mla_block_stride_rows: dict  # sparse-MLA backend -> rows of one token's record a block is a multiple of
+    # sparse-MLA backend -> rows of one token's record a block is a multiple of (a dict: left out of the hash, so that
+    # a sweep can key KV-cache specs by the engine)
+    mla_block_stride_rows: dict = field(hash=False)
     sparse_mla_prefill_workspace_factor: tuple[int, int]  # up to 262,144 tokens of max_model_len, and above
     rocm_accepts_fp8: bool
     v4_auto_cache_dtype_fp8: bool  # DeepSeek-V4's FlashMLA attention takes kv-cache-dtype auto as fp8 (else it stops)

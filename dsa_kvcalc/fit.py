@@ -63,16 +63,18 @@ class Answer:
 
 
 class Planner:
-    """Plans at points of the base recipe, each once: the three questions probe many of the same points."""
+    """Plans at points of the base recipe, each once: the three questions probe many of the same points (and share
+    KV-cache specs where only max-num-seqs moves)."""
 
     def __init__(self, base: Base):
         self.base = base
         self.plans: dict[tuple, Plan] = {}
+        self.kv_specs: dict = {}
 
     def at(self, point: dict) -> Plan:
         key = tuple(sorted(point.items()))
         if key not in self.plans:
-            self.plans[key] = capacity.plan(recipe_at(self.base, point))
+            self.plans[key] = capacity.plan(recipe_at(self.base, point), kv_specs=self.kv_specs)
         return self.plans[key]
 
     def backend(self, point: dict, name: str) -> tuple[Plan, BackendPlan]:

@@ -108,11 +108,12 @@ def non_torch_estimate(recipe: Recipe) -> Term:
     return Term(single.value + collectives.value, "estimated", f"{single.basis}; plus {collectives.basis}")
 
 
-def rank_memory(recipe: Recipe) -> RankMemory:
+def rank_memory(recipe: Recipe, kv_specs: dict | None = None) -> RankMemory:
+    """The terms of one rank's memory; `kv_specs`: a sweep's KV-cache specs so far (choices.kv_spec)."""
     backend = sparse_mla_backend(recipe)
     return RankMemory(
         requested_bytes=math.ceil(recipe.gpu.total_memory_bytes * recipe.gpu_memory_utilization),
         weights=term(recipe, "weights", weights_estimate),
         base_peak=term(recipe, "peak_activation", base_peak_estimate),
         non_torch=term(recipe, "non_torch", non_torch_estimate),
-        kv=kv_spec(recipe, backend), sparse_mla_backend=backend)
+        kv=kv_spec(recipe, backend, kv_specs), sparse_mla_backend=backend)

@@ -195,14 +195,13 @@ class Base:
     recipe_dir: Path
     recipe: Recipe  # the base itself: it must be a valid recipe
     measured_on: Recipe  # the recipe its memory block was measured on: the base, or the file under its --set
-    measured_shape: dict  # measured_on.resolved(), which every point is compared with
 
 
 def base_of(raw: dict, recipe_dir: Path, measured_on: Recipe | None = None) -> Base:
     values, ignored = read_values(raw)
     recipe = resolve_as_written(raw, values, recipe_dir, ignored)
     measured_on = measured_on or recipe
-    return Base(raw, values, ignored, recipe_dir, recipe, measured_on, measured_on.resolved())
+    return Base(raw, values, ignored, recipe_dir, recipe, measured_on)
 
 
 def load_base(path: Path | None, overrides: list[str] = (), command: str | None = None) -> Base:
@@ -243,9 +242,9 @@ def recipe_at(base: Base, point: dict) -> Recipe:
     if not recipe.measured or memory_point == point:
         return recipe
     if not memory_point:  # measured on the base (or on the file under the base's --set), compared once
-        return recipe if recipe.resolved() == base.measured_shape else replace(recipe, measured_on=base.measured_on)
+        return recipe if recipe.shape == base.measured_on.shape else replace(recipe, measured_on=base.measured_on)
     measured_on = values_at(base, memory_point)
-    return recipe if recipe.resolved() == measured_on.resolved() else replace(recipe, measured_on=measured_on)
+    return recipe if recipe.shape == measured_on.shape else replace(recipe, measured_on=measured_on)
 
 
 def values_at(base: Base, point: dict) -> Recipe:
@@ -272,10 +271,11 @@ def rows(base: Base, varies: list[Vary], backends: list[str], points, failures: 
     """One row per point and backend: the varied values, then plan's JSON for that backend, flattened.
     Without `backends`, every available backend; named backends come even when unavailable (with the reason)."""
     keys = [vary.key for vary in varies]
+    kv_specs: dict = {}
     for point in points:
         values = dict(zip(keys, point))
         try:
-            plan = capacity.plan(recipe_at(base, values), set(backends) if backends else None)
+            plan = capacity.plan(recipe_at(base, values), set(backends) if backends else None, kv_specs)
         except RecipeError as error:
             failures.count += 1
             failures.first = failures.first or str(error)
@@ -330,6 +330,7 @@ def recommend(base: Base, target_concurrency: int, min_kv_tokens: int, backends:
     targets. KV tokens only shrink and the OOM bound only tightens as max-num-seqs grows, so the feasible
     max-num-seqs form one interval [target, largest]: bisection finds its end. Best candidate first."""
     candidates = []
+    kv_specs: dict = {}
     for k in spec_tokens:
         spec = {"speculative-config.num_speculative_tokens": k}
         most_seqs = min(recipe_at(base, spec).max_num_batched_tokens, KEYS["max_num_seqs"].maximum)
@@ -337,7 +338,7 @@ def recommend(base: Base, target_concurrency: int, min_kv_tokens: int, backends:
 
         def check(seqs: int) -> dict[str, tuple[list[str], capacity.BackendPlan]]:
             recipe = recipe_at(base, {"max-num-seqs": seqs, **spec})
-            plan = capacity.plan(recipe)
+            plan = capacity.plan(recipe, kv_specs=kv_specs)
             return {b.backend: (shortfalls(recipe, b, min_kv_tokens), b) for b in plan.backends
                     if (b.backend in backends if backends else b.available)}
 

@@ -1,8 +1,13 @@
 """KV-cache groups against figures vLLM printed or that follow by hand from its source, never from this code."""
 
+import itertools
+
 import pytest
 
-from dsa_kvcalc import engine
+from dsa_kvcalc import engine, kv_cache
+from dsa_kvcalc.catalog import MODELS
+from dsa_kvcalc.choices import draft_layers, sparse_mla_backend
+from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.memory_terms import rank_memory
 
@@ -203,3 +208,32 @@ def test_glm53_flash_latents_align_nothing_before_032(spec, block_bytes):
     # 512 B record) is not applied; the same block as on H200. Aligning it would give 7,441,408 and 8,118,272.
     raw = {"model": "GLM-5.3-Flash", "gpu": "B200", "tensor-parallel-size": 8, "vllm-version": "0.31.0"}
     assert rank_memory(load(raw | spec)).kv.block_bytes == block_bytes
+
+
+class Reads:
+    """A recipe that notes each field read of it."""
+
+    def __init__(self, recipe):
+        self.recipe, self.names = recipe, set()
+
+    def __getattr__(self, name):
+        self.names.add(name)
+        return getattr(self.recipe, name)
+
+
+def test_the_spec_reads_exactly_the_fields_a_sweep_keys_it_by():
+    # A sweep builds one spec for the points that agree on SPEC_FIELDS: were spec to read another field, points that
+    # differ in it would share a wrong spec. Every model, on each arch family, with the settings its caches depend on.
+    settings = [{}, {"speculative-config": {"method": "mtp", "num_speculative_tokens": 3}},
+                {"pipeline-parallel-size": 2}, {"kv-cache-dtype": "fp8"}, {"enable-prefix-caching": False},
+                {"decode-context-parallel-size": 2}, {"vllm-version": "0.26.0"}, {"vllm-version": "main"}]
+    read = set()
+    for model, gpu, setting in itertools.product(MODELS, ("H200", "B200", "RTX PRO 6000", "MI355X"), settings):
+        try:
+            recipe = load({"model": model.name, "gpu": gpu, "tensor-parallel-size": 8} | setting)
+        except RecipeError:  # a combination vLLM refuses
+            continue
+        reads = Reads(recipe)
+        kv_cache.spec(reads, sparse_mla_backend(recipe), draft_layers(recipe), 8192, 0)
+        read |= reads.names
+    assert read == set(kv_cache.SPEC_FIELDS)
