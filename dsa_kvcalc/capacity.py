@@ -195,13 +195,16 @@ def on_grid(size: int, limit: int, interactive: bool) -> bool:
     return 0 < size <= limit and (small or size % (8 if size < 256 else 16) == 0)
 
 
-def largest_on_grid(at_most: int, limit: int, step: int, interactive: bool) -> int:
-    """The largest grid size up to at_most that is a multiple of step (0 if none): a few steps down, never the whole
-    grid, however large the limit."""
-    size = min(at_most, limit) // step * step
-    while size > 0 and not on_grid(size, limit, interactive):
-        size -= step
-    return size
+def largest_decode_graph(bound: int, per_seq: int, captured) -> int:
+    """The largest FULL decode graph up to bound, of the capture sizes `captured` says vLLM captures. vLLM rounds
+    every size up to whole requests of 1 + k tokens and keeps those within its largest size
+    (CompilationConfig.adjust_cudagraph_sizes_for_spec_decode: vllm==0.19.0 vllm/config/compilation.py:1235-1280,
+    vllm==0.33.0 :1537-1565; Model Runner V2 the same, vllm/v1/worker/gpu/cudagraph_utils.py), so n x (1 + k) is a
+    graph where a size lies in ((n - 1) x (1 + k), n x (1 + k)]. A few steps down, never the whole grid."""
+    rows = bound // per_seq * per_seq
+    while rows > 0 and not any(captured(size) for size in range(rows - per_seq + 1, rows + 1)):
+        rows -= per_seq
+    return rows
 
 
 # vLLM's default largest capture size off SM10x in every release modelled: capture_ceiling_sm10x's value before
@@ -214,16 +217,17 @@ def capture_ceiling(recipe: Recipe) -> int:
 
 
 def given_capture_rows(recipe: Recipe, worst: int, per_seq: int) -> int:
-    """The largest of the recipe's cudagraph_capture_sizes that is whole requests of 1 + k tokens, at most the decode
-    worst case, max_num_batched_tokens and max_cudagraph_capture_size."""
-    tokens, limit = recipe.max_num_batched_tokens, recipe.max_cudagraph_capture_size
-    largest = min(worst, tokens, tokens if limit is None else limit)
-    return max((size for size in recipe.cudagraph_capture_sizes if size <= largest and size % per_seq == 0), default=0)
+    """The largest FULL decode graph of the recipe's cudagraph_capture_sizes: those up to max_num_batched_tokens
+    (vllm==0.33.0 vllm/config/vllm.py:2560-2571), each rounded up to whole requests of 1 + k tokens, kept within the
+    largest of them and the decode worst case."""
+    sizes = [size for size in recipe.cudagraph_capture_sizes if size <= recipe.max_num_batched_tokens]
+    bound = min(worst, max(sizes, default=0))
+    return max((round_up(size, per_seq) for size in sizes if round_up(size, per_seq) <= bound), default=0)
 
 
 def cudagraph_logits_rows(recipe: Recipe) -> int:
-    """Decode rows whose logits the graph pool holds: the largest FULL graph of a uniform decode batch, a multiple of
-    1 + k tokens, at most the decode worst case. vLLM captures the given sizes, or its grid up to
+    """Decode rows whose logits the graph pool holds: the largest FULL graph of a uniform decode batch, whole requests
+    of 1 + k tokens, at most the decode worst case. vLLM captures the given sizes, or its grid up to
     min(max_num_seqs x (1 + k) x 2, ceiling), all at most max_num_batched_tokens, with the sizes each release adds
     (engine.py): max_num_batched_tokens itself, whole requests n x (1 + k) with n on the grid, and max_num_seqs."""
     if recipe.cudagraph_mode not in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
@@ -237,19 +241,21 @@ def cudagraph_logits_rows(recipe: Recipe) -> int:
     interactive = recipe.performance_mode == "interactivity"
     ceiling = capture_ceiling(recipe)
     limit = min(min(seqs * per_seq * 2, ceiling) if given_limit is None else given_limit, tokens)
-    candidates = [largest_on_grid(worst, limit, per_seq, interactive)]
-    if engine.captures_max_num_batched_tokens and tokens <= min(limit, worst) and tokens % per_seq == 0:
-        candidates.append(tokens)
-    if given_limit is None and per_seq > 1 and engine.captures_whole_requests:  # n x (1 + k), n on the grid
-        requests = min(seqs, ceiling)
-        fits = min(limit, worst) // per_seq
-        # request_counts: 1, 2, 4, multiples of 8 and 16, whatever the performance mode (vllm==0.29.0
-        # vllm/config/vllm.py:2030-2037)
-        candidates += [largest_on_grid(fits, requests, 1, False) * per_seq,
-                       requests * per_seq if requests <= fits else 0]
-    if given_limit is None and per_seq == 1 and engine.captures_max_num_seqs and seqs <= limit:
-        candidates.append(seqs)
-    return max(candidates)
+    extras = {tokens} if engine.captures_max_num_batched_tokens else set()
+    if given_limit is None and per_seq == 1 and engine.captures_max_num_seqs:
+        extras.add(seqs)
+    whole_requests = given_limit is None and per_seq > 1 and engine.captures_whole_requests
+    requests = min(seqs, ceiling)
+
+    def captured(size: int) -> bool:
+        # request_counts: 1, 2, 4, multiples of 8 and 16 and the count itself, whatever the performance mode
+        # (vllm==0.29.0 vllm/config/vllm.py:2030-2037)
+        n, whole = divmod(size, per_seq)
+        request_size = whole_requests and not whole and (on_grid(n, requests, False) or n == requests)
+        return size <= limit and (on_grid(size, limit, interactive) or size in extras or request_size)
+
+    largest = next(size for size in range(limit, 0, -1) if captured(size))  # within 16 of the limit: on the grid
+    return largest_decode_graph(min(worst, largest), per_seq, captured)
 
 
 def graph_logits_bytes(recipe: Recipe, logits: dict[str, DecodeLogits]) -> dict[str, int]:

@@ -267,11 +267,18 @@ def test_given_capture_sizes_replace_the_grid():
     assert rows(**{"max-num-seqs": 256, "compilation-config": {"cudagraph_capture_sizes": [1, 2, 4, 100, 300]}}) == 100
 
 
-def test_no_size_that_is_a_whole_number_of_requests_means_no_logits_in_the_pool():
-    # 0.28.0, k = 2 (3 tokens a request), 4 sequences: worst case 12 rows; the grid up to min(4 x 3 x 2, 512) = 24 has
-    # 1, 2, 4, 8 below 12, none a multiple of 3 (uniform decode needs one), and 0.28.0 adds no n x (1 + k) sizes
+def test_capture_sizes_are_rounded_up_to_whole_requests():
+    # 0.28.0, k = 2 (3 tokens a request), 4 sequences: worst case 12 rows; the grid up to min(4 x 3 x 2, 512) = 24 is
+    # 1, 2, 4, 8, 16, 24, none but 24 a multiple of 3, and 0.28.0 adds no n x (1 + k) sizes. vLLM rounds each size up
+    # to a multiple of 3 within its largest, 24 (vllm==0.28.0 vllm/config/compilation.py
+    # adjust_cudagraph_sizes_for_spec_decode): 3, 6, 9, 18, 24; the largest uniform decode batch within 12 rows is 9
     assert rows(**{"max-num-seqs": 4, "vllm-version": "0.28.0",
-                   "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}}) == 0
+                   "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}}) == 9
+    # given sizes too: [1, 2, 4, 100, 300] with k = 2 round to 3, 6, 102, 300, all within the largest (300); 256
+    # sequences x 3 = 768 rows take 300; with 90 sequences (270 rows) 102 is the largest
+    sizes = {"compilation-config": {"cudagraph_capture_sizes": [1, 2, 4, 100, 300]},
+             "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}}
+    assert (rows(**{"max-num-seqs": 256} | sizes), rows(**{"max-num-seqs": 90} | sizes)) == (300, 102)
 
 
 def test_piecewise_graphs_hold_no_indexer_logits():
@@ -290,13 +297,13 @@ def test_graph_rows_are_whole_numbers():
     assert graph_rows == 300 and type(graph_rows) is int
 
 
-def test_interactivity_does_not_add_request_counts():
-    # vllm==0.29.0 vllm/config/vllm.py:2030-2037 request_counts(): 1, 2, 4, multiples of 8 (16 from 256), whatever the
-    # performance mode; interactivity adds only token sizes 1..32. k = 19 (20 tokens a request), 64 sequences on H200:
-    # the limit is min(64 x 20 x 2, 512) = 512, so at most 25 requests; the largest count on the grid is 24: 480 rows
-    # (25 x 20 = 500 is a token size on no grid either: 500 is no multiple of 16).
+def test_a_grid_size_rounded_up_to_whole_requests_is_the_largest_graph():
+    # k = 19 (20 tokens a request), 64 sequences on H200, performance-mode interactivity: the limit is
+    # min(64 x 20 x 2, 512) = 512, so at most 25 requests; the largest request count on vLLM's grid is 24 (480 rows,
+    # vllm==0.29.0 vllm/config/vllm.py:2030-2037), but the token grid's 496 rounds up to 25 x 20 = 500 <= 512
+    # (adjust_cudagraph_sizes_for_spec_decode): 500 rows. vLLM's own code gives the same (oracle/capture_sizes.py).
     assert rows(**{"max-num-seqs": 64, "performance-mode": "interactivity",
-                   "speculative-config": {"method": "mtp", "num_speculative_tokens": 19}}) == 480
+                   "speculative-config": {"method": "mtp", "num_speculative_tokens": 19}}) == 500
 
 
 @pytest.mark.parametrize("seqs, largest", [
