@@ -394,6 +394,11 @@ def test_a_019_log_prints_graphs_it_does_not_subtract(weights, kv_gib, tokens, m
                                                                    "peak_activation")
     assert {row.term: row.source for row in result.rows}["weights"] == source
     assert planned_tokens(result) == tokens
+    # and the terms meet vLLM 0.19.1's identity to the byte, the graphs outside it: requested = ceil(150,109,880,320 x
+    # 0.90) = 135,098,892,288 B (vllm==0.19.1 vllm/v1/worker/utils.py:408-410) = weights + peak + non-torch + KV
+    terms = result.memory
+    assert terms["weights"] + terms["peak_activation"] + terms["non_torch"] + tokens // 64 * 6_409_728 == \
+        135_098_892_288
 
 
 def test_a_log_with_kv_tokens_but_no_kv_memory_calibrates_to_its_tokens():
