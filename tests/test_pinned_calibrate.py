@@ -154,7 +154,7 @@ def test_a_log_without_a_model_needs_one():
 
 
 def test_a_device_of_no_catalog_gpu_is_named_by_its_memory():
-    with pytest.raises(RecipeError, match=r"the log does not name the GPU \(its device has 16.00 GiB, no catalog GPU\)"):
+    with pytest.raises(RecipeError, match=r"does not name the GPU \(its device has 16.00 GiB, no catalog GPU\)"):
         cal.require({"model": "DeepSeek-V3.2"}, cal.Measured("", 1, total_memory_bytes=16 * GIB))
 
 
@@ -204,9 +204,9 @@ def test_mismatch_notes_name_the_mtp_layer_and_dcp():
     # halfway between, 48,462 B: the MTP layer explains it no better
     assert len(cal.mismatch_notes(recipe, measured, 48_068, 48_462)) == 1
     # MTP on and a log implying 48,068 B: without the MTP layer
-    mtp = load(V32_H200 | {"kv-cache-dtype": "fp8", "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
-    assert "without the MTP layer's KV cache the figure is 48,068 B" in cal.mismatch_notes(mtp, measured, 48_856,
-                                                                                            48_068)[1]
+    mtp = load(V32_H200 | {"kv-cache-dtype": "fp8", "speculative-config": {"num_speculative_tokens": 1}})
+    notes = cal.mismatch_notes(mtp, measured, 48_856, 48_068)
+    assert "without the MTP layer's KV cache the figure is 48,068 B" in notes[1]
     dcp = cal.mismatch_notes(load(V32_H200 | {"kv-cache-dtype": "fp8", "decode-context-parallel-size": 2}),
                              measured, 48_068, 48_068)
     assert dcp[-1] == "DCP 2: the logged tokens are logical (x DCP) per rank"
@@ -221,8 +221,8 @@ def test_a_device_other_than_the_recipes_gpu_is_noted():
     assert cal.device_notes(recipe, cal.Measured("", 1, approximate_total_memory_bytes=141 * GIB)) == []
     assert "about 150.0 GiB" in cal.device_notes(recipe, cal.Measured("", 1, approximate_total_memory_bytes=150 * GIB))[0]
     # 2.01 % above 150,109,880,320 B: 153,127,088,914 B (142.61 GiB), noted
-    assert "about 142.6 GiB" in cal.device_notes(recipe, cal.Measured("", 1,
-                                                                      approximate_total_memory_bytes=153_127_088_914))[0]
+    near = cal.Measured("", 1, approximate_total_memory_bytes=153_127_088_914)
+    assert "about 142.6 GiB" in cal.device_notes(recipe, near)[0]
 
 
 @pytest.mark.parametrize("version, activation", [
@@ -304,6 +304,14 @@ def test_weights_the_log_does_not_print():
     assert cal.logged_weights(recipe, plan, cal.Measured("", 1), graphs, target)[:2] == (50 * GIB, "weights")
     with pytest.raises(RecipeError, match="is the gpu right"):  # KV beyond what the estimates leave
         cal.logged_weights(recipe, plan, cal.Measured("", 1), graphs, requested - graphs - others + 1)
+    # the edges: KV that leaves plan's weights estimate a byte to spare keeps it; none to spare, the weights are the
+    # rest (the estimate itself); KV that leaves exactly plan's peak and non-torch estimates, weights of 0
+    weights = plan.memory.weights.bytes
+    fits = requested - graphs - others - weights
+    assert cal.logged_weights(recipe, plan, cal.Measured("", 1), graphs, fits - 1)[:2] == (weights, None)
+    assert cal.logged_weights(recipe, plan, cal.Measured("", 1), graphs, fits)[:2] == (weights, "weights")
+    none = requested - graphs - others
+    assert cal.logged_weights(recipe, plan, cal.Measured("", 1), graphs, none)[:2] == (0, "weights")
 
 
 def test_the_headroom_from_two_logs_compares_like_with_like():
