@@ -94,6 +94,9 @@ def test_v4_pro_compresses_as_its_config_lists():
     # weights x 9/16 + 29.1B in BF16)
     ("GLM-5.1-NVFP4", 8, 465_886_348_800 - 407_785_881_600 + 407_785_881_600 // 8),
     ("GLM-5.2-NVFP4", 8, 465_886_348_800 - 407_785_881_600 + 407_785_881_600 // 8),
+    # GLM-5.3-Flash (SyFI glm53_flash.json): (45 - 3) x 288 x 3 x 4096 x 2048 x 4097 / 4096 = 304,480,124,928 of
+    # 306 GiB (328,564,998,144 B)
+    ("GLM-5.3-Flash", 4, 328_564_998_144 - 304_480_124_928 + 304_480_124_928 // 4),
 ])
 def test_expert_parallel_weights_split_the_routed_experts(model, dp, weights):
     recipe = load({"model": model, "gpu": "B300", "data-parallel-size": dp, "enable-expert-parallel": True})
