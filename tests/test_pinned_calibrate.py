@@ -401,7 +401,8 @@ def test_a_019_log_prints_graphs_it_does_not_subtract(weights, kv_gib, tokens, m
     assert result.raw_recipe["memory"].get("rest", "weights") == ("weights" if source == "weights" else
                                                                    "peak_activation")
     assert {row.term: row.source for row in result.rows}["weights"] == source
-    assert planned_tokens(result) == tokens
+    planned = capacity.plan(load(result.raw_recipe)).backend("auto")
+    assert (planned.kv_cache_tokens, planned.kv_cache_bytes) == (tokens, tokens // 64 * 6_409_728)  # to the byte
     # and the terms meet vLLM 0.19.1's identity to the byte, the graphs outside it: requested = ceil(150,109,880,320 x
     # 0.90) = 135,098,892,288 B (vllm==0.19.1 vllm/v1/worker/utils.py:408-410) = weights + peak + non-torch + KV
     terms = result.memory
@@ -428,6 +429,15 @@ def test_a_log_whose_other_process_took_memory_calibrates_its_weights_as_the_res
     assert result.raw_recipe["memory"]["rest"] == "weights"
     assert set(result.raw_recipe["memory"]) == {"weights_bytes", "cudagraph_bytes", "gpu", "rest"}
     assert planned_tokens(result) == 2_175_276
+
+
+def test_a_log_that_prints_every_term_writes_no_rest():
+    # The GLM-5.2 GB200 log prints weights, peak activation, non-torch and graphs: all measured, none the rest
+    log = reading(LOGS / "glm-5.2-nvfp4-4xgb200-tp4-ep-v0.26.0.log")
+    result = cal.calibrate(log, cal.recipe_from_log(log)[0], "log", Path("."))
+    assert set(result.raw_recipe["memory"]) == {"weights_bytes", "peak_activation_bytes", "non_torch_bytes",
+                                                "cudagraph_bytes", "gpu"}
+    assert planned_tokens(result) == 1_139_456
 
 
 def test_a_recipe_of_another_cache_dtype_is_told_by_the_per_token_figures():
