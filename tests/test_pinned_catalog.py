@@ -24,6 +24,10 @@ MODEL = {m.name: m for m in MODELS}
     # GLM-5.2's config.json: 1,048,576 positions, index_topk_freq 4, index_skip_topk_offset 3
     ("zai-org/GLM-5.2-FP8", (78, 1, 6144, 32, 128, 2048, 1_048_576)),
     ("nvidia/GLM-5.2-NVFP4", (78, 1, 6144, 32, 128, 2048, 1_048_576)),
+    # SyFI-ServingStudio/ServingStudioSim model/config/glm53_nvfp4.json (bee7da91): GLM-5.2's numbers again
+    ("zai-org/GLM-5.3", (78, 1, 6144, 32, 128, 2048, 1_048_576)),
+    # model/config/glm53_flash.json (d8fc2f3a): 45 layers, one MTP layer, hidden 4096, 32 x 128 indexer heads
+    ("zai-org/GLM-5.3-Flash", (45, 1, 4096, 32, 128, 2048, 1_048_576)),
     # aiconfigurator nvidia--DeepSeek-V4-Flash-NVFP4_config.json (the same architecture): 43 layers, hidden 4096,
     # 64 x 128 indexer heads, topk 512, 1,048,576 positions; -Pro: 61 layers, hidden 7168, topk 1024
     ("deepseek-ai/DeepSeek-V4-Flash", (43, 1, 4096, 64, 128, 512, 1_048_576)),
