@@ -1,10 +1,12 @@
 """catalog.py's data that no other test pinned (found by tools/mutate.py), each against its source: a config.json, a
 torch or vLLM print, DeepGEMM's layout rules."""
 
+import dataclasses
+
 import pytest
 
 from dsa_kvcalc import capacity, choices, memory_terms
-from dsa_kvcalc.catalog import GPUS, LAYOUTS, MODELS
+from dsa_kvcalc.catalog import GPUS, KPOOL_INDEXER, LAYOUTS, MODELS
 from dsa_kvcalc.recipe import RecipeError, load
 
 MIB = 1 << 20
@@ -165,3 +167,18 @@ def test_deepinfer_scores_every_key_of_an_mla_model():
     plan = capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8,
                                "engine": "deepinfer"}))
     assert plan.backends[0].decode_logits.columns == 163_840
+
+
+@pytest.mark.parametrize("name, heads", [
+    ("deepseek-ai/DeepSeek-V3.2-Exp", 128),  # config_671B_v3.2.json n_heads 128
+    ("zai-org/GLM-5.3", 64),  # glm53_nvfp4.json num_attention_heads 64
+    ("zai-org/GLM-5.3-Flash", 64),  # glm53_flash.json num_attention_heads 64
+])
+def test_attention_heads_as_the_configs_give_them(name, heads):
+    assert MODEL[name].num_attention_heads == heads
+
+
+def test_any_pooled_indexer_is_the_kpool_indexer():
+    # vLLM pools the indexer's keys for any index_kpool > 1 (vllm==0.33.0 vllm/models/glm5next/nvidia/sparse_indexer.py:
+    # 381-382); a local config may give 2 (hf_config takes powers of two)
+    assert dataclasses.replace(MODEL["zai-org/GLM-5.3-Flash"], index_kpool=2).indexer is KPOOL_INDEXER
