@@ -56,8 +56,11 @@ def test_deepseek_v4_windows_and_indexer_keys(model):
 
 def test_shared_and_compressed_layers_as_the_configs_list_them():
     # GLM-5.2's config: index_topk_freq 4, index_skip_topk_offset 3
-    for name in ("zai-org/GLM-5.2-FP8", "nvidia/GLM-5.2-NVFP4"):
+    for name in ("zai-org/GLM-5.2-FP8", "nvidia/GLM-5.2-NVFP4", "zai-org/GLM-5.3"):  # GLM-5.3: glm53_nvfp4.json
         assert (MODEL[name].index_topk_freq, MODEL[name].index_skip_topk_offset) == (4, 3)
+    # glm53_flash.json linear_attn_config: full_attn_layers 3, 7, ..., 43; kda_layers the other 34 of 45
+    full = (3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43)
+    assert MODEL["zai-org/GLM-5.3-Flash"].linear_layers == tuple(layer for layer in range(45) if layer not in full)
     # aiconfigurator's V4-Flash config.json: compress_ratios 0, 0, 20 x (4, 128), 4 over the 43 layers
     assert MODEL["deepseek-ai/DeepSeek-V4-Flash"].compress_ratios == (0, 0) + (4, 128) * 20 + (4,)
     # V4.1-Flash: codes 0, 0, 18 x 2, 20 x 1; kv sources 2, 8, 14, 20; index layers 2, 8, 14, 20, 24, 28, 32, 36
