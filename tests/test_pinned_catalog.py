@@ -1,10 +1,12 @@
 """catalog.py's data that no other test pinned (found by tools/mutate.py), each against its source: a config.json, a
 torch or vLLM print, DeepGEMM's layout rules."""
 
+import dataclasses
+
 import pytest
 
 from dsa_kvcalc import capacity, choices, memory_terms
-from dsa_kvcalc.catalog import GPUS, LAYOUTS, MODELS
+from dsa_kvcalc.catalog import GPUS, KPOOL_INDEXER, LAYOUTS, MODELS
 from dsa_kvcalc.recipe import RecipeError, load
 
 MIB = 1 << 20
@@ -24,6 +26,10 @@ MODEL = {m.name: m for m in MODELS}
     # GLM-5.2's config.json: 1,048,576 positions, index_topk_freq 4, index_skip_topk_offset 3
     ("zai-org/GLM-5.2-FP8", (78, 1, 6144, 32, 128, 2048, 1_048_576)),
     ("nvidia/GLM-5.2-NVFP4", (78, 1, 6144, 32, 128, 2048, 1_048_576)),
+    # SyFI-ServingStudio/ServingStudioSim model/config/glm53_nvfp4.json (bee7da91): GLM-5.2's numbers again
+    ("zai-org/GLM-5.3", (78, 1, 6144, 32, 128, 2048, 1_048_576)),
+    # model/config/glm53_flash.json (d8fc2f3a): 45 layers, one MTP layer, hidden 4096, 32 x 128 indexer heads
+    ("zai-org/GLM-5.3-Flash", (45, 1, 4096, 32, 128, 2048, 1_048_576)),
     # aiconfigurator nvidia--DeepSeek-V4-Flash-NVFP4_config.json (the same architecture): 43 layers, hidden 4096,
     # 64 x 128 indexer heads, topk 512, 1,048,576 positions; -Pro: 61 layers, hidden 7168, topk 1024
     ("deepseek-ai/DeepSeek-V4-Flash", (43, 1, 4096, 64, 128, 512, 1_048_576)),
@@ -50,8 +56,11 @@ def test_deepseek_v4_windows_and_indexer_keys(model):
 
 def test_shared_and_compressed_layers_as_the_configs_list_them():
     # GLM-5.2's config: index_topk_freq 4, index_skip_topk_offset 3
-    for name in ("zai-org/GLM-5.2-FP8", "nvidia/GLM-5.2-NVFP4"):
+    for name in ("zai-org/GLM-5.2-FP8", "nvidia/GLM-5.2-NVFP4", "zai-org/GLM-5.3"):  # GLM-5.3: glm53_nvfp4.json
         assert (MODEL[name].index_topk_freq, MODEL[name].index_skip_topk_offset) == (4, 3)
+    # glm53_flash.json linear_attn_config: full_attn_layers 3, 7, ..., 43; kda_layers the other 34 of 45
+    full = (3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43)
+    assert MODEL["zai-org/GLM-5.3-Flash"].linear_layers == tuple(layer for layer in range(45) if layer not in full)
     # aiconfigurator's V4-Flash config.json: compress_ratios 0, 0, 20 x (4, 128), 4 over the 43 layers
     assert MODEL["deepseek-ai/DeepSeek-V4-Flash"].compress_ratios == (0, 0) + (4, 128) * 20 + (4,)
     # V4.1-Flash: codes 0, 0, 18 x 2, 20 x 1; kv sources 2, 8, 14, 20; index layers 2, 8, 14, 20, 24, 28, 32, 36
@@ -94,6 +103,9 @@ def test_v4_pro_compresses_as_its_config_lists():
     # weights x 9/16 + 29.1B in BF16)
     ("GLM-5.1-NVFP4", 8, 465_886_348_800 - 407_785_881_600 + 407_785_881_600 // 8),
     ("GLM-5.2-NVFP4", 8, 465_886_348_800 - 407_785_881_600 + 407_785_881_600 // 8),
+    # GLM-5.3-Flash (SyFI glm53_flash.json): (45 - 3) x 288 x 3 x 4096 x 2048 x 4097 / 4096 = 304,480,124,928 of
+    # 306 GiB (328,564,998,144 B)
+    ("GLM-5.3-Flash", 4, 328_564_998_144 - 304_480_124_928 + 304_480_124_928 // 4),
 ])
 def test_expert_parallel_weights_split_the_routed_experts(model, dp, weights):
     recipe = load({"model": model, "gpu": "B300", "data-parallel-size": dp, "enable-expert-parallel": True})
@@ -158,3 +170,18 @@ def test_deepinfer_scores_every_key_of_an_mla_model():
     plan = capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8,
                                "engine": "deepinfer"}))
     assert plan.backends[0].decode_logits.columns == 163_840
+
+
+@pytest.mark.parametrize("name, heads", [
+    ("deepseek-ai/DeepSeek-V3.2-Exp", 128),  # config_671B_v3.2.json n_heads 128
+    ("zai-org/GLM-5.3", 64),  # glm53_nvfp4.json num_attention_heads 64
+    ("zai-org/GLM-5.3-Flash", 64),  # glm53_flash.json num_attention_heads 64
+])
+def test_attention_heads_as_the_configs_give_them(name, heads):
+    assert MODEL[name].num_attention_heads == heads
+
+
+def test_any_pooled_indexer_is_the_kpool_indexer():
+    # vLLM pools the indexer's keys for any index_kpool > 1 (vllm==0.33.0 vllm/models/glm5next/nvidia/sparse_indexer.py:
+    # 381-382); a local config may give 2 (hf_config takes powers of two)
+    assert dataclasses.replace(MODEL["zai-org/GLM-5.3-Flash"], index_kpool=2).indexer is KPOOL_INDEXER
