@@ -77,16 +77,11 @@ def check_speculation(recipe: Recipe) -> None:
 
 
 def check_capture_sizes(recipe: Recipe) -> None:
-    """With CUDA graphs on, vLLM needs a largest capture size of at least 1 token and sizes, where given, to be at least
-    one; a largest size given beside them must be their largest within max_num_batched_tokens
-    (vllm==0.33.0 vllm/config/vllm.py:2551-2626; the same since vllm==0.19.0 :1402-1473)."""
-    if recipe.engine.name != "vllm" or recipe.cudagraph_mode == "NONE":
-        return
-    if "cudagraph_capture_sizes" in recipe.given and not recipe.cudagraph_capture_sizes:
-        raise RecipeError(KEYS["cudagraph_capture_sizes"].name, "an empty list, which vLLM refuses with CUDA graphs on: "
-                                                                "drop it for vLLM's grid")
+    """With CUDA graphs on, vLLM needs a largest capture size of at least 1 token, and one given beside the sizes must
+    be their largest within max_num_batched_tokens (vllm==0.33.0 vllm/config/vllm.py:2551-2626; the same since
+    vllm==0.19.0 :1402-1473)."""
     given = recipe.max_cudagraph_capture_size
-    if given is None:
+    if recipe.engine.name != "vllm" or recipe.cudagraph_mode == "NONE" or given is None:
         return
     name = KEYS["max_cudagraph_capture_size"].name
     if given == 0:

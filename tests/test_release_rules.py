@@ -340,15 +340,6 @@ def test_vllm_refuses_capture_sizes_it_cannot_reconcile(compilation, refused):
             load(recipe)
 
 
-def test_vllm_refuses_an_empty_list_of_capture_sizes():
-    # vllm==0.33.0 vllm/config/vllm.py:2560-2564 (vllm==0.19.0 :1411-1415): "cudagraph_capture_sizes should contain at
-    # least one element when using cuda graph"; without the key vLLM builds its grid
-    recipe = {"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8}
-    with pytest.raises(RecipeError, match="compilation-config.cudagraph_capture_sizes: an empty list"):
-        load(recipe | {"compilation-config": {"cudagraph_capture_sizes": []}})
-    load(recipe | {"compilation-config": {"cudagraph_capture_sizes": [], "cudagraph_mode": "NONE"}})
-
-
 def test_enforce_eager_and_deepinfer_are_not_held_to_vllms_capture_sizes():
     # under enforce-eager vLLM drops CUDA graphs before the check (vllm==0.33.0 vllm/config/vllm.py:2005-2010); the
     # check is vLLM's, not DeepInfer's

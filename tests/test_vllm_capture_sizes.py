@@ -26,7 +26,7 @@ import table  # noqa: E402
 
 pytestmark = pytest.mark.vllm_oracle
 SET_UP = table.available_releases()
-GIVEN = [{}, {"max_cudagraph_capture_size": 1536}, {"max_cudagraph_capture_size": 100}, {"cudagraph_capture_sizes": []},
+GIVEN = [{}, {"max_cudagraph_capture_size": 1536}, {"max_cudagraph_capture_size": 100},
          {"cudagraph_capture_sizes": [1, 2, 4, 100, 300]},
          {"max_cudagraph_capture_size": 300, "cudagraph_capture_sizes": [1, 2, 4, 100, 300]}]
 # Both arch ceilings, sequences on and off the grid, draft tokens whose requests the grid's multiples of 8 do (1, 3)
