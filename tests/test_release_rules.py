@@ -132,8 +132,9 @@ def test_deepseek_v4s_flashmla_attention_takes_fp8_only_and_auto_from_030():
     # stops vLLM; vllm==0.30.0 :107-117 takes auto as fp8 and refuses bfloat16. FlashMLA is V4's attention on SM90 and
     # SM10x unless FlashInfer's is named (vllm/models/deepseek_v4/nvidia/model.py); SM12x runs FlashInfer's.
     v4 = {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 8, "enable-expert-parallel": True}
-    with pytest.raises(RecipeError, match="kv-cache-dtype: auto: DeepSeek-V4's FlashMLA attention on H200"):
+    with pytest.raises(RecipeError, match="kv-cache-dtype: auto: DeepSeek-V4's FlashMLA attention on H200") as refused:
         planned(**v4 | {"vllm-version": "0.29.0"})
+    assert "(vllm==0.29.0 vllm/models/deepseek_v4/attention.py:102-108" in str(refused.value)  # the release's rule
     assert planned(**v4 | {"vllm-version": "0.30.0"})[1].backend("auto").kv_cache_tokens > 0
     assert planned(**v4 | {"vllm-version": "0.29.0", "kv-cache-dtype": "fp8"})[1].backend("auto").kv_cache_tokens > 0
     with pytest.raises(RecipeError, match="kv-cache-dtype: bfloat16"):
@@ -338,6 +339,24 @@ def test_vllm_refuses_capture_sizes_it_cannot_reconcile(compilation, refused):
     else:
         with pytest.raises(RecipeError, match=f"{CAPTURE}: {refused}"):
             load(recipe)
+
+
+@pytest.mark.parametrize("keys, largest", [
+    # sizes given up to max_num_batched_tokens itself (vllm==0.33.0 vllm/config/vllm.py:2567-2569: i <= max_num_tokens)
+    ({"max-num-batched-tokens": 256, "compilation-config": {"cudagraph_capture_sizes": [64, 256]}}, 256),
+    # a largest size of 1: the one graph of one token (:2552-2557 needs >= 1)
+    ({"compilation-config": {"max_cudagraph_capture_size": 1}}, 1),
+    # a largest size of 601 takes the grid's 592 below it (multiples of 16 from 256), then 512 decode rows
+    ({"compilation-config": {"max_cudagraph_capture_size": 601}}, 512),
+    # 0.29.0+, k = 2, 100 sequences, 80 batched tokens: the sizes stop at 80 (captured itself); 78 = 26 x 3 and
+    # 75 = 25 x 3 are no grid size rounded up (73-78 hold no multiple of 8) and 25, 26 no request count on its grid
+    # (1, 2, 4, multiples of 8, and the count 100 itself): 72 = 24 x 3
+    ({"max-num-seqs": 100, "max-num-batched-tokens": 80, "performance-mode": "interactivity",
+      "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}}, 72),
+])
+def test_capture_sizes_at_their_edges(keys, largest):
+    recipe = {"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "max-num-seqs": 512} | keys
+    assert capacity.cudagraph_logits_rows(load(recipe)) == largest
 
 
 def test_enforce_eager_and_deepinfer_are_not_held_to_vllms_capture_sizes():
