@@ -217,10 +217,9 @@ def capture_ceiling(recipe: Recipe) -> int:
 
 
 def given_capture_rows(recipe: Recipe, worst: int, per_seq: int) -> int:
-    """The largest FULL decode graph of the recipe's cudagraph_capture_sizes: those up to max_num_batched_tokens
-    (vllm==0.33.0 vllm/config/vllm.py:2560-2571), each rounded up to whole requests of 1 + k tokens, kept within the
-    largest of them and the decode worst case."""
-    sizes = [size for size in recipe.cudagraph_capture_sizes if size <= recipe.max_num_batched_tokens]
+    """The largest FULL decode graph of the recipe's cudagraph_capture_sizes that vLLM keeps, each rounded up to whole
+    requests of 1 + k tokens, kept within the largest of them and the decode worst case."""
+    sizes = recipe.kept_capture_sizes
     bound = min(worst, max(sizes, default=0))
     return max((round_up(size, per_seq) for size in sizes if round_up(size, per_seq) <= bound), default=0)
 

@@ -229,6 +229,12 @@ class Recipe:
         return self.model.indexer_logits_ratio
 
     @property
+    def kept_capture_sizes(self) -> list[int]:
+        """The given cudagraph_capture_sizes vLLM keeps: those up to max_num_batched_tokens (vllm==0.33.0
+        vllm/config/vllm.py:2565-2571, the same since vllm==0.19.0)."""
+        return [size for size in self.cudagraph_capture_sizes if size <= self.max_num_batched_tokens]
+
+    @property
     def quantized_cache(self) -> bool:
         return self.cache_dtype not in ("auto", "bfloat16", "float16")
 

@@ -87,8 +87,7 @@ def check_capture_sizes(recipe: Recipe) -> None:
     if given == 0:
         raise RecipeError(name, "0 captures no CUDA graph, which vLLM refuses to start with: set "
                                 "compilation-config.cudagraph_mode NONE (or enforce-eager) instead")
-    largest = max((size for size in recipe.cudagraph_capture_sizes if size <= recipe.max_num_batched_tokens),
-                  default=0)
+    largest = max(recipe.kept_capture_sizes, default=0)
     if recipe.cudagraph_capture_sizes and given != largest:
         raise RecipeError(name, f"{given} is not {largest}, the largest of cudagraph_capture_sizes within "
                                 f"max-num-batched-tokens: vLLM refuses to start; give one of the two only")
