@@ -2,10 +2,10 @@
 
     VENV/bin/python oracle/capture_sizes.py RELEASE_DIR < cases.json > results.json
 
-A case is a GPU arch and the inputs of VllmConfig._set_cudagraph_sizes: max_num_seqs, max_num_batched_tokens, the
+A case is a GPU (a name in gpus.json) and the inputs of VllmConfig._set_cudagraph_sizes: max_num_seqs, max_num_batched_tokens, the
 speculative token count, the performance mode, and a max_cudagraph_capture_size and cudagraph_capture_sizes where
 given. The release's own method runs on a stand-in VllmConfig holding the release's own CompilationConfig, with the
-GPU's capability answered by platform_cuda.emulate (the SM10x ceiling of 1024). With draft tokens, the sizes are then
+GPU emulated (emulation.py) (the SM10x ceiling of 1024). With draft tokens, the sizes are then
 rounded up to whole decode batches by the release's own CompilationConfig.adjust_cudagraph_sizes_for_spec_decode, as
 Model Runner V1 does before it captures (Model Runner V2 rounds its decode graphs the same way,
 vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:318-336). It returns the sizes vLLM captures and the FULL
@@ -26,7 +26,7 @@ def capture_sizes(case: dict):
     from vllm.config.compilation import CompilationConfig
     from vllm.config.vllm import VllmConfig
 
-    import platform_cuda
+    import emulation
 
     given = {key: case[key] for key in ("max_cudagraph_capture_size", "cudagraph_capture_sizes") if
              case.get(key) is not None}
@@ -39,7 +39,7 @@ def capture_sizes(case: dict):
                                                max_num_batched_tokens=case["max_num_batched_tokens"]),
         parallel_config=types.SimpleNamespace(tensor_parallel_size=1), speculative_config=speculative if k else None,
         performance_mode=case["performance_mode"], uniform_decode_query_len=1 + k, num_speculative_tokens=k)
-    with platform_cuda.emulate(case["arch"]):
+    with emulation.emulate(emulation.GPUS[case["gpu"]]):
         try:
             VllmConfig._set_cudagraph_sizes(config)
             adjust = compilation.adjust_cudagraph_sizes_for_spec_decode

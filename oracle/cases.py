@@ -1,46 +1,44 @@
-"""What the oracle is asked: every bundled recipe and every development record (tests/test_records.py RECORDS), on every
-modelled vLLM release that has the model, as oracle inputs; and plan's answer to the same question.
+"""The comparison side: the cases the oracle is asked, and plan's answers to the same questions. Runs with the
+project's Python (dsa_kvcalc importable); the oracle (harness.py, emulation.py) imports nothing of dsa_kvcalc.
 
-Runs with the project's Python (dsa_kvcalc importable). From the tool's resolved Recipe it reads only what a serving
-command gives vLLM: the model's config fields, the GPU's arch, the cache dtype and attention backend as written,
-speculation, max-model-len, the batch limits, async scheduling and the parallel sizes. Everything vLLM derives from
-those (the model's default cache dtype, the sparse-MLA backend, what that backend stores, the block size, the layers
-and their groups) the oracle derives with the release's own code; plan's KV-cache groups are never read.
+A case gives the oracle only what a user gives `vllm serve`, as the recipe writes it: the model (its Hugging Face
+id, whose config.json the oracle keeps), the GPU (by name), the recipe's vLLM arguments and environment, and one
+figure of plan's, the KV memory each worker is to split (a record's logged "Available KV cache memory" where there is
+one). A case plan refuses is given none: the oracle then splits all the memory vLLM requests, so that whatever vLLM
+refuses, it refuses whatever the weights take.
+
+The cases: today's (every bundled recipe, every development record, the catalog probes) on every modelled release
+that has the model, and a seeded draw (`generated`) across every family, release 0.30.0-0.33.0, GPU family, TP,
+DP/EP, PP, DCP, draft tokens, cache dtype, indexer dtype, max-num-seqs and odd max-model-len.
 """
 
+import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import MODELS
-from dsa_kvcalc.choices import kv_spec, sparse_mla_backend
-from dsa_kvcalc.engine import RELEASES
-from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.choices import on_model_runner_v2
+from dsa_kvcalc.engine import RELEASES, release_tuple
+from dsa_kvcalc.keys import RecipeError, canonical
+from dsa_kvcalc.names import find_gpu, find_model
 from dsa_kvcalc.recipe import load, read_recipe
 from dsa_kvcalc.units import GIB
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
-
-# Config fields vLLM's model code reads that the tool's catalog does not carry, from the config copies the catalog
-# cites (every checkpoint of an architecture has the same; V4-Pro has 128 heads).
-ARCHITECTURE_CONFIG = {
-    "DeepseekV32ForCausalLM": {"model_type": "deepseek_v32", "num_attention_heads": 128, "q_lora_rank": 1536,
-                               "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
-    "GlmMoeDsaForCausalLM": {"model_type": "glm_moe_dsa", "num_attention_heads": 64, "q_lora_rank": 2048,
-                             "kv_lora_rank": 512, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256},
-    "DeepseekV4ForCausalLM": {"model_type": "deepseek_v4", "num_attention_heads": 64, "head_dim": 512},
-    "DeepseekV41ForCausalLM": {"model_type": "deepseek_v41", "head_dim": 512},
-    "Glm5NextForConditionalGeneration": {"model_type": "glm5_next", "kv_lora_rank": 512, "qk_rope_head_dim": 0,
-                                         "qk_nope_head_dim": 256, "q_lora_rank": 1536, "gate_lower_bound": -5.0},
-}
-HEADS = {"deepseek-ai/DeepSeek-V4-Pro": 128}
-FAMILY = {"mla": "mla", "deepseek_v4": "deepseek_v4", "deepseek_v41": "deepseek_v41", "glm5next": "glm5next"}
+CONFIGS = Path(__file__).resolve().parent / "configs"
+# A recipe's keys that are dsa-kvcalc's own, not arguments of `vllm serve` (env is the process's environment)
+PLAN_KEYS = {"model", "gpu", "engine", "vllm-version", "deepgemm", "memory", "env"}
+GENERATED_RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
+GENERATED_SEED = 25
+GENERATED_COUNT = 240
 
 
 @dataclass(frozen=True)
 class Point:
-    """One recipe on one release: the oracle's case and plan's figures, or why there is none."""
+    """One case on one release: the oracle's input and plan's answer, or why there is no case."""
     release: str
     name: str
     case: dict | None
@@ -48,13 +46,13 @@ class Point:
     skip: str = ""
 
 
-def bundled() -> list[tuple[str, dict]]:
-    return [(path.stem, read_recipe(path)) for path in sorted(RECIPES.glob("*.yaml"))]
+# Today's cases ----------------------------------------------------------------------------------------------------
+
+def bundled() -> list[tuple[str, dict, None]]:
+    return [(path.stem, read_recipe(path), None) for path in sorted(RECIPES.glob("*.yaml"))]
 
 
-def records() -> list[tuple[str, dict]]:
-    import sys
-
+def records() -> list[tuple[str, dict, float]]:
     sys.path.insert(0, str(ROOT / "tests"))
     from test_records import RECORDS
 
@@ -64,7 +62,7 @@ def records() -> list[tuple[str, dict]]:
 def probes() -> list[tuple[str, dict, None]]:
     """Every catalog model on H200 and B200 at TP8 (with expert parallelism for V4 and V4.1, and fp8 for V4), without
     speculation and with each drafter it runs (MTP k=3, DSpark k=5); GLM-5.3-Flash also without prefix caching, and the
-    1M-token GLM-5.2 and GLM-5.3 also at 131,072 tokens (at 1M one request does not fit on TP8)."""
+    1M-token GLM-5.2 and GLM-5.3 also at 131,072 tokens."""
     cases = []
     for model in MODELS:
         for gpu in ("H200", "B200"):
@@ -72,108 +70,141 @@ def probes() -> list[tuple[str, dict, None]]:
             if model.family in ("deepseek_v4", "deepseek_v41"):
                 raw["enable-expert-parallel"] = True
             if model.family == "deepseek_v4":
-                raw["kv-cache-dtype"] = "fp8"  # V4's FlashMLA attention refuses auto before 0.30.0
+                raw["kv-cache-dtype"] = "fp8"
             variants = {"": {}} | {f" {drafter} k={k}": {"speculative-config": {"method": drafter,
                                                                               "num_speculative_tokens": k}}
                                    for drafter, k in (("mtp", 3), ("dspark", 5)) if drafter in model.drafters}
             if model.family == "glm5next":
                 variants[" no prefix caching"] = {"enable-prefix-caching": False}
-            if model.family == "mla" and model.max_position_embeddings > 1 << 18:  # 1M: one request needs ~90 GiB
+            if model.family == "mla" and model.max_position_embeddings > 1 << 18:
                 variants[" L=131072"] = {"max-model-len": 131072}
             cases += [(f"probe {model.name} {gpu}{label}", raw | extra, None) for label, extra in variants.items()]
     return cases
 
 
 def everything() -> list[tuple[str, dict, float | None]]:
-    """(name, raw recipe, logged available KV GiB or None) for every bundled recipe, development record and catalog
-    probe."""
-    return [(name, raw, None) for name, raw in bundled()] + records() + probes()
+    """(name, raw recipe, logged available KV GiB or None): every bundled recipe, development record and probe."""
+    return bundled() + records() + probes()
 
 
-def model_config(recipe) -> dict:
-    model = recipe.model
-    extra = dict(ARCHITECTURE_CONFIG[model.architecture])
-    model_type = extra.pop("model_type")
-    hf = {"num_hidden_layers": model.num_layers, "num_nextn_predict_layers": model.mtp_layers,
-          "hidden_size": model.hidden_size, "index_n_heads": model.index_n_heads,
-          "index_head_dim": model.index_head_dim, "index_topk": model.index_topk,
-          "max_position_embeddings": model.max_position_embeddings, **extra}
-    if model.num_attention_heads:
-        hf["num_attention_heads"] = model.num_attention_heads
-    hf["num_attention_heads"] = HEADS.get(model.name, hf["num_attention_heads"])
-    if model.index_topk_freq != 1:
-        hf |= {"index_topk_freq": model.index_topk_freq, "index_skip_topk_offset": model.index_skip_topk_offset}
-    if model.compress_ratios:
-        hf |= {"compress_ratios": list(model.compress_ratios), "sliding_window": model.sliding_window}
-    if getattr(model, "linear_layers", ()):  # GLM-5.3-Flash, where the tool models it
-        hf |= {"layer_types": ["linear_attention" if i in model.linear_layers else "deepseek_sparse_attention"
-                               for i in range(model.num_layers)], "linear_num_heads": model.linear_heads,
-               "linear_head_dim": model.linear_head_dim, "linear_conv_kernel_dim": model.linear_conv_kernel,
-               "index_kpool": model.index_kpool}
-    if model.kv_source_layers:
-        hf |= {"kv_source_layer_ids": list(model.kv_source_layers),
-               "index_source_layer_ids": list(model.index_source_layers), "o_groups": model.o_groups}
-    return {"architectures": [model.architecture], "model_type": model_type, "hf_config": hf}
+# Generated cases --------------------------------------------------------------------------------------------------
+
+GENERATED_GPUS = ("H100", "H200", "H20", "GH200", "B200", "GB200", "B300", "GB300", "RTX PRO 6000", "GB10")
+CACHE_DTYPES = ("auto", "auto", "fp8", "fp8_e4m3", "bfloat16", "fp8_ds_mla", "nvfp4_ds_mla")
 
 
-def serving(recipe, release: str) -> dict:
-    attention = {}
-    if recipe.indexer_kv_dtype != "auto":
-        attention["indexer_kv_dtype"] = recipe.indexer_kv_dtype
-        attention["use_fp4_indexer_cache"] = recipe.indexer_kv_dtype == "mxfp4"
-    if recipe.indexer_sparse_logits:
-        attention["indexer_sparse_logits"] = True
-    speculative = None
-    if recipe.num_speculative_tokens:
-        speculative = {"method": recipe.speculative_method or "mtp",
-                       "num_speculative_tokens": recipe.num_speculative_tokens}
-    return {"release": release, "arch": recipe.gpu.arch, "kv_cache_dtype": recipe.kv_cache_dtype,
-            "attention_backend": recipe.attention_backend, "max_model_len": recipe.max_model_len,
-            "max_num_batched_tokens": recipe.max_num_batched_tokens, "max_num_seqs": recipe.max_num_seqs,
-            "async_scheduling": recipe.async_scheduling, "enable_prefix_caching": recipe.enable_prefix_caching,
-            "tensor_parallel_size": recipe.tensor_parallel_size,
-            "pipeline_parallel_size": recipe.pipeline_parallel_size, "data_parallel_size": recipe.data_parallel_size,
-            "decode_context_parallel_size": recipe.decode_context_parallel_size, "speculative": speculative,
-            "attention_config": attention, "use_v2_model_runner": False}
+def draw(rng: random.Random) -> dict:
+    """One raw recipe from the space: a catalog model on a CUDA GPU, its parallel sizes, speculation, dtypes and
+    batch limits, each drawn (odd lengths included)."""
+    model = rng.choice(MODELS)
+    raw = {"model": model.name, "gpu": rng.choice(GENERATED_GPUS), "vllm-version": rng.choice(GENERATED_RELEASES),
+           "tensor-parallel-size": rng.choice((1, 2, 4, 4, 8, 8, 8, 16))}
+    if rng.random() < 0.3:
+        raw["data-parallel-size"] = rng.choice((2, 4, 8))
+    if rng.random() < 0.5:
+        raw["enable-expert-parallel"] = True
+    if rng.random() < 0.2:
+        raw["pipeline-parallel-size"] = rng.choice((2, 3))
+    if rng.random() < 0.2:
+        raw["decode-context-parallel-size"] = rng.choice((2, 4, 8))
+    if rng.random() < 0.4:
+        drafter = rng.choice(model.drafters)
+        raw["speculative-config"] = {"method": drafter, "num_speculative_tokens": rng.randint(1, 7)}
+    dtype = rng.choice(CACHE_DTYPES)
+    if dtype != "auto":
+        raw["kv-cache-dtype"] = dtype
+    if rng.random() < 0.25:
+        raw["attention-config"] = {"indexer_kv_dtype": rng.choice(("fp8", "mxfp4"))}
+    if rng.random() < 0.4:
+        raw["max-num-seqs"] = rng.choice((1, 3, 17, 64, 100, 256, 511))
+    if rng.random() < 0.7:
+        raw["max-model-len"] = rng.randrange(1001, min(model.max_position_embeddings, 1 << 19), 2)
+    return raw
 
 
-def plan_figures(recipe, kv_bytes: int) -> dict:
-    backend = sparse_mla_backend(recipe)
-    kv = kv_spec(recipe, backend)
-    return {"tokens": kv.tokens(kv_bytes), "block_bytes": kv.block_bytes, "blocks_per_request": kv.pages_per_request,
-            "groups": len(kv.groups), "kv_bytes": kv_bytes, "backend": backend,
-            "refuses": kv_bytes < kv.request_bytes}  # report.refusal: one request of max-model-len does not fit
+def generated(count: int = GENERATED_COUNT, seed: int = GENERATED_SEED) -> list[tuple[str, str, dict]]:
+    """(release, name, raw recipe) for `count` draws of a seeded generator: the same cases every run. A draw plan
+    refuses for its weights alone is drawn again (no weights are loaded on the CPU: that check is not comparable)."""
+    rng = random.Random(seed)
+    cases = []
+    while len(cases) < count:
+        raw = draw(rng)
+        try:
+            capacity.plan(load(raw))
+        except RecipeError as error:
+            if weights_refusal(error):
+                continue
+        cases.append((raw["vllm-version"], f"generated {len(cases):03d}", raw))
+    return cases
 
 
-def kv_bytes_of(recipe, available_gib: float | None) -> int:
-    """A record's logged KV memory; a bundled recipe's, what plan sizes it at on that release. Either way plan's
-    checks run (RecipeError where plan says vLLM would refuse)."""
-    planned = capacity.plan(recipe)
-    if available_gib is not None:
-        return round(available_gib * GIB)
-    return planned.backend(recipe.topk_backend).kv_cache_bytes
+# plan's answer ----------------------------------------------------------------------------------------------------
+
+def weights_refusal(error: RecipeError) -> bool:
+    """capacity.check_weights_fit's refusal: the weights leave no room (not a check vLLM's code runs on a CPU)."""
+    return "GiB of weights per rank" in error.problem
+
+
+def plan_answer(raw: dict, release: str, available_gib: float | None) -> dict:
+    """plan's answer for the recipe on the release: its refusal, or the KV memory, the KV cache it plans and the
+    defaults it resolves."""
+    try:
+        recipe = load({**raw, "vllm-version": release})
+        planned = capacity.plan(recipe, {recipe.topk_backend})
+    except RecipeError as error:
+        return {"refusal": str(error), "weights": weights_refusal(error)}
+    kv = planned.memory.kv
+    kv_bytes = planned.backend(recipe.topk_backend).kv_cache_bytes if available_gib is None else round(
+        available_gib * GIB)
+    answer = {"kv_bytes": kv_bytes, "tokens": kv.tokens(kv_bytes), "block_bytes": kv.block_bytes,
+              "blocks_per_request": kv.pages_per_request, "groups": len(kv.groups),
+              "defaults": {"max_num_seqs": recipe.max_num_seqs, "max_num_batched_tokens": recipe.max_num_batched_tokens,
+                           "max_model_len": recipe.max_model_len, "async_scheduling": recipe.async_scheduling,
+                           "enable_prefix_caching": recipe.enable_prefix_caching, "cache_dtype": recipe.cache_dtype,
+                           "gpu_memory_utilization": recipe.gpu_memory_utilization,
+                           "model_runner_v2": on_model_runner_v2(recipe)},
+              "requested_bytes": planned.memory.requested_bytes,
+              "subtracts_graph_estimate": capacity.cudagraphs_subtracted(recipe)}
+    if kv_bytes < kv.request_bytes:
+        answer["refusal"] = (f"one request of max-model-len needs {kv.request_bytes:,} B of KV cache, "
+                             f"{kv_bytes:,} B are available")
+    return answer
+
+
+# The oracle's case ------------------------------------------------------------------------------------------------
+
+def oracle_case(name: str, raw: dict, release: str, kv_bytes: int | None) -> dict | str:
+    """The oracle's input: the model and GPU by name, the recipe's vLLM arguments and environment as written, and
+    the KV memory; or why the oracle cannot be asked."""
+    model = find_model(raw["model"], ROOT)
+    gpu = find_gpu(raw["gpu"])
+    if not (CONFIGS / f"{model.name.replace('/', '--')}.json").exists():
+        return f"no config.json of {model.name} kept for the oracle"
+    if gpu.arch.startswith("gfx"):
+        return f"{gpu.name} is a ROCm GPU: the oracle emulates CUDA GPUs only"
+    if raw.get("engine", "vllm") != "vllm":
+        return "not vLLM"
+    args = {key: value for key, value in raw.items() if canonical(key) not in PLAN_KEYS}
+    return {"name": name, "model": model.name, "gpu": gpu.name, "args": args, "env": dict(raw.get("env") or {}),
+            "kv_cache_bytes": kv_bytes}
 
 
 def point(release: str, name: str, raw: dict, available_gib: float | None) -> Point:
-    try:
-        recipe = load({**raw, "vllm-version": release})
-    except RecipeError as error:
-        if "predates" in error.problem:
-            return Point(release, name, None, None, "no model code in this release")
-        return Point(release, name, None, None, f"plan refuses it: {error}")
-    try:
-        kv_bytes = kv_bytes_of(recipe, available_gib)
-        refusal = None
-    except RecipeError as error:  # what plan's checks say vLLM would refuse (a backend for another GPU, a dtype)
-        if available_gib is None:
-            return Point(release, name, None, None, f"plan refuses it: {error}")
-        kv_bytes, refusal = round(available_gib * GIB), str(error)
-    case = {"name": name, "family": FAMILY[recipe.model.family], "model": model_config(recipe),
-            "serving": serving(recipe, release), "available_bytes": kv_bytes}
-    return Point(release, name, case, plan_figures(recipe, kv_bytes) | {"refusal": refusal})
+    if release_tuple(release) < release_tuple(find_model(raw["model"], ROOT).first_release):
+        return Point(release, name, None, None, "no model code in this release")
+    answer = plan_answer(raw, release, available_gib)
+    kv_bytes = answer.get("kv_bytes") if available_gib is None else round(available_gib * GIB)
+    case = oracle_case(name, raw, release, kv_bytes)
+    if isinstance(case, str):
+        return Point(release, name, None, answer, case)
+    return Point(release, name, case, answer)
 
 
 def points(releases: list[str] | None = None, names: list[str] | None = None) -> list[Point]:
+    """Today's cases on the releases (every modelled one by default)."""
     chosen = [entry for entry in everything() if names is None or entry[0] in names]
     return [point(release, *entry) for release in (releases or list(RELEASES)) for entry in chosen]
 
+
+def generated_points(count: int = GENERATED_COUNT) -> list[Point]:
+    return [point(release, name, raw, None) for release, name, raw in generated(count)]

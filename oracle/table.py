@@ -1,11 +1,15 @@
-"""release x recipe: plan's KV tokens against vLLM's own planner's, for every bundled recipe and development record
-on every modelled release that has the model.
+"""plan against vLLM's own start-up (oracle/harness.py), case by case: whether each starts, and where both do, the
+KV cache and the defaults each resolves.
 
-    .venv/bin/python oracle/table.py [--releases 0.33.0,0.30.0] [--recipes NAME,...] [--json FILE] [-j 2]
+    .venv/bin/python oracle/table.py [--releases 0.33.0,0.30.0] [--recipes NAME,...] [--generated N] [--only-generated]
+                                     [--json FILE] [-j 2]
 
-Needs oracle/setup.sh's venv and releases ($VLLM_ORACLE_PYTHON, $VLLM_ORACLE_RELEASES; default under
-~/.cache/dsa-kvcalc-oracle). Each release runs in its own process of that venv (oracle/harness.py). Exit 1 when any
-point differs or fails.
+Today's cases (every bundled recipe, development record and catalog probe on every release set up) and N generated
+ones (oracle/cases.py generated: seeded, on 0.30.0-0.33.0). Needs oracle/setup.sh's venv and releases
+($VLLM_ORACLE_PYTHON, $VLLM_ORACLE_RELEASES; default under ~/.cache/dsa-kvcalc-oracle). Each release runs in its own
+process of that venv. Verdicts: equal, both refuse, different (what differs), only vLLM refuses, only plan refuses,
+plan refuses for the weights (not checked on a CPU), oracle error, not run (why). Exit 1 on any different, only one
+refuses or oracle error.
 """
 
 import argparse
@@ -14,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,6 +31,10 @@ HOME = Path(os.environ.get("DSA_KVCALC_ORACLE_HOME", Path.home() / ".cache" / "d
 PYTHON = Path(os.environ.get("VLLM_ORACLE_PYTHON", HOME / "venv" / "bin" / "python"))
 RELEASES_DIR = Path(os.environ.get("VLLM_ORACLE_RELEASES", HOME / "releases"))
 HARNESS = Path(__file__).resolve().parent / "harness.py"
+# What plan resolves that vLLM's config holds too: compared wherever both start
+DEFAULTS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "async_scheduling", "enable_prefix_caching",
+            "cache_dtype", "gpu_memory_utilization", "model_runner_v2")
+BAD = ("different", "only vLLM refuses", "only plan refuses", "oracle error")
 
 
 def available_releases() -> list[str]:
@@ -39,7 +48,7 @@ def run_release(release: str, oracle_cases: list[dict]) -> dict:
     """vLLM's answers for these cases from one release (one process)."""
     started = time.perf_counter()
     done = subprocess.run([str(PYTHON), str(HARNESS), str(RELEASES_DIR / release)], input=json.dumps(oracle_cases),
-                          capture_output=True, text=True, timeout=900,
+                          capture_output=True, text=True, timeout=6 * 3600,
                           env={**os.environ, "VLLM_TARGET_DEVICE": "cpu", "PYTHONDONTWRITEBYTECODE": "1"})
     if done.returncode != 0:
         error = f"harness exited {done.returncode}: {done.stderr.strip()[-2000:]}"
@@ -50,96 +59,100 @@ def run_release(release: str, oracle_cases: list[dict]) -> dict:
 
 
 def oracle_answers(points: list, jobs: int) -> dict:
-    """{(release, name): vLLM's result} over every point that has a case."""
+    """{(release, name): vLLM's result} over every point that has a case; a release's cases split over `jobs`
+    processes when there are fewer releases than jobs."""
     by_release: dict[str, list] = {}
     for p in points:
         if p.case is not None:
             by_release.setdefault(p.release, []).append(p.case)
+    shares = [(release, batch[i::max(1, jobs // len(by_release))]) for release, batch in by_release.items()
+              for i in range(max(1, jobs // len(by_release)))]
     with ThreadPoolExecutor(jobs) as pool:
-        answers = list(pool.map(lambda r: run_release(r, by_release[r]), by_release))
+        answers = list(pool.map(lambda share: run_release(*share), [s for s in shares if s[1]]))
     return {(a["release"], result["name"]): result for a in answers for result in a["results"]}
 
 
-# vLLM's check_enough_kv_cache_memory (vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:151-180): one request of
-# max_model_len does not fit, and the engine does not start (older releases spell it "models's")
-VLLM_REFUSES = "To serve at least one request with the model"
+def differences(plan: dict, vllm: dict) -> list[str]:
+    """What plan and vLLM resolve differently where both start."""
+    found = [f"{key} {plan['defaults'][key]} / {vllm['defaults'][key]}" for key in DEFAULTS
+             if plan["defaults"][key] != vllm["defaults"][key]]
+    for key in ("tokens", "block_bytes", "requested_bytes", "subtracts_graph_estimate"):
+        if plan[key] != vllm[key]:
+            found.append(f"{key} {plan[key]} / {vllm[key]}")
+    return found
 
 
-def verdict(p, answer: dict | None) -> str:
+def verdict(p, answer: dict | None) -> tuple[str, str]:
+    """(verdict, detail)."""
     if p.case is None:
-        return p.skip
-    if answer is not None and "unsupported" in answer:
-        if p.plan["refusal"]:
-            return "both refuse: " + answer["unsupported"]
-        return "vLLM would not start: " + answer["unsupported"]
-    if answer is not None and VLLM_REFUSES in answer.get("error", ""):
-        return f"both refuse: {VLLM_REFUSES}" if p.plan["refuses"] else "DIFFERENT: only vLLM refuses"
+        return "not run", p.skip
     if answer is None or "error" in answer:
-        return "oracle error: " + (answer or {}).get("error", "no answer")[:300]
-    if p.plan["refuses"] or p.plan["refusal"]:
-        return "DIFFERENT: only plan refuses"
-    return "equal" if answer["tokens"] == p.plan["tokens"] else "DIFFERENT"
+        return "oracle error", (answer or {}).get("error", "no answer")[:300]
+    plan_refuses = "refusal" in p.plan
+    if p.plan.get("weights"):
+        return "plan refuses for the weights", p.plan["refusal"]
+    if not answer["starts"]:
+        reason = f"{answer['refusal_at']}: {answer['refusal'][:240]}"
+        return ("both refuse", f"vLLM {reason} | plan {p.plan['refusal']}") if plan_refuses else \
+            ("only vLLM refuses", reason)
+    if plan_refuses:
+        return "only plan refuses", p.plan["refusal"]
+    found = differences(p.plan, answer)
+    return ("different", "; ".join(found)) if found else ("equal", "")
 
 
 def rows(points: list, answers: dict) -> list[dict]:
     out = []
     for p in points:
         answer = answers.get((p.release, p.name))
-        row = {"release": p.release, "recipe": p.name, "verdict": verdict(p, answer)}
-        if p.plan is not None:
+        kind, detail = verdict(p, answer)
+        row = {"release": p.release, "case": p.name, "verdict": kind, "detail": detail}
+        if p.case is not None:
+            row["args"] = p.case["args"] | {"gpu": p.case["gpu"], "model": p.case["model"]}
+        if p.plan is not None and "tokens" in p.plan:
             row |= {"kv_bytes": p.plan["kv_bytes"], "plan_tokens": p.plan["tokens"],
-                    "plan_block_bytes": p.plan["block_bytes"], "plan_blocks_per_request": p.plan["blocks_per_request"],
-                    "plan_groups": p.plan["groups"], "plan_backend": p.plan["backend"]}
-        if answer is not None and "tokens" in answer:
+                    "plan_block_bytes": p.plan["block_bytes"]}
+        if answer is not None and answer.get("tokens") is not None:
             row |= {"vllm_tokens": answer["tokens"], "vllm_block_bytes": answer["block_bytes"],
-                    "vllm_blocks_per_request": answer["blocks_per_request"], "vllm_groups": len(answer["groups"]),
-                    "vllm_backend": answer["info"].get("backend") or answer["info"].get("attention"),
-                    "vllm_cache_dtype": answer["info"].get("cache_dtype"), "vllm_line": answer["line"]}
+                    "vllm_line": answer["line"], "vllm_defaults": answer["defaults"]}
+        if answer is not None:
+            row["seconds"] = answer.get("seconds")
         out.append(row)
     return out
 
 
 def text(table: list[dict]) -> str:
-    head = (f"{'release':8} {'recipe':58} {'plan tokens':>12} {'vLLM tokens':>12} {'plan B/block':>12} "
-            f"{'vLLM B/block':>12} {'pages p/v':>13}  verdict")
-    lines = [head]
+    lines = [f"{'release':8} {'case':62} {'plan tokens':>12} {'vLLM tokens':>12}  verdict"]
     for r in table:
-        if "vllm_tokens" not in r:
-            lines.append(f"{r['release']:8} {r['recipe'][:58]:58} {r.get('plan_tokens', '-'):>12} {'-':>12} "
-                         f"{r.get('plan_block_bytes', '-'):>12} {'-':>12} {'':>13}  {r['verdict']}")
-            continue
-        pages = f"{r['plan_blocks_per_request']}/{r['vllm_blocks_per_request']}"
-        lines.append(f"{r['release']:8} {r['recipe'][:58]:58} {r['plan_tokens']:>12,} {r['vllm_tokens']:>12,} "
-                     f"{r['plan_block_bytes']:>12,} {r['vllm_block_bytes']:>12,} {pages:>13}  {r['verdict']}")
-    counted = [r["verdict"] for r in table]
-    lines.append(f"{counted.count('equal')} equal, {sum(v.startswith('both refuse') for v in counted)} that both "
-                 f"refuse, {sum(v.startswith('DIFFERENT') for v in counted)} different, "
-                 f"{sum(v.startswith('vLLM would not start') for v in counted)} that vLLM would not start, "
-                 f"{sum(v.startswith('oracle error') for v in counted)} oracle errors, "
-                 f"{sum(v.startswith(('no model code', 'plan refuses')) for v in counted)} not run (no model code in "
-                 f"the release, or plan refuses the recipe)")
+        lines.append(f"{r['release']:8} {r['case'][:62]:62} {r.get('plan_tokens', '-'):>12} "
+                     f"{r.get('vllm_tokens', '-'):>12}  {r['verdict']}{': ' + r['detail'] if r['detail'] else ''}")
+    counted = Counter(r["verdict"] for r in table)
+    lines.append(", ".join(f"{n} {kind}" for kind, n in counted.most_common()))
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--releases", help="comma-separated (default: every release set up)")
-    parser.add_argument("--recipes", help="comma-separated recipe or record names (default: all)")
+    parser.add_argument("--releases", help="comma-separated, for today's cases (default: every release set up)")
+    parser.add_argument("--recipes", help="comma-separated case names of today's cases (default: all)")
+    parser.add_argument("--generated", type=int, default=cases.GENERATED_COUNT, help="generated cases (0: none)")
+    parser.add_argument("--only-generated", action="store_true", help="no case of today's")
     parser.add_argument("--json", help="write the rows as JSON here too")
-    parser.add_argument("-j", type=int, default=2, help="releases at once")
+    parser.add_argument("-j", type=int, default=2, help="processes at once")
     args = parser.parse_args()
     releases = args.releases.split(",") if args.releases else available_releases()
     if not releases:
         print(f"no vLLM release set up under {RELEASES_DIR} for {PYTHON}: run bash oracle/setup.sh", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    points = cases.points(releases, args.recipes.split(",") if args.recipes else None)
+    points = [] if args.only_generated else cases.points(releases, args.recipes.split(",") if args.recipes else None)
+    points += [p for p in cases.generated_points(args.generated) if p.release in available_releases()]
     table = rows(points, oracle_answers(points, args.j))
     print(text(table))
-    print(f"{len(releases)} releases in {time.perf_counter() - started:.0f} s")
+    print(f"{len(points)} points in {time.perf_counter() - started:.0f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps(table, indent=1))
-    return 0 if not any(r["verdict"].startswith(("DIFFERENT", "oracle error")) for r in table) else 1
+        Path(args.json).write_text(json.dumps(table, indent=1, default=str))
+    return 1 if any(r["verdict"] in BAD for r in table) else 0
 
 
 if __name__ == "__main__":

@@ -31,10 +31,10 @@ GIVEN = [{}, {"max_cudagraph_capture_size": 1536}, {"max_cudagraph_capture_size"
          {"max_cudagraph_capture_size": 300, "cudagraph_capture_sizes": [1, 2, 4, 100, 300]}]
 # Both arch ceilings, sequences on and off the grid, draft tokens whose requests the grid's multiples of 8 do (1, 3)
 # and do not (2, 5, 19) divide, batched tokens below and above the grid, both performance modes.
-CASES = [{"arch": arch, "max_num_seqs": seqs, "num_speculative_tokens": k, "max_num_batched_tokens": tokens,
+CASES = [{"gpu": gpu, "max_num_seqs": seqs, "num_speculative_tokens": k, "max_num_batched_tokens": tokens,
           "performance_mode": mode, **given}
-         for arch, seqs, k, tokens, mode, given in itertools.product(
-             ("sm90", "sm100"), (1, 4, 14, 33, 99, 256, 1000), (0, 1, 2, 3, 5, 19), (150, 8192),
+         for gpu, seqs, k, tokens, mode, given in itertools.product(
+             ("H200", "B200"), (1, 4, 14, 33, 99, 256, 1000), (0, 1, 2, 3, 5, 19), (150, 8192),
              ("balanced", "interactivity"), GIVEN)]
 
 
@@ -56,7 +56,7 @@ def plan_rows(release: str, case: dict) -> int | str:
     k = case["num_speculative_tokens"]
     compilation = {"cudagraph_mode": "FULL_AND_PIECEWISE"} | {
         key: case[key] for key in ("max_cudagraph_capture_size", "cudagraph_capture_sizes") if key in case}
-    raw = {"model": "DeepSeek-V3.2", "gpu": {"sm90": "H200", "sm100": "B200"}[case["arch"]],
+    raw = {"model": "DeepSeek-V3.2", "gpu": case["gpu"],
            "tensor-parallel-size": 8, "vllm-version": release, "max-num-seqs": case["max_num_seqs"],
            "max-num-batched-tokens": case["max_num_batched_tokens"], "performance-mode": case["performance_mode"],
            "compilation-config": compilation}
