@@ -33,7 +33,10 @@ GPUS = json.loads((HERE / "gpus.json").read_text())["gpus"]
 
 # Packages a CUDA install of vLLM has and this CPU does not: importable stand-ins whose attributes are mocks
 # (nothing of them is called while a model is built and its KV cache planned).
-GPU_PACKAGES = ("flashinfer", "deep_gemm", "humming", "cutlass", "cuda", "quack", "tilelang", "torchvision")
+GPU_PACKAGES = ("flashinfer", "deep_gemm", "humming", "cutlass", "cuda", "quack", "tilelang", "torchvision",
+                # a dependency of every vLLM install that the oracle's venv leaves out (it pins an older numpy):
+                # vLLM's parsers import it, the Mistral ones use it
+                "mistral_common")
 # The release's own compiled extensions (vllm._C, vllm._moe_C, vllm._flashmla_C, vllm._flashkda_C, FlashAttention's
 # vllm.vllm_flash_attn._vllm_fa2_C, ...)
 COMPILED_EXTENSION = re.compile(r"vllm(\.\w+)*\._\w*C(_stable_libtorch)?")
@@ -59,9 +62,22 @@ GPU_IMPORTS = ("vllm.engine.arg_utils", "vllm.v1.engine.core", "vllm.v1.worker.g
 GPU_IMPORT_PACKAGES = ("vllm.model_executor.layers.quantization",)
 
 
+def one(self, *args):
+    return 1
+
+
+# What a stand-in gives as a number (the constants a kernel's class body computes from its package's types)
+NUMBER = {name: one for name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+                                 "__rfloordiv__", "__truediv__", "__rtruediv__", "__mod__", "__rmod__", "__pow__",
+                                 "__rpow__", "__lshift__", "__rlshift__", "__rshift__", "__rrshift__", "__and__",
+                                 "__rand__", "__neg__", "__int__", "__index__")} | {"__float__": lambda self: 1.0}
+
+
 class AnyType(type):
     """The type of a stand-in's names: any attribute is another stand-in class; a class called with one function
-    (a decorator) gives it back, else an instance."""
+    (a decorator) gives it back, else an instance; as a number, 1."""
+
+    locals().update(NUMBER)
 
     def __getattr__(cls, name):
         if name.startswith("__"):
@@ -86,7 +102,9 @@ class AnyType(type):
 
 
 class Anything(metaclass=AnyType):
-    """A name of a package this CPU lacks: usable as a base class, a decorator, a type hint or a value."""
+    """A name of a package this CPU lacks: usable as a base class, a decorator, a type hint, a value or a number."""
+
+    locals().update(NUMBER)
 
     def __init__(self, *args, **kwargs):
         pass
@@ -319,8 +337,10 @@ class TritonDriver:
 
 
 def module_answers(devices: int) -> list[tuple[str, object]]:
-    """(name, what a CUDA install answers) for the probes and flags the release binds in its modules."""
-    return [("cuda_device_count_stateless", lambda *a, **k: devices)]
+    """(name, what a GPU machine answers) for the probes the release binds in its modules: the node's GPUs, and every
+    rank of a group on one node (parallel_state.in_the_same_node_as probes shared memory)."""
+    return [("cuda_device_count_stateless", lambda *a, **k: devices),
+            ("in_the_same_node_as", lambda group, *a, **k: [True] * group.world_size)]
 
 
 @contextlib.contextmanager
@@ -357,6 +377,56 @@ def gpu_install(devices: int) -> list[tuple[object, str, object]]:
     return replacements
 
 
+def clear_caches() -> None:
+    """Empty the caches the release keeps on functions (functools.cache, lru_cache), at module and class level: on a
+    GPU machine one process sees one GPU, here each case its own (the attention backend the selector cached for an
+    SM90 case is not an SM100 case's)."""
+    import functools
+
+    for module in vllm_modules():
+        for value in list(vars(module).values()):
+            members = list(vars(value).values()) if isinstance(value, type) else []
+            for member in [value] + members:
+                if isinstance(member, (classmethod, staticmethod)):
+                    member = member.__func__
+                if isinstance(member, functools._lru_cache_wrapper):
+                    member.cache_clear()
+
+
+class SymmetricHandle:
+    """A rendezvous handle of torch's symmetric memory (NVLink peers' buffers): meta buffers, no peers."""
+
+    multicast_ptr = 1
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def barrier(self, *args, **kwargs):
+        pass
+
+    def get_buffer(self, peer, shape, dtype, offset=0):
+        import torch
+
+        return torch.empty(tuple(shape), dtype=dtype, device="meta")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return stand_in(f"symmetric memory handle.{name}")()
+
+
+def symmetric_memory() -> list[tuple[object, str, object]]:
+    """torch's symmetric memory (the direct DCP exchange's buffers) on the meta device."""
+    import torch
+    import torch.distributed._symmetric_memory as symm
+
+    def empty(*size, dtype=None, device=None, **kwargs):
+        shape = size[0] if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+        return torch.empty(tuple(shape), dtype=dtype, device="meta")
+
+    return [(symm, "empty", empty), (symm, "rendezvous", lambda tensor, *a, **k: SymmetricHandle(tensor))]
+
+
 @contextlib.contextmanager
 def emulate(gpu: dict, devices: int = 1):
     """While the block runs, vLLM's platform, torch.cuda, the compiled ops and the kernel probes are those of a node
@@ -365,6 +435,7 @@ def emulate(gpu: dict, devices: int = 1):
     from vllm.platforms import current_platform
 
     install_stand_ins()
+    clear_caches()
     platform = cuda_platform(gpu, devices)
     cpu_class = current_platform.__class__
     replacements = [(torch.cuda, name, value) for name, value in torch_cuda(gpu, devices).items()]
@@ -374,8 +445,12 @@ def emulate(gpu: dict, devices: int = 1):
     # fake (meta) kernels the release registers for its compiled ops, for torch.compile: those ops are stand-ins here
     replacements += [(torch.library, name, lambda *a, **k: (lambda fn: fn)) for name in ("register_fake", "impl_abstract")
                      if hasattr(torch.library, name)]
-    replacements += gpu_install(devices)
+    replacements += gpu_install(devices) + symmetric_memory()
     from triton.runtime.driver import driver as triton_driver
+    import torch.fx.experimental._config as fx_config
+
+    # torch.nonzero on a meta tensor (the expert map a MoE layer logs): every element taken as non-zero
+    replacements.append((fx_config, "meta_nonzero_assume_all_nonzero", True))
 
     replacements.append((triton_driver, "_active", TritonDriver(gpu)))
     current_platform.__class__ = platform
@@ -423,7 +498,9 @@ def numpy_view(tensor):
 
 class MetaDevice:
     """A torch function mode: tensors made for the GPU, or with no device, are made on the meta device, and so are
-    host tensors of more than HOST_BYTES_MADE (pinned host tables such as V4.1's offloaded Engram embeddings)."""
+    host tensors of more than HOST_BYTES_MADE (pinned host tables such as V4.1's offloaded Engram embeddings). A meta
+    tensor's values, where the release reads them back (an expert map it logs, a staging buffer's host view), are
+    zeros."""
 
     def __new__(cls):
         from torch.overrides import TorchFunctionMode
@@ -440,6 +517,8 @@ class MetaDevice:
                     return args[0]
                 if func is torch.Tensor.numpy and args[0].is_meta:
                     return numpy_view(args[0])
+                if func in (torch.Tensor.item, torch.Tensor.tolist) and args[0].is_meta:
+                    return numpy_view(args[0]).tolist()
                 if on_gpu(kwargs.get("device")):
                     kwargs["device"] = "meta"
                 if func in _device_constructors() and (
@@ -536,7 +615,7 @@ def group(size: int, rank: int, name: str):
     ranks while it builds its layers."""
     import vllm.distributed.parallel_state as ps
 
-    handle = types.SimpleNamespace(size=lambda: size, rank=lambda: rank)
+    handle = types.SimpleNamespace(size=lambda: size, rank=lambda: rank, world_size=size, group_name=name)
     communicator = types.SimpleNamespace(all2all_manager=mock.MagicMock(name=f"{name} all2all manager"),
                                          world_size=size, rank=rank, rank_in_group=rank)
     emulated = type("EmulatedGroup", (ps.GroupCoordinator,), {"make_sibling_device_group": lambda self, *a, **k: handle})

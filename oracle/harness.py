@@ -1,5 +1,5 @@
 """vLLM's own start-up, as far as it sizes the KV cache, run on a CPU: one release per process, inside the oracle's venv
-(oracle/setup.sh). Imports nothing of dsa_kvcalc.
+(oracle/setup.sh). Imports nothing of the project (tests/test_oracle_inputs.py).
 
     VENV/bin/python oracle/harness.py RELEASE_DIR < cases.json > results.json
 
@@ -528,8 +528,11 @@ def run(case: dict, folders: dict) -> dict:
             workers = [worker_specs(vllm_config if one_process else copy.deepcopy(vllm_config), stage)
                        for stage in range(stages)]
             available = result["requested_bytes"] if case["kv_cache_bytes"] is None else case["kv_cache_bytes"]
-            result |= plan(vllm_config, [specs for specs, _ in workers], available,
-                           [b for _, backends in workers for b in backends])
+            backends = [b for _, stage_backends in workers for b in stage_backends]
+            result |= plan(vllm_config, [specs for specs, _ in workers], available, backends)
+            result["backends"] = sorted({b.get_name() for b in backends})
+            result["stride_alignments"] = sorted({str(getattr(spec, "block_stride_alignment", None))
+                                                  for specs, _ in workers for spec in specs.values()})
         result["starts"] = True
     except Refusal as found:
         result |= {"starts": False, "refusal": str(found), "refusal_at": found.where}
@@ -556,7 +559,13 @@ def main() -> int:
     emulation.preload(architectures, emulation.GPUS[cases[0]["gpu"]] if cases else emulation.GPUS["H200"])
     imported = round(time.perf_counter() - started, 2)
     folders: dict = {}
-    results = [run(case, folders) for case in cases]
+    progress = os.environ.get("ORACLE_PROGRESS")  # a file each answer is appended to as it comes (a long table)
+    results = []
+    for case in cases:
+        results.append(run(case, folders))
+        if progress:
+            with open(progress, "a") as file:
+                file.write(json.dumps({"release": release} | results[-1], default=str) + "\n")
     json.dump({"release": release, "import_seconds": imported, "results": results}, real_stdout, default=str)
     return 0
 

@@ -117,6 +117,8 @@ def rows(points: list, answers: dict) -> list[dict]:
                     "vllm_line": answer["line"], "vllm_defaults": answer["defaults"]}
         if answer is not None:
             row["seconds"] = answer.get("seconds")
+            if "traceback" in answer:
+                row["traceback"] = answer["traceback"]
         out.append(row)
     return out
 
@@ -139,7 +141,10 @@ def main() -> int:
     parser.add_argument("--only-generated", action="store_true", help="no case of today's")
     parser.add_argument("--json", help="write the rows as JSON here too")
     parser.add_argument("-j", type=int, default=2, help="processes at once")
+    parser.add_argument("--progress", help="append each answer to this file as it comes (JSON lines)")
     args = parser.parse_args()
+    if args.progress:
+        os.environ["ORACLE_PROGRESS"] = str(Path(args.progress).resolve())
     releases = args.releases.split(",") if args.releases else available_releases()
     if not releases:
         print(f"no vLLM release set up under {RELEASES_DIR} for {PYTHON}: run bash oracle/setup.sh", file=sys.stderr)
