@@ -18,7 +18,7 @@ from dsa_kvcalc.catalog import (SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES, STRID
 from dsa_kvcalc.choices import availability, engine_backends, on_model_runner_v2
 from dsa_kvcalc.engine import VLLM_RULES, release_tuple
 from dsa_kvcalc.keys import Recipe, RecipeError
-from dsa_kvcalc.kv_cache import round_up
+from dsa_kvcalc.kv_cache import SM10X, round_up, v41_packed
 from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, profile_budget_bytes, rank_memory
 from dsa_kvcalc.units import GIB, MIB
 
@@ -286,9 +286,13 @@ def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], l
 
 def cudagraphs_subtracted(recipe: Recipe) -> bool:
     """Does this vLLM subtract its CUDA-graph estimate before sizing the KV cache? From v0.20.0
-    (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS), on ROCm from v0.26.0; Model Runner V2 estimates nothing before 0.29.0."""
+    (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS), on ROCm from v0.26.0, where it captures graphs at all (no estimate
+    under cudagraph_mode NONE: vllm==0.20.0 vllm/v1/worker/gpu_worker.py:379-385, vllm==0.33.0 :700-709); Model
+    Runner V2 estimates nothing before 0.29.0."""
     engine = recipe.engine
     if not engine.estimates_cudagraphs or (recipe.gpu.arch.startswith("gfx") and not engine.rocm_estimates_cudagraphs):
+        return False
+    if recipe.cudagraph_mode == "NONE":
         return False
     return not on_model_runner_v2(recipe) or engine.model_runner_v2_estimates_cudagraphs
 
@@ -434,9 +438,51 @@ class Plan:
 NVFP4_DS_MLA_FIRST = "0.30.0"  # vllm==0.30.0 vllm/config/cache.py:48 (vllm==0.29.0 has no nvfp4_ds_mla); SM100 only
 
 
+def refusal(recipe: Recipe, key: str, rule: str, reason: str) -> RecipeError:
+    """A refusal of the release, in its own words and with its source (engine.VLLM_RULES)."""
+    return RecipeError(key, f"{reason}: {recipe.engine.label} refuses to start ({recipe.engine.sources[rule]})")
+
+
+def check_indexer_cache_dtype(recipe: Recipe) -> None:
+    """An MXFP4 indexer cache runs on the SM10x family only: from 0.22.0 where use_fp4_indexer_cache is set, from 0.28.0
+    however the dtype is spelt (engine.py mxfp4_indexer_needs_sm10x). ROCm's own MXFP4 rules are not modelled."""
+    checked = recipe.engine.mxfp4_indexer_needs_sm10x
+    arch = recipe.gpu.arch
+    if checked is None or arch.startswith("gfx") or arch in SM10X or recipe.indexer_kv_dtype != "mxfp4":
+        return
+    if checked == "use_fp4_indexer_cache" and "use_fp4_indexer_cache" not in recipe.given:
+        return
+    key = "attention-config." + checked
+    raise refusal(recipe, key, "mxfp4_indexer_needs_sm10x", f"mxfp4 on {recipe.gpu.name} ({arch}): vLLM's MXFP4 "
+                                                            f"indexer cache needs Blackwell datacenter GPUs (sm_10x)")
+
+
+def check_v41_cache_dtype(recipe: Recipe) -> None:
+    """DeepSeek-V4.1's attention resolves the cache dtype by its layout: the packed records take the release's dtypes
+    (v41_packed_cache_dtypes), plain rows none of the packed names (0.31.0+), and nvfp4_ds_mla needs the SM10x family's
+    MXFP8 records (0.31.0+)."""
+    engine, dtype = recipe.engine, recipe.cache_dtype
+    if v41_packed(recipe):
+        dtypes, reason = engine.v41_packed_cache_dtypes
+        if dtype not in dtypes:
+            raise refusal(recipe, "kv-cache-dtype", "v41_packed_cache_dtypes", reason.format(dtype=dtype))
+        if dtype == "nvfp4_ds_mla" and engine.v41_nvfp4_needs_sm10x and recipe.gpu.arch not in SM10X:
+            raise refusal(recipe, "kv-cache-dtype", "v41_nvfp4_needs_sm10x",
+                          f"nvfp4_ds_mla on {recipe.gpu.name}: the V4.1 records it needs FlashMLA decodes only on "
+                          f"SM100")
+    elif dtype.endswith("_ds_mla") and engine.v41_plain_rows_refuse_packed:
+        raise refusal(recipe, "kv-cache-dtype", "v41_plain_rows_refuse_packed",
+                      f"{dtype} is a packed FlashMLA DeepSeek V4.1 KV cache format; the selected backend stores plain "
+                      f"KV rows")
+
+
 def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
     """vLLM starts only where the sparse-MLA backend runs on the GPU and takes the KV-cache dtype (DeepSeek-V4's own
-    attention resolves its backend and fp8 layout itself, and its FlashMLA layout takes only fp8)."""
+    attention resolves its backend and fp8 layout itself, and its FlashMLA layout takes only fp8; V4.1's by its
+    layout), and where the indexer's cache dtype runs on the GPU."""
+    check_indexer_cache_dtype(recipe)
+    if recipe.model.family == "deepseek_v41":
+        check_v41_cache_dtype(recipe)
     if recipe.model.family == "deepseek_v4":
         flashmla = recipe.gpu.arch in V4_FLASHMLA_ARCHS and recipe.attention_backend != "FLASHINFER_MLA_SPARSE_DSV4"
         auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8

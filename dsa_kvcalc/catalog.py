@@ -377,9 +377,27 @@ V41_FLASH_EXPERT_BYTES = bytes_of_gib(259.5 + 16.22)
 V41_FLASH_ENGRAM_BYTES = bytes_of_gib(183.1 + 5.72)
 V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
 # DeepSeek-V4: in vLLM from 0.20.0 (vllm==0.20.0 vllm/model_executor/models/registry.py), DSpark drafts from 0.25.0
+# for the checkpoints whose config.json gives the DSpark drafter's fields (V4-Flash-0731: dspark_noise_token_id): the
+# preview V4-Flash and V4-Pro configs give none, and vLLM refuses DSpark for them (DRAFTER_NEEDS)
 V4_FIRST = "0.20.0"
 V4_DRAFTERS = ("mtp", "dspark")
+# What a checkpoint needs for each drafter vLLM runs, for the refusal of one it lacks
+DRAFTER_NEEDS = {
+    "mtp": "MTP layers (num_nextn_predict_layers; vllm==0.33.0 vllm/config/speculative.py:1474-1486)",
+    "dspark": "a parallel-drafting token in its config.json (dspark_noise_token_id): vLLM refuses DSpark without one, "
+              "'Model config must specify `dflash_config.mask_token_id`, `mask_token_id`, `dspark_noise_token_id`, "
+              "`pard_token`, or `ptd_token_id` for parallel drafting.' (vllm==0.33.0 "
+              "vllm/v1/worker/gpu/spec_decode/utils.py:92-113, the same since vllm==0.25.0)",
+}
 V32_ARCH, GLM5_ARCH, V4_ARCH = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "DeepseekV4ForCausalLM"
+# A ModelOpt checkpoint whose quantization_config stores the KV cache in FP8 (kv_cache_scheme {num_bits 8, type
+# float, dynamic false}) runs kv-cache-dtype auto as fp8_e4m3, on every GPU, before any model rule
+# (EngineArgs.create_engine_config's resolve_kv_cache_dtype_string: vllm==0.19.0 vllm/utils/torch_utils.py:262-340,
+# vllm==0.33.0 :443-516 and vllm/engine/arg_utils.py:2297)
+CHECKPOINT_FP8_KV = (("0.19.0", CUDA + ROCM, "fp8_e4m3",
+                      "the checkpoint's quantization_config.kv_cache_scheme (vllm==0.33.0 vllm/utils/torch_utils.py:"
+                      "443-516 get_kv_cache_quant_algo_string, resolve_kv_cache_dtype_string; the same since "
+                      "vllm==0.19.0 :262-340)"),)
 # GlmMoeDsaForCausalLM runs an fp8 cache for kv-cache-dtype auto on SM10x from vLLM 0.32.0
 GLM5_AUTO_FP8 = (("0.32.0", ("sm100", "sm103"), "fp8_e4m3",
                   "vllm==0.32.0 vllm/model_executor/models/config.py:49-55 (vllm==0.31.0 :43-50 has no such rule)"),)
@@ -406,28 +424,30 @@ MLA_MODELS = [
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.1", "zai-org/GLM-5.1")),
     Model("nvidia/GLM-5.1-NVFP4", f"{AIC}/nvidia--GLM-5.1-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
           estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, num_attention_heads=64, aliases=("GLM-5.1-NVFP4", "lukealonso/GLM-5.1-NVFP4-MTP"),
-          note="NVFP4 routed experts; attention and indexers keep GLM-5.1's KV layout"),
+          auto_kv_cache_dtype=CHECKPOINT_FP8_KV,
+          note="NVFP4 routed experts, an FP8 KV cache by its quantization config; GLM-5.1's KV layout"),
     Model("zai-org/GLM-5.2-FP8", f"{AIC}/zai-org--GLM-5.2-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.2", "zai-org/GLM-5.2"),
           index_topk_freq=4, index_skip_topk_offset=3,
           note="shared indexers: 21 of 78 layers (and the MTP layer) keep an indexer K cache"),
     Model("nvidia/GLM-5.2-NVFP4", f"{AIC}/nvidia--GLM-5.2-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, num_attention_heads=64, aliases=("GLM-5.2-NVFP4",),
-          index_topk_freq=4, index_skip_topk_offset=3,
-          note="NVFP4 routed experts; shared indexers as GLM-5.2"),
+          index_topk_freq=4, index_skip_topk_offset=3, auto_kv_cache_dtype=CHECKPOINT_FP8_KV,
+          note="NVFP4 routed experts, an FP8 KV cache by its quantization config; shared indexers as GLM-5.2"),
     Model("zai-org/GLM-5.3", f"{SYFI}/glm53_nvfp4.json (commit bee7da91, the NVFP4 re-quantization of GLM-5.3: 78 "
           "layers, kv_lora_rank 512 + rope 64, index_topk_freq 4, index_skip_topk_offset 3; ROCm/ATOM#2291 states "
           "every KV field of GLM-5.3 equals GLM-5.2's)", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM53_CHECKPOINT, GLM_EXPERT_BYTES, index_topk_freq=4, index_skip_topk_offset=3,
           num_attention_heads=64, note="GLM-5.2's shape: shared indexers on 21 of 78 layers (and the MTP layer)"),
 ]
-# vLLM's rules for GlmMoeDsaForCausalLM hold for every GLM-5.x checkpoint
-MLA_MODELS = [replace(m, auto_kv_cache_dtype=GLM5_AUTO_FP8) if m.architecture == GLM5_ARCH else m for m in MLA_MODELS]
+# vLLM's rules for GlmMoeDsaForCausalLM hold for every GLM-5.x checkpoint, after its quantization config's own
+MLA_MODELS = [replace(m, auto_kv_cache_dtype=m.auto_kv_cache_dtype + GLM5_AUTO_FP8) if m.architecture == GLM5_ARCH
+              else m for m in MLA_MODELS]
 V4_MODELS = [
     Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", V4_ARCH, 43, 1, 4096, 64,
           128, 512, 1048576, estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES,
           compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4,
-          num_attention_heads=64, drafters=V4_DRAFTERS, first_release=V4_FIRST),
+          num_attention_heads=64, drafters=("mtp",), first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Flash-0731", f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the "
           "same compress_ratios, sliding_window and layers as the preview)", V4_ARCH, 43, 1, 4096, 64, 128, 512, 1048576,
           estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
@@ -435,7 +455,7 @@ V4_MODELS = [
           first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", V4_ARCH, 61, 1, 7168, 64, 128,
           1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS,
-          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128, drafters=V4_DRAFTERS,
+          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128, drafters=("mtp",),
           first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json and LivingAgile/mlx-lm "
           "tests/test_deepseek_v41.py (third-party copies, byte for byte the same, of deepseek-ai/DeepSeek-V4.1-Flash@"

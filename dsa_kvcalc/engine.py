@@ -99,6 +99,8 @@ class Engine:
     model_runner_v2_architectures: frozenset  # on Model Runner V2 by default on CUDA (ALL: every one)
     rocm_model_runner_v1_architectures: frozenset  # kept on Model Runner V1 on ROCm (ALL: every one)
     dspark_on_model_runner_v2: bool  # speculative method dspark forces Model Runner V2
+    drafts_take_target_stages: bool  # the draft model runs on the target's pipeline stages (none of the DSA drafters
+    # supports pipeline parallelism)
     model_runner_v2_estimates_cudagraphs: bool
     # (GPU memory from, in GiB; max_num_seqs; max_num_batched_tokens; archs left out) for the OpenAI server
     batch_defaults: tuple[tuple[int, int, int, tuple[str, ...]], ...]
@@ -114,6 +116,15 @@ class Engine:
     kv_block_rule: str  # DeepSeek-V4's packed layout: tuple, bucket or overlay (kv_cache.block_bytes)
     kv_grouping: str  # uniform (windows by approximate gcd) or packed (buckets and anchors)
     v41_mega_attention: bool
+    # DeepSeek-V4.1's cache dtypes by layout: (the dtypes its packed fp8_ds_mla records take, vLLM's refusal of
+    # another), whether plain rows (FlashInfer's) refuse the packed names, whether nvfp4_ds_mla needs SM10x
+    v41_packed_cache_dtypes: tuple
+    v41_plain_rows_refuse_packed: bool
+    v41_nvfp4_needs_sm10x: bool
+    # which key's MXFP4 indexer cache vLLM refuses off the SM10x family: None, the use_fp4_indexer_cache flag (an
+    # assertion), or the indexer dtype however it is spelt
+    mxfp4_indexer_needs_sm10x: str | None
+    sliding_window_refuses_dcp: bool  # the planner asserts that decode context parallelism has no sliding window
     v41_window_stride_alignment: bool
     v41_indexer_sparse_logits_alignment: int  # 0: no indexer_sparse_logits
     aligns_block_stride: bool  # the block stride rounded up to the layers' alignment
@@ -205,6 +216,15 @@ VLLM_RULES = {
         False, "vllm==0.24.0 vllm/config/speculative.py: no dspark method",
         (Change("0.25.0", True, "vllm==0.25.0 vllm/config/vllm.py:524-532: method dspark forces Model Runner V2 (from "
                                 "vllm==0.29.0 vllm/config/vllm.py:2621-2624 V1 lists it as unsupported)"),)),
+    "drafts_take_target_stages": Rule(
+        True, "vllm==0.29.0 vllm/config/speculative.py:1684-1690 create_draft_parallel_config (the target's "
+              "pipeline_parallel_size) and vllm/config/model.py:1424-1430 verify_with_parallel_config, 'Pipeline "
+              "parallelism is not supported for this model. Supported models implement the `SupportsPP` interface.': "
+              "no DSA drafter implements SupportsPP (DeepSeekMTP from vllm==0.30.0 "
+              "vllm/model_executor/models/deepseek_mtp.py:235; DeepSeekV4MTP and DSpark never); the same since "
+              "vllm==0.19.0 vllm/config/speculative.py:758, vllm/config/model.py:1121-1128",
+        (Change("0.30.0", False, "vllm==0.30.0 vllm/config/speculative.py:1755: the draft model runs on one pipeline "
+                                 "stage"),)),
     "model_runner_v2_estimates_cudagraphs": Rule(
         False, "vllm==0.28.0 vllm/v1/worker/gpu/model_runner.py:843-845: profile_cudagraph_memory() returns 0",
         (Change("0.29.0", True, "vllm==0.29.0 vllm/v1/worker/gpu/model_runner.py:896-898 and "
@@ -424,6 +444,38 @@ VLLM_RULES = {
                                 "size is fixed (the kpool indexer's [kpool x 32, kpool x 64], "
                                 "vllm/v1/attention/backends/mla/indexer.py:296-306); applied to GLM-5.3-Flash's "
                                 "caches"),)),
+    "v41_packed_cache_dtypes": Rule(
+        (("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "fp8_per_token_head"),
+         "DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got {dtype}"),
+        "vllm==0.30.0 vllm/models/deepseek_v41/attention.py:123-152 (_resolve_dsv4_kv_cache_dtype: auto as fp8, every "
+        "fp8 name as fp8_ds_mla, any other refused)",
+        (Change("0.31.0", (("auto", "fp8", "fp8_ds_mla", "nvfp4_ds_mla"),
+                           "DeepseekV4 packed KV layouts only support fp8 kv-cache, got {dtype}"),
+                "vllm==0.31.0 vllm/models/deepseek_v41/attention.py:129-155 (vllm==0.33.0 :141-167): auto and fp8 as "
+                "the layout's record, the two *_ds_mla records as named, any other refused"),)),
+    "v41_plain_rows_refuse_packed": Rule(
+        False, "vllm==0.30.0 vllm/models/deepseek_v41/attention.py:154-158: plain rows store any dtype",
+        (Change("0.31.0", True, "vllm==0.31.0 vllm/models/deepseek_v41/attention.py:160-164 (vllm==0.33.0 :172-176): "
+                                "'{dtype} is a packed FlashMLA DeepSeek V4.1 KV cache format; the selected backend "
+                                "stores plain KV rows.'"),)),
+    "v41_nvfp4_needs_sm10x": Rule(
+        False, "vllm==0.30.0: nvfp4_ds_mla is none of the packed layout's dtypes (v41_packed_cache_dtypes)",
+        (Change("0.31.0", True, "vllm==0.31.0 vllm/models/deepseek_v41/attention.py:513-517 (vllm==0.33.0 :532-536): "
+                                "'nvfp4_ds_mla needs the V4.1 KV records, which FlashMLA decodes only on SM100.' (the "
+                                "MXFP8 records of the SM10x family)"),)),
+    "sliding_window_refuses_dcp": Rule(
+        True, "vllm==0.33.0 vllm/v1/kv_cache_interface.py:946-950, SlidingWindowSpec.max_memory_usage_bytes, which the "
+              "planner asks of every window cache; the same assertion since vllm==0.19.0 "
+              "vllm/v1/kv_cache_interface.py:251-254"),
+    "mxfp4_indexer_needs_sm10x": Rule(
+        None, "vllm==0.21.0: no FP4 indexer cache",
+        (Change("0.22.0", "use_fp4_indexer_cache", "vllm==0.22.0 vllm/v1/attention/backends/mla/indexer.py:255-265 "
+                                                   "(vllm==0.27.1 :494-504): 'use_fp4_indexer_cache requires Blackwell "
+                                                   "datacenter GPUs', asserted where the flag is set"),
+         Change("0.28.0", "indexer_kv_dtype", "vllm==0.28.0 vllm/v1/attention/backends/mla/indexer.py:48-62 "
+                                              "(vllm==0.33.0 :60-99 dsa_indexer_uses_fp4): \"indexer_kv_dtype='mxfp4' "
+                                              "requires Blackwell datacenter GPUs (sm_10x, e.g. B200/GB200); sm_120 "
+                                              "(consumer Blackwell) and earlier architectures are not supported.\""))),
     "v4_auto_cache_dtype_fp8": Rule(
         False, "vllm==0.29.0 vllm/models/deepseek_v4/attention.py:102-108 (vllm==0.20.0 "
                "vllm/model_executor/layers/deepseek_v4_attention.py:594-599): DeepSeek-V4's FlashMLA layout asserts an "

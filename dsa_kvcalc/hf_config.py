@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from dsa_kvcalc import inputs
-from dsa_kvcalc.catalog import GLM5NEXT_AUTO_FP8, NOPE_MLA_HEAD_SIZE, Model
+from dsa_kvcalc.catalog import CHECKPOINT_FP8_KV, GLM5NEXT_AUTO_FP8, NOPE_MLA_HEAD_SIZE, Model
 from dsa_kvcalc.estimates import Figure
 
 CONFIG_MAX_BYTES = 4 << 20  # config.json files are kilobytes
@@ -207,6 +207,20 @@ def glm5next_fields(config: dict, n: dict, path: Path) -> dict:
             "auto_kv_cache_dtype": GLM5NEXT_AUTO_FP8}
 
 
+def checkpoint_cache_dtype(config: dict) -> tuple:
+    """kv-cache-dtype auto as a ModelOpt checkpoint's quantization config stores the cache: FP8 where its
+    kv_cache_scheme is 8-bit float, or its kv_cache_quant_algo fp8 (catalog.CHECKPOINT_FP8_KV)."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict) or not str(quant.get("quant_method", "")).startswith("modelopt"):
+        return ()
+    scheme = quant.get("kv_cache_scheme") or quant.get("kv_cache_quant_algo")
+    if isinstance(scheme, dict):
+        fp8 = scheme.get("dynamic") is False and scheme.get("num_bits") == 8 and scheme.get("type") == "float"
+    else:
+        fp8 = str(scheme).lower() == "fp8"
+    return CHECKPOINT_FP8_KV if fp8 else ()
+
+
 def family_fields(config: dict, architecture: str, n: dict, path: Path) -> dict:
     """The Model fields of the config's family (catalog.Model.family)."""
     if "kv_source_layer_ids" in config:
@@ -239,6 +253,7 @@ def read_model(path: Path) -> Model:
         raise ConfigError(f"{path}: first_k_dense_replace {n['first_k_dense_replace']} exceeds num_hidden_layers "
                           f"{layers}: more dense layers than layers")
     fields = family_fields(config, str(architecture), n, path)
+    fields["auto_kv_cache_dtype"] = checkpoint_cache_dtype(config) + fields.get("auto_kv_cache_dtype", ())
     expert_bytes = ((layers - n["first_k_dense_replace"]) * n["n_routed_experts"] * 3 * hidden
                     * n["moe_intermediate_size"])
     dense_bytes = layers * 40 * hidden * hidden // 16 + 2 * n["vocab_size"] * hidden * 2

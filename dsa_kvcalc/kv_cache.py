@@ -240,6 +240,12 @@ def v41_attention(recipe: Recipe) -> str:
     return "mega" if arch in SM10X and recipe.engine.v41_mega_attention and grouped else "flashmla"
 
 
+def v41_packed(recipe: Recipe) -> bool:
+    """Does V4.1's attention store DeepSeek's packed records (fp8_ds_mla: FlashMLA's and mega attention's, and
+    FlashInfer's on SM12x), rather than plain rows (FlashInfer's elsewhere)?"""
+    return v41_attention(recipe) != "flashinfer" or recipe.gpu.arch in ("sm120", "sm121")
+
+
 def v41_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
     """DeepSeek-V4.1 (vllm==0.33.0 vllm/models/deepseek_v41/attention.py): only the kv sources keep a compressed cache
     (the others read theirs), the index sources among them an indexer cache (the other index layers read layer 20's),
@@ -247,7 +253,7 @@ def v41_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
     indexer pages hold block // ratio states of 128 (SM10x) or 64 (SM90) tokens."""
     model, engine, arch = recipe.model, recipe.engine, recipe.gpu.arch
     attention = v41_attention(recipe)
-    packed = attention != "flashinfer" or arch in ("sm120", "sm121")
+    packed = v41_packed(recipe)
     mxfp8 = arch in SM10X
     record = V41_MXFP8_RECORD if mxfp8 else V4_ENTRY_BYTES
     alignment = V41_MXFP8_ALIGNMENT if mxfp8 else V4_PAGE_ALIGNMENT

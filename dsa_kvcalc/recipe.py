@@ -11,13 +11,13 @@ from pathlib import Path
 
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc import vllm_args
-from dsa_kvcalc.catalog import NOPE_SPARSE_MLA_BACKENDS
+from dsa_kvcalc.catalog import DRAFTER_NEEDS, NOPE_SPARSE_MLA_BACKENDS
 from dsa_kvcalc.inputs import read_text, yaml_mapping
 from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, canonical
 from dsa_kvcalc.names import MODEL_NAMES, find_gpu, find_model
 from dsa_kvcalc.overrides import set_override
 from dsa_kvcalc.values import read_values
-from dsa_kvcalc.vllm_config import SPARSE_MLA_BACKEND_FIRST, SPARSE_MLA_BACKENDS
+from dsa_kvcalc.vllm_config import RELEASE_KEYS, RELEASE_VALUES, SPARSE_MLA_BACKEND_FIRST, SPARSE_MLA_BACKENDS
 
 
 class WithDefaults(dict):
@@ -62,8 +62,8 @@ def check_prefix_caching(values: dict) -> None:
 
 
 def check_speculation(recipe: Recipe) -> None:
-    """The method is one the release accepts, and a drafter the model has (V4.1 has no MTP layers: vllm==0.33.0
-    vllm/config/speculative.py:1474-1486; DSpark drafts DeepSeek-V4 and V4.1)."""
+    """The method is one the release accepts, and a drafter the model has (catalog.DRAFTER_NEEDS: V4.1 has no MTP
+    layers; DSpark drafts V4-Flash-0731 and V4.1, whose configs give its token)."""
     method = recipe.speculative_method
     if method is None or recipe.engine.name != "vllm":
         return
@@ -71,9 +71,53 @@ def check_speculation(recipe: Recipe) -> None:
         raise RecipeError("speculative-config.method", f"{method} is not a method of {recipe.engine.label}; it takes "
                                                        f"{', '.join(sorted(recipe.engine.speculative_methods))}")
     drafter = "mtp" if method in engines.MTP_METHODS else method
-    if drafter in ("mtp", "dspark") and drafter not in recipe.model.drafters:
-        raise RecipeError("speculative-config.method", f"{recipe.model.name} has no {drafter} drafter in vLLM; its "
-                                                       f"drafters: {', '.join(recipe.model.drafters)}")
+    if drafter not in DRAFTER_NEEDS:
+        return
+    if drafter not in recipe.model.drafters:
+        raise RecipeError("speculative-config.method", f"{recipe.model.name} has no {drafter} drafter in vLLM, which "
+                                                       f"needs {DRAFTER_NEEDS[drafter]}; its drafters: "
+                                                       f"{', '.join(recipe.model.drafters)}")
+    stages = recipe.pipeline_parallel_size
+    if stages > 1 and recipe.engine.drafts_take_target_stages:
+        source = recipe.engine.sources["drafts_take_target_stages"]
+        raise RecipeError("pipeline-parallel-size", f"{stages}: {recipe.engine.label}'s {drafter} draft model runs on "
+                                                    f"the target's {stages} pipeline stages and does not support "
+                                                    f"pipeline parallelism; vLLM refuses to start ({source})")
+
+
+def check_release_keys(recipe: Recipe) -> None:
+    """Each vLLM argument and config field the recipe gives is one the release has, with a value it takes
+    (vllm_config.RELEASE_KEYS, RELEASE_VALUES); vLLM's parser refuses the others."""
+    if recipe.engine.name != "vllm":
+        return
+    version = engines.release_tuple(recipe.engine.version)
+    for field_name in recipe.given & set(KEYS):
+        name = KEYS[field_name].name
+        if getattr(recipe, field_name) == KEYS[field_name].default:  # plan's JSON writes every key back at its default
+            continue
+        first, last, source = RELEASE_KEYS.get(name, (engines.OLDEST_VLLM, None, ""))
+        if version < engines.release_tuple(first) or (last and version > engines.release_tuple(last)):
+            span = f"vLLM {first} to {last}" if last else f"vLLM {first} and later"
+            raise RecipeError(name, f"not an argument of {recipe.engine.label} ({span}: {source}); its parser refuses "
+                                    f"it, and vLLM would not start")
+        value = getattr(recipe, field_name)
+        if name not in RELEASE_VALUES or not isinstance(value, (str, int, float, bool)):
+            continue
+        first, source = RELEASE_VALUES[name].get(value, (engines.OLDEST_VLLM, ""))
+        if version < engines.release_tuple(first):
+            raise RecipeError(name, f"{value} is not a value of {recipe.engine.label}'s {name} (vLLM {first} and "
+                                    f"later: {source}); its parser refuses it, and vLLM would not start")
+
+
+def check_decode_context_parallel(recipe: Recipe) -> None:
+    """vLLM's planner asserts that no window cache is split by decode context parallelism (engine.py
+    sliding_window_refuses_dcp): DeepSeek-V4 and V4.1 keep a sliding window on every layer."""
+    dcp, model = recipe.decode_context_parallel_size, recipe.model
+    if dcp > 1 and model.sliding_window and recipe.engine.name == "vllm" and recipe.engine.sliding_window_refuses_dcp:
+        raise RecipeError("decode-context-parallel-size", f"{dcp}: {model.name} keeps a {model.sliding_window}-token "
+                                                          f"sliding window on every layer, and vLLM's KV-cache planner "
+                                                          f"refuses decode context parallelism there: 'DCP not support "
+                                                          f"sliding window.' ({recipe.engine.sources['sliding_window_refuses_dcp']})")
 
 
 def check_capture_sizes(recipe: Recipe) -> None:
@@ -151,6 +195,8 @@ def check_across(recipe: Recipe) -> None:
     if heads % recipe.tensor_parallel_size:  # vllm==0.33.0 vllm/config/model.py:1557-1564 (vllm==0.19.0 :1111-1116)
         raise RecipeError("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
                                                   f"{heads} attention heads (vLLM would refuse to start)")
+    check_release_keys(recipe)
+    check_decode_context_parallel(recipe)
     check_speculation(recipe)
     check_capture_sizes(recipe)
     check_linear_attention(recipe)

@@ -208,6 +208,11 @@ def shape_for(name: str, raw: dict, recipe_dir: Path, target: Target, as_local: 
         raw = {k: v for k, v in raw.items() if k != "memory"}
         notes.append(f"the recipe's measured memory terms are {named.gpu.name}'s: {target.gpu.name}'s are estimated")
     planned = load({**raw, "gpu": target.gpu.name, "deepgemm": target.release}, recipe_dir)
+    runnable = runnable_here(raw, planned)
+    if runnable is not raw:
+        raw, planned = runnable, load({**runnable, "gpu": target.gpu.name, "deepgemm": target.release}, recipe_dir)
+        notes.append(f"vLLM runs no MXFP4 indexer cache on {target.gpu.name} ({target.gpu.arch}): re-planned with its "
+                     f"default indexer cache, which the decode logits do not depend on")
     if named.deepgemm != target.release:
         notes.append(f"the recipe names DeepGEMM {named.deepgemm}; predicted with the installed {target.release}'s "
                      f"layout")
@@ -217,6 +222,18 @@ def shape_for(name: str, raw: dict, recipe_dir: Path, target: Target, as_local: 
                           f"({target.gpu.arch}): bytes are checked against {target.gpu.name}'s plan, rows and width "
                           f"against the recipe's")
     return Shape(name, planned, planned if as_local else named, tuple(notes))
+
+
+def runnable_here(raw: dict, planned: Recipe) -> dict:
+    """The recipe with the indexer cache vLLM runs on the planned GPU: an MXFP4 one, which vLLM refuses off the SM10x
+    family (capacity.check_indexer_cache_dtype), is left to the default; the same raw recipe where nothing changes."""
+    try:
+        capacity.check_indexer_cache_dtype(planned)
+        return raw
+    except RecipeError:
+        attention = {k: v for k, v in (raw.get("attention-config") or {}).items()
+                     if k not in ("indexer_kv_dtype", "use_fp4_indexer_cache")}
+        return {**raw, "attention-config": attention}
 
 
 def recipe_shapes(path: Path, target: Target, as_local: bool) -> list[Shape]:

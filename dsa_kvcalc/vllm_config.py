@@ -30,6 +30,24 @@ SPARSE_MLA_BACKEND_FIRST = {
     "FLASHINFER_MLA_SPARSE_DSV41": ("0.30.0", 113),
 }
 SPARSE_MLA_BACKENDS = tuple(SPARSE_MLA_BACKEND_FIRST)
+# vLLM arguments and nested config fields that come and go: (first release, last release or None, source). A recipe
+# that gives one outside its releases is one vLLM's parser refuses (an unrecognized argument; pydantic's unexpected
+# keyword argument for a config class's field).
+RELEASE_KEYS = {
+    "sparse-indexer-topk-backend": ("0.30.0", None, "vllm==0.30.0 vllm/engine/arg_utils.py:513-515, 1681 (KernelConfig; "
+                                                    "vllm==0.29.0 has no such argument)"),
+    "attention-config.use_fp4_indexer_cache": ("0.22.0", "0.29.0", "vllm==0.22.0 vllm/config/attention.py:50 to "
+                                                                   "vllm==0.29.0 :67-123 (deprecated there); no field "
+                                                                   "in vllm==0.30.0"),
+    "attention-config.indexer_kv_dtype": ("0.24.0", None, "vllm==0.24.0 vllm/config/attention.py:55 (vllm==0.33.0 :93)"),
+    "attention-config.indexer_sparse_logits": ("0.31.0", None, "vllm==0.31.0 vllm/config/attention.py:89 "
+                                                               "(vllm==0.33.0 :100)"),
+}
+# Values of those that come later than their key: key -> {value: (first release, source)}
+RELEASE_VALUES = {
+    "attention-config.indexer_kv_dtype": {"auto": ("0.28.0", "vllm==0.28.0 vllm/config/attention.py:16 IndexerKVDType "
+                                                             "(bf16, fp8, mxfp4, nvfp4 before: vllm==0.27.0 :13)")},
+}
 # Nested keys vLLM takes that do not change memory per rank: accepted and ignored.
 IGNORED_NESTED = {
     "speculative-config": {"model", "draft_tensor_parallel_size", "disable_padded_drafter_batch", "quantization",

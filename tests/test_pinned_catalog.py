@@ -2,9 +2,11 @@
 torch or vLLM print, DeepGEMM's layout rules."""
 
 import dataclasses
+import json
 
 import pytest
 
+from conftest import ROOT
 from dsa_kvcalc import capacity, choices, memory_terms
 from dsa_kvcalc.catalog import GPUS, KPOOL_INDEXER, LAYOUTS, MODELS
 from dsa_kvcalc.recipe import RecipeError, load
@@ -151,13 +153,17 @@ def test_gpus_without_a_deepgemm_release_get_their_own_layout(gpu, versions):
 
 def test_deepseek_v4_runs_from_020_and_drafts_three_dspark_layers():
     # vllm==0.20.0 vllm/model_executor/models/registry.py adds DeepseekV4ForCausalLM; DSpark drafts n_mtp_layers or 3
-    # layers (vllm==0.26.0 vllm/models/deepseek_v4/nvidia/dspark.py:69)
+    # layers (vllm==0.26.0 vllm/models/deepseek_v4/nvidia/dspark.py:69) for V4-Flash-0731, whose config gives
+    # dspark_noise_token_id 128799; the preview V4-Flash's gives none, and vLLM refuses it
+    # (vllm==0.33.0 vllm/v1/worker/gpu/spec_decode/utils.py:92-113)
     v4 = {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4}
+    dspark = {"speculative-config": {"method": "dspark", "num_speculative_tokens": 3}}
     with pytest.raises(RecipeError, match="predates"):
         load(v4 | {"vllm-version": "0.19.1"})
     assert load(v4 | {"vllm-version": "0.20.0"}).model.first_release == "0.20.0"
-    dspark = load(v4 | {"speculative-config": {"method": "dspark", "num_speculative_tokens": 3}})
-    assert choices.draft_layers(dspark) == 3
+    assert choices.draft_layers(load(v4 | dspark | {"model": "DeepSeek-V4-Flash-0731"})) == 3
+    with pytest.raises(RecipeError, match="dspark_noise_token_id"):
+        load(v4 | dspark)
 
 
 def test_only_glm5_runs_fp8_for_auto_on_sm10x():
@@ -185,3 +191,20 @@ def test_any_pooled_indexer_is_the_kpool_indexer():
     # vLLM pools the indexer's keys for any index_kpool > 1 (vllm==0.33.0 vllm/models/glm5next/nvidia/sparse_indexer.py:
     # 381-382); a local config may give 2 (hf_config takes powers of two)
     assert dataclasses.replace(MODEL["zai-org/GLM-5.3-Flash"], index_kpool=2).indexer is KPOOL_INDEXER
+
+
+@pytest.mark.parametrize("model, fp8", [("nvidia/GLM-5.1-NVFP4", True), ("nvidia/GLM-5.2-NVFP4", True),
+                                        ("zai-org/GLM-5.1-FP8", False), ("zai-org/GLM-5.3", False)])
+def test_a_modelopt_checkpoint_with_an_fp8_kv_scheme_runs_fp8_for_auto(tmp_path, model, fp8):
+    # vllm==0.19.0 vllm/utils/torch_utils.py:262-340 (vllm==0.33.0 :443-516): EngineArgs resolves auto from a ModelOpt
+    # quantization_config's kv_cache_scheme {dynamic false, num_bits 8, type float} -> "fp8" -> fp8_e4m3, before any
+    # model rule, on every GPU. The configs are the oracle's copies of the catalog's sources: the NVFP4 ones give that
+    # scheme; GLM-5.1-FP8's is fp8 block quantization (no kv scheme), GLM-5.3's a kv_cache_dtype key vLLM does not read.
+    config = json.loads((ROOT / "oracle" / "configs" / f"{model.replace('/', '--')}.json").read_text())
+    scheme = config["quantization_config"].get("kv_cache_scheme")
+    assert (scheme == {"dynamic": False, "num_bits": 8, "type": "float"}) == fp8
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for name in (model, str(tmp_path)):
+        for gpu, version in (("H200", "0.19.0"), ("H200", "0.33.0"), ("MI300X", "0.30.0")):
+            cache_dtype = load({"model": name, "gpu": gpu, "tensor-parallel-size": 8, "vllm-version": version}).cache_dtype
+            assert cache_dtype == ("fp8_e4m3" if fp8 else "auto"), (name, gpu, version)

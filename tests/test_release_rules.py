@@ -147,7 +147,7 @@ def test_deepseek_v4s_flashmla_attention_takes_fp8_only_and_auto_from_030():
 
 def test_rocm_dspark_before_029_runs_v2_which_estimates_nothing():
     # DSpark forces Model Runner V2 from 0.25.0 (vllm/config/vllm.py:524-532); V2's estimate is 0 until 0.29.0
-    v4 = {"model": "DeepSeek-V4-Flash", "gpu": "MI300X", "tensor-parallel-size": 4,
+    v4 = {"model": "DeepSeek-V4-Flash-0731", "gpu": "MI300X", "tensor-parallel-size": 4,
           "speculative-config": {"method": "dspark", "num_speculative_tokens": 3}}
     assert not capacity.cudagraphs_subtracted(load(v4 | {"vllm-version": "0.28.0"}))
     assert capacity.cudagraphs_subtracted(load(v4 | {"vllm-version": "0.29.0"}))
@@ -366,3 +366,12 @@ def test_enforce_eager_and_deepinfer_are_not_held_to_vllms_capture_sizes():
           "compilation-config": {"max_cudagraph_capture_size": 0}})
     load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "engine": "deepinfer",
           "compilation-config": {"cudagraph_capture_sizes": [8], "max_cudagraph_capture_size": 16}})
+
+
+@pytest.mark.parametrize("keys", [{"enforce-eager": True}, {"compilation-config": {"cudagraph_mode": "NONE"}}])
+def test_no_graph_estimate_is_subtracted_where_no_graph_is_captured(keys):
+    # vllm==0.20.0 vllm/v1/worker/gpu_worker.py:379-385 (vllm==0.33.0 :700-709): profile_cudagraph_memory runs only
+    # where cudagraph_mode is not NONE, which enforce-eager makes it
+    glm = {"model": "GLM-5.1-FP8", "gpu": "H200", "tensor-parallel-size": 8}
+    assert capacity.cudagraphs_subtracted(load(glm))
+    assert not capacity.cudagraphs_subtracted(load(glm | keys))

@@ -9,6 +9,7 @@ import pytest
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import LAYOUTS
+from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.recipe import load_recipe
 
@@ -110,7 +111,11 @@ def test_unfixed_vllm_runs_out_near_the_seed_decode_count(seed_plan):
 
 
 def test_same_recipe_on_h200_is_fp32_256_padded_without_copy():
-    plan = capacity.plan(load_recipe(SEED, ["gpu=H200", "memory={}"]))
+    # vLLM refuses the seed's MXFP4 indexer cache off SM10x (vllm==0.33.0
+    # vllm/v1/attention/backends/mla/indexer.py:95): the H200 runs the FP8 one
+    with pytest.raises(RecipeError, match="requires Blackwell datacenter GPUs"):
+        capacity.plan(load_recipe(SEED, ["gpu=H200", "memory={}"]))
+    plan = capacity.plan(load_recipe(SEED, ["gpu=H200", "memory={}", "attention-config.indexer_kv_dtype=fp8"]))
     logits = plan.backend("auto").decode_logits
     assert (logits.logits_dtype, logits.padded_columns, logits.bytes_per_element, logits.copy_bytes_per_element) == (
         "fp32", 1_048_576, 4, 0)
@@ -139,8 +144,15 @@ def test_older_deepgemm_pads_fp32_to_256_on_blackwell_too():
 
 
 def test_deep_select_with_dcp_needs_the_fp32_copy():
-    plan = capacity.plan(load_recipe(SEED, ["decode-context-parallel-size=2", "memory={}"]))
-    assert plan.backend("deep_select").decode_logits.bytes_per_element == 6
+    # The seed's V4.1 keeps a sliding window, which vLLM's planner refuses to split over DCP ranks
+    # (vllm==0.33.0 vllm/v1/kv_cache_interface.py:949): the same top-k on V3.2, which has none.
+    v32 = SEED.parent / "deepseek-v3.2-8xb200-tp8.yaml"
+    without = capacity.plan(load_recipe(v32, ["memory={}"]))
+    plan = capacity.plan(load_recipe(v32, ["decode-context-parallel-size=2", "memory={}"]))
+    assert (without.backend("deep_select").decode_logits.bytes_per_element,
+            plan.backend("deep_select").decode_logits.bytes_per_element) == (2, 6)
+    with pytest.raises(RecipeError, match="DCP not support sliding window"):
+        load_recipe(SEED, ["decode-context-parallel-size=2", "memory={}"])
 
 
 def test_deepinfer_sizes_logits_over_compressed_keys_in_bf16():

@@ -48,9 +48,14 @@ def shape(report: dict, name: str) -> dict:
     return next(s for s in report["shapes"] if s["name"] == name)
 
 
+def recorded_recipe(entry: dict):
+    """The recorded recipe as verify re-planned it for the H200 (verify.runnable_here)."""
+    return load(verify.runnable_here(entry["recipe"], load(entry["recipe"])))
+
+
 def replay(entry: dict) -> list[verify.BackendVerdict]:
     """Today's plan for the recorded recipe against the recorded measurements."""
-    recipe = load(entry["recipe"])
+    recipe = recorded_recipe(entry)
     plan = capacity.plan(recipe)
     measured = verify.PassMeasurement.from_json(entry["measured"][0])
     return [verify.backend_result(verify.Shape(entry["name"], recipe, recipe, ()), plan, plan, b["backend"],
@@ -80,7 +85,7 @@ def test_recorded_widths_that_are_not_multiples_of_256():
                                      ("DeepSeek-V4-Flash, max-model-len 400004 (indexer width 100001), 3 MTP tokens", 512, 100096,
                                       98 * 2 * 2**20)):
         entry = shape(builtin(), name)
-        logits = capacity.plan(load(entry["recipe"])).backend("auto").decode_logits
+        logits = capacity.plan(recorded_recipe(entry)).backend("auto").decode_logits
         predicted = verify.predicted_pass(logits, rows)
         assert (predicted["row_stride"], predicted["storage_bytes"], predicted["peak_bytes"]) == (
             stride, rows * stride * 4, peak)
@@ -187,7 +192,7 @@ def test_the_seed_recipe_reproduced_its_oom_on_the_h200():
     oom = entry["reproduce_oom"]
     run = verify.OomRun.from_json(oom["run"])
     assert (oom["predicted_max_decodes"], run.first_failing_decodes, run.fixed_ok) == (178, 179, True)
-    plan = capacity.plan(load(entry["recipe"]))
+    plan = capacity.plan(recorded_recipe(entry))
     assert verify.oom_verdict(plan, oom["backend"], run).agree is True
     assert verify.oom_verdict(plan, oom["backend"], dataclasses.replace(run, first_failing_decodes=177)).agree is False
 
@@ -200,7 +205,7 @@ def test_profile_replays_the_recorded_measurements():
     live = verify.LiveMemory(total_memory_bytes=150_109_880_320, free_at_start_bytes=recorded["free_at_start_bytes"],
                              cuda_context_bytes=recorded["cuda_context_bytes"],
                              non_torch_bytes=recorded["non_torch_bytes"])
-    plan = capacity.plan(load(entry["recipe"]))
+    plan = capacity.plan(recorded_recipe(entry))
     replayed = verify.profile_replay(plan, "auto", verify.PassMeasurement.from_json(entry["measured"][0]), live)
     assert replayed.requested_bytes == 145_606_583_911
     assert replayed.indexer_reservation_bytes == 6_442_450_944
