@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from dsa_kvcalc import estimates
-from dsa_kvcalc.catalog import (SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES, STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS,
+from dsa_kvcalc.catalog import (STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS,
                                 Backend, Layout, Rows)
-from dsa_kvcalc.choices import availability, engine_backends, on_model_runner_v2
+from dsa_kvcalc.choices import availability, engine_backends, on_model_runner_v2, sparse_mla_refusal
 from dsa_kvcalc.engine import VLLM_RULES, release_tuple
 from dsa_kvcalc.keys import Recipe, RecipeError
 from dsa_kvcalc.kv_cache import SM10X, round_up, v41_packed
@@ -435,9 +435,6 @@ class Plan:
         return next(b for b in self.backends if b.backend == name)
 
 
-NVFP4_DS_MLA_FIRST = "0.30.0"  # vllm==0.30.0 vllm/config/cache.py:48 (vllm==0.29.0 has no nvfp4_ds_mla); SM100 only
-
-
 def refusal(recipe: Recipe, key: str, rule: str, reason: str) -> RecipeError:
     """A refusal of the release, in its own words and with its source (engine.VLLM_RULES)."""
     return RecipeError(key, f"{reason}: {recipe.engine.label} refuses to start ({recipe.engine.sources[rule]})")
@@ -495,19 +492,18 @@ def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
     if recipe.model.family not in ("mla", "glm5next"):
         return
     backend = memory.sparse_mla_backend
-    archs, source = SPARSE_MLA_ARCHS[backend]
-    if recipe.gpu.arch not in archs:
-        key = "attention-backend" if recipe.attention_backend else "gpu"
-        raise RecipeError(key, f"{recipe.gpu.name} ({recipe.gpu.arch}): {recipe.engine.label}'s sparse-MLA backend "
-                               f"{backend} runs on {', '.join(archs)} only ({source}); vLLM would refuse to start")
-    dtypes, source = SPARSE_MLA_CACHE_DTYPES[backend]
-    rocm_fp8 = backend == "ROCM_AITER_MLA_SPARSE" and recipe.quantized_cache and not recipe.engine.rocm_accepts_fp8
-    nvfp4 = recipe.cache_dtype == "nvfp4_ds_mla" and (recipe.gpu.arch not in ("sm100", "sm103") or release_tuple(
-        recipe.engine.version) < release_tuple(NVFP4_DS_MLA_FIRST))
-    if recipe.cache_dtype not in dtypes or rocm_fp8 or nvfp4:
-        raise RecipeError("kv-cache-dtype", f"{recipe.cache_dtype}: {recipe.engine.label}'s sparse-MLA backend on "
-                                            f"{recipe.gpu.name} ({backend}) takes {', '.join(dtypes)} ({source}); vLLM "
-                                            f"would refuse to start")
+    refused = sparse_mla_refusal(recipe, backend)
+    if refused is not None:  # a backend named: vLLM's selector refuses it
+        key, reason = refused
+        key = key if key == "kv-cache-dtype" else "attention-backend"
+        raise RecipeError(key, f"{recipe.cache_dtype} on {recipe.gpu.name} ({recipe.gpu.arch}): "
+                               f"{recipe.engine.label}'s sparse-MLA backend {reason}; vLLM would refuse to start")
+    dcp = recipe.decode_context_parallel_size
+    if backend == "FLASHMLA_SPARSE" and dcp > 1 and not recipe.quantized_cache and \
+            recipe.engine.flashmla_sparse_dcp_needs_quantized:
+        raise refusal(recipe, "decode-context-parallel-size", "flashmla_sparse_dcp_needs_quantized",
+                      f"{dcp} with a {recipe.cache_dtype} cache on FLASHMLA_SPARSE: DCP for FlashMLA sparse requires an "
+                      f"fp8_ds_mla kv-cache; the bf16 sparse path is not supported under DCP")
 
 
 def check_weights_fit(recipe: Recipe, memory: RankMemory) -> None:

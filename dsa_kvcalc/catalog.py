@@ -191,6 +191,12 @@ SPARSE_MLA_ARCHS = {
 }
 
 
+# Sparse-MLA backends that take DeepSeek's 576-wide latent (512 + 64 RoPE) only (get_supported_head_sizes)
+SPARSE_MLA_WIDE_ONLY = {
+    "FLASH_ATTN_MLA_SPARSE_FA4": "vllm==0.33.0 vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:299-301",
+}
+
+
 # Where DeepSeek-V4 runs its FlashMLA attention, whose fp8_ds_mla layout takes fp8 cache dtypes only (engine.py
 # v4_auto_cache_dtype_fp8): SM90 and SM10x, unless FLASHINFER_MLA_SPARSE_DSV4 is named (vllm==0.23.0
 # vllm/models/deepseek_v4/nvidia/model.py:716-727; 0.20.0-0.22.1 run FlashMLA only, vllm==0.22.1

@@ -3,10 +3,11 @@ run here, the sparse-MLA backend, the model runner, the draft layers, the batche
 spec (kv_cache.py). capacity.py and memory_terms.py read these choices; none of them is a byte count."""
 
 from dsa_kvcalc import kv_cache
-from dsa_kvcalc.catalog import BACKENDS, NOPE_MLA_HEAD_SIZE, NOPE_SPARSE_MLA_BACKENDS, Backend
+from dsa_kvcalc.catalog import (BACKENDS, NOPE_MLA_HEAD_SIZE, SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES,
+                                SPARSE_MLA_WIDE_ONLY, Backend)
 from dsa_kvcalc.engine import ALL, MTP_METHODS
 from dsa_kvcalc.kv_cache import KvSpec
-from dsa_kvcalc.keys import Recipe
+from dsa_kvcalc.keys import Recipe, RecipeError
 
 
 def engine_backends(recipe: Recipe) -> list[Backend]:
@@ -27,29 +28,89 @@ def availability(recipe: Recipe, backend: Backend) -> str | None:
     return None
 
 
-def sparse_mla_backend(recipe: Recipe) -> str:
-    """vLLM's sparse-MLA backend (vllm==0.33.0 vllm/platforms/cuda.py:84-160): the recipe's attention-backend, else
-    FlashInfer's for a 512-wide latent (catalog.NOPE_SPARSE_MLA_BACKENDS), on SM12x the release's SM12x backend;
-    on SM10x FLASHINFER_MLA_SPARSE for a quantized cache it takes (not the DS-MLA formats), for BF16 the release's
-    few-heads backend at <= 16 heads a rank, else FLASHMLA_SPARSE; on SM90 the release's BF16 backend without DCP,
-    else FLASHMLA_SPARSE; ROCM_AITER_MLA_SPARSE on ROCm (vllm/platforms/rocm.py:537-539)."""
+def sparse_mla_candidates(recipe: Recipe) -> list[str]:
+    """vLLM's sparse-MLA backends for the GPU in its order of priority (vllm==0.33.0 vllm/platforms/cuda.py:84-160,
+    _get_backend_priorities): on SM10x FlashInfer's first for a quantized cache, for BF16 the release's few-heads
+    backend first at <= 16 heads a rank, else FlashMLA-sparse; on SM12x the release's SM12x backend; on SM90
+    FlashAttention's sparse MLA (0.25.0+), FlashMLA-sparse, and from 0.30.0 FlashInfer's SM90 kernel, first for a
+    512-wide latent and last otherwise (engine.py sm90_flashinfer_sparse_mla); ROCm's only one (vllm/platforms/rocm.py
+    :537-539)."""
     arch, engine = recipe.gpu.arch, recipe.engine
+    if arch.startswith("gfx"):
+        return ["ROCM_AITER_MLA_SPARSE"]
+    if arch in ("sm120", "sm121"):
+        return [engine.sm12x_sparse_mla_backend]
+    if arch in kv_cache.SM10X:
+        if recipe.quantized_cache:
+            return ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]
+        if recipe.model.num_attention_heads // recipe.tensor_parallel_size <= 16:
+            few = engine.sm10x_few_heads_unquantized_sparse_mla_backend
+            return list(dict.fromkeys([few, "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]))
+        return ["FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]
+    tail = list(dict.fromkeys([engine.sm90_unquantized_sparse_mla_backend, "FLASHMLA_SPARSE"]))
+    if engine.sm90_flashinfer_sparse_mla:
+        nope = recipe.model.mla_head_size == NOPE_MLA_HEAD_SIZE
+        tail = ["FLASHINFER_MLA_SPARSE_SM90", *tail] if nope else [*tail, "FLASHINFER_MLA_SPARSE_SM90"]
+    return tail
+
+
+def sparse_mla_refusal(recipe: Recipe, backend: str) -> tuple[str, str] | None:
+    """Why vLLM's selector passes over this sparse-MLA backend for the recipe (validate_configuration and the
+    backend's supports_combination), as the recipe key to change and the reason, or None: the archs it runs on, the
+    cache dtypes it takes (canonicalized later, vllm/model_executor/layers/attention/mla_attention.py
+    _canonicalize_sparse_mla_kv_cache_dtype), the latent width, decode context parallelism (engine.py
+    sparse_mla_dcp_backends), and FA4's gathered head counts."""
+    engine, arch, dtype = recipe.engine, recipe.gpu.arch, recipe.cache_dtype
+    dcp, model = recipe.decode_context_parallel_size, recipe.model
+    archs, source = SPARSE_MLA_ARCHS[backend]
+    if arch not in archs:
+        return "gpu", f"{backend} runs on {', '.join(archs)} only ({source})"
+    dtypes, source = SPARSE_MLA_CACHE_DTYPES[backend]
+    rocm_fp8 = backend == "ROCM_AITER_MLA_SPARSE" and recipe.quantized_cache and not engine.rocm_accepts_fp8
+    nvfp4 = dtype == "nvfp4_ds_mla" and (arch not in kv_cache.SM10X or not engine.nvfp4_ds_mla)
+    if dtype not in dtypes or rocm_fp8 or nvfp4:
+        return "kv-cache-dtype", f"{backend} takes {', '.join(dtypes)} ({source})"
+    if model.mla_head_size == NOPE_MLA_HEAD_SIZE and backend in SPARSE_MLA_WIDE_ONLY:
+        return "model", f"{backend} takes a {model.mla_head_size}-wide latent only ({SPARSE_MLA_WIDE_ONLY[backend]})"
+    if model.mla_head_size == NOPE_MLA_HEAD_SIZE and backend == "FLASHMLA_SPARSE":
+        nope = engine.flashmla_sparse_nope_cache_dtypes
+        if arch != "sm90" or dtype not in nope:
+            return "kv-cache-dtype", (f"FLASHMLA_SPARSE takes a 512-wide latent on SM90 with {', '.join(nope) or 'no'} "
+                                      f"cache only ({engine.sources['flashmla_sparse_nope_cache_dtypes']})")
+    if dcp > 1 and backend == "FLASH_ATTN_MLA_SPARSE":
+        return "decode-context-parallel-size", ("FlashAttention MLA Sparse does not support DCP for now (vllm==0.25.0 "
+                                                "vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:97-98; "
+                                                "vllm==0.33.0 :117-118)")
+    if dcp > 1 and engine.sparse_mla_dcp_backends is not None and backend not in engine.sparse_mla_dcp_backends:
+        source = engine.sources["sparse_mla_dcp_backends"]
+        return "decode-context-parallel-size", f"{backend}: DCP not supported ({source})"
+    if backend == "FLASH_ATTN_MLA_SPARSE_FA4":
+        gathered = model.num_attention_heads // recipe.tensor_parallel_size * dcp
+        counts = (8, 16, 32, 64) if dcp > 1 else (8, 16, 32, 64, 128)
+        if gathered not in counts or model.index_topk % 128:
+            return "tensor-parallel-size", (f"FA4 sparse MLA requires {counts} gathered query heads and index_topk % "
+                                            f"128 == 0, got {gathered} and {model.index_topk} (vllm==0.33.0 "
+                                            f"vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:314-341)")
+    return None
+
+
+def sparse_mla_backend(recipe: Recipe) -> str:
+    """vLLM's sparse-MLA backend: the recipe's attention-backend, else the first of vLLM's candidates that takes the
+    recipe (sparse_mla_candidates, sparse_mla_refusal); vLLM refuses to start where none does. DeepSeek-V4 and V4.1
+    pick their own attention: for them the first candidate stands."""
     if recipe.attention_backend:
         return recipe.attention_backend
-    if recipe.model.mla_head_size == NOPE_MLA_HEAD_SIZE:
-        return NOPE_SPARSE_MLA_BACKENDS[arch]
-    if arch in ("sm120", "sm121"):
-        return engine.sm12x_sparse_mla_backend
-    if arch.startswith("gfx"):
-        return "ROCM_AITER_MLA_SPARSE"
-    heads_per_rank = recipe.model.num_attention_heads // recipe.tensor_parallel_size
-    if arch in ("sm100", "sm103"):
-        if recipe.quantized_cache:
-            return "FLASHMLA_SPARSE" if recipe.cache_dtype.endswith("_ds_mla") else "FLASHINFER_MLA_SPARSE"
-        return engine.sm10x_few_heads_unquantized_sparse_mla_backend if heads_per_rank <= 16 else "FLASHMLA_SPARSE"
-    if not recipe.quantized_cache and recipe.decode_context_parallel_size == 1:
-        return engine.sm90_unquantized_sparse_mla_backend
-    return "FLASHMLA_SPARSE"
+    candidates = sparse_mla_candidates(recipe)
+    if recipe.model.family not in ("mla", "glm5next"):
+        return candidates[0]
+    refusals = [sparse_mla_refusal(recipe, backend) for backend in candidates]
+    if None in refusals:
+        return candidates[refusals.index(None)]
+    raise RecipeError(refusals[0][0], f"No valid attention backend found for cuda: {recipe.cache_dtype} on "
+                                      f"{recipe.gpu.name} ({recipe.gpu.arch}) with decode-context-parallel-size "
+                                      f"{recipe.decode_context_parallel_size}: {'; '.join(r[1] for r in refusals)}; "
+                                      f"{recipe.engine.label} refuses to start (vllm==0.33.0 "
+                                      f"vllm/platforms/cuda.py:473, get_attn_backend_cls)")
 
 
 def on_model_runner_v2(recipe: Recipe) -> bool:

@@ -138,6 +138,13 @@ class Engine:
     default_deepgemm: str  # the DeepGEMM whose logits layout this release's wrapper documents
     sm12x_sparse_mla_backend: str
     sm90_unquantized_sparse_mla_backend: str
+    sm90_flashinfer_sparse_mla: bool  # FlashInfer's SM90 sparse MLA among the SM90 candidates
+    # the sparse-MLA backends vLLM's selector keeps under decode context parallelism (None: it does not ask)
+    sparse_mla_dcp_backends: frozenset | None
+    flashmla_sparse_nope_cache_dtypes: tuple  # the caches FlashMLA-sparse takes for a 512-wide latent (SM90)
+    flashmla_sparse_dcp_needs_quantized: bool  # FlashMLA-sparse's BF16 path refuses decode context parallelism
+    nvfp4_ds_mla: bool  # the nvfp4_ds_mla cache dtype exists
+    flashmla_sparse_quantized_kernel_block: int  # off SM10x a quantized FlashMLA-sparse block aligns to these pages
     sm10x_few_heads_unquantized_sparse_mla_backend: str
     # sparse-MLA backend -> rows of one token's record a block is a multiple of (a dict: left out of the hash, so that
     # a sweep can key KV-cache specs by the engine)
@@ -364,6 +371,40 @@ VLLM_RULES = {
         (Change("0.25.0", "FLASH_ATTN_MLA_SPARSE", "vllm==0.25.0 vllm/platforms/cuda.py:134-142 and "
                                                    "vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:69-88: "
                                                    "FlashAttention's sparse MLA first, BF16 caches and no DCP only"),)),
+    "sm90_flashinfer_sparse_mla": Rule(
+        False, "vllm==0.29.0 vllm/platforms/cuda.py:135-143: the SM90 sparse tail is FlashAttention's, FlashMLA's",
+        (Change("0.30.0", True, "vllm==0.30.0 vllm/platforms/cuda.py:138-153 (vllm==0.33.0 :140-155): "
+                                "FLASHINFER_MLA_SPARSE_SM90 first for head size 512, last otherwise"),)),
+    "sparse_mla_dcp_backends": Rule(
+        None, "vllm==0.29.0 vllm/v1/attention/backend.py:263-330 validate_configuration: no DCP check",
+        (Change("0.30.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"}),
+                "vllm==0.30.0 vllm/v1/attention/backend.py:341-342 'DCP not supported' unless the impl's supports_dcp "
+                "(False by default, :805): FlashMLA-sparse's (flashmla_sparse.py:650) and FlashInfer's "
+                "(flashinfer_mla_sparse.py:419) set it; FlashInfer's SM90 and SM120 ones do not"),
+         Change("0.33.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE_FA4"}),
+                "vllm==0.33.0 vllm/v1/attention/backend.py:346-347; FA4's impl is FlashInfer's "
+                "(flashattn_mla_sparse.py:364, flashinfer_mla_sparse.py:444)"))),
+    "flashmla_sparse_nope_cache_dtypes": Rule(
+        (), "vllm==0.30.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:157-159: head size 576 only",
+        (Change("0.31.0", ("auto", "bfloat16", "float16"),
+                "vllm==0.31.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:187-209: a rope-free 512-wide latent "
+                "on SM90 with a BF16 cache"),
+         Change("0.32.0", ("auto", "bfloat16", "float16", "fp8_ds_mla"),
+                "vllm==0.32.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:219-248 (vllm==0.33.0 the same): "
+                "or the 576 fp8_ds_mla layout with a zero RoPE slot"))),
+    "flashmla_sparse_dcp_needs_quantized": Rule(
+        False, "vllm==0.28.0 vllm/v1/attention/backends/mla/flashmla_sparse.py: no such check",
+        (Change("0.29.0", True, "vllm==0.29.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:604-610 "
+                                "(vllm==0.33.0 :784-790): 'DCP for FlashMLA sparse requires an fp8_ds_mla kv-cache; "
+                                "the bf16 sparse path is not supported under DCP.'"),)),
+    "flashmla_sparse_quantized_kernel_block": Rule(
+        0, "vllm==0.31.0 vllm/v1/attention/backends/mla/flashmla_sparse.py: no customize_spec",
+        (Change("0.32.0", 64, "vllm==0.32.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:168-175 (vllm==0.33.0 the "
+                              "same): off SM100 a quantized cache's block_stride_alignment is MultipleOf(64), whole "
+                              "64-token kernel pages where a block spans several (vllm/v1/kv_cache_interface.py:183-193)"),)),
+    "nvfp4_ds_mla": Rule(
+        False, "vllm==0.29.0 vllm/config/cache.py: no nvfp4_ds_mla",
+        (Change("0.30.0", True, "vllm==0.30.0 vllm/config/cache.py:48 (SM100 only: flashmla_sparse.py:186-190)"),)),
     "sm10x_few_heads_unquantized_sparse_mla_backend": Rule(
         "FLASHINFER_MLA_SPARSE", "vllm==0.19.0 vllm/platforms/cuda.py:59-81: a BF16 cache with <= 16 heads a rank "
                                  "takes FlashInfer's sparse MLA",

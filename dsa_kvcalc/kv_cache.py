@@ -161,13 +161,18 @@ def owns_indexer(recipe: Recipe, layer: int) -> bool:
     return max(layer - model.index_skip_topk_offset + 1, 0) % model.index_topk_freq == 0
 
 
-def mla_stride_alignment(recipe: Recipe, backend: str, token_bytes: int) -> int:
+def mla_stride_alignment(recipe: Recipe, backend: str, token_bytes: int, block: int = MLA_BLOCK_TOKENS) -> int:
     """The bytes a block of MLA pages is a multiple of from vLLM 0.31.0: the rows of one token's record each
     sparse-MLA backend reads a page as (engine.py mla_block_stride_rows); FlashMLA's quantized pages off SM10x
-    are 64-token pages, which a 64-token block already is."""
+    are whole 64-token kernel pages from 0.32.0, which a 64-token block already is (engine.py
+    flashmla_sparse_quantized_kernel_block; get_block_stride_alignment: 1 where the kernel page is the block)."""
     variant = backend
     if backend == "FLASHMLA_SPARSE" and token_bytes in (MLA_FP8_DS_BYTES, MLA_NVFP4_DS_BYTES):
         variant = "FLASHMLA_SPARSE ds_mla on SM10x" if recipe.gpu.arch in SM10X else "FLASHMLA_SPARSE quantized"
+    kernel_block = recipe.engine.flashmla_sparse_quantized_kernel_block
+    if variant == "FLASHMLA_SPARSE quantized" and kernel_block:
+        pages = math.gcd(kernel_block, block)
+        return 1 if pages == block else pages * token_bytes
     return recipe.engine.mla_block_stride_rows.get(variant, 0) * token_bytes or 1
 
 
@@ -319,6 +324,16 @@ def latent_token_bytes(recipe: Recipe) -> int:
     return recipe.model.mla_head_size * (1 if recipe.quantized_cache else 2)
 
 
+def latent_page_token_bytes(recipe: Recipe, backend: str) -> int:
+    """What a DSA layer's latent page holds a token: latent_token_bytes, except under FlashMLA-sparse with a quantized
+    cache, which stores DeepSeek's 576-wide fp8_ds_mla record with a zero RoPE slot (vllm==0.32.0
+    vllm/v1/attention/backends/mla/flashmla_sparse.py:219-248, _canonicalize_sparse_mla_kv_cache_dtype); the
+    attention block is still sized by latent_token_bytes (vllm/platforms/interface.py _align_hybrid_block_size)."""
+    if backend == "FLASHMLA_SPARSE" and recipe.quantized_cache:
+        return mla_token_bytes(recipe.cache_dtype, backend)
+    return latent_token_bytes(recipe)
+
+
 def attention_block(recipe: Recipe) -> int:
     """The attention block's tokens, so that one latent page holds a KDA state (_align_hybrid_block_size,
     vllm==0.30.0 vllm/platforms/interface.py:895-929; vllm==0.33.0 :940-1135): 128 x cdiv(state, 128 x latent bytes a
@@ -364,19 +379,19 @@ def glm5next_caches(recipe: Recipe, backend: str, draft_layers: int) -> list[Cac
     backend_block_stride_alignment)."""
     model, engine = recipe.model, recipe.engine
     block = attention_block(recipe)
-    latent_bytes = latent_token_bytes(recipe)
+    latent_bytes = latent_page_token_bytes(recipe, backend)
     indexer_page = block // model.index_kpool * INDEXER_ENTRY_BYTES
     ring = tail_ring_slots(recipe)
     state_block = block if recipe.enable_prefix_caching else recipe.max_model_len  # mamba_block_size
     latent_alignment = indexer_alignment = 1  # GLM-5.3-Flash's own attention sets none (vllm==0.31.0 glm5next/)
     if engine.backend_block_stride_alignment:
-        latent_alignment = mla_stride_alignment(recipe, backend, latent_bytes)
+        latent_alignment = mla_stride_alignment(recipe, backend, latent_bytes, block)
         kernel_block = math.gcd(model.index_kpool * max(PAGED_MQA_PAGE_SIZES), block)
         indexer_alignment = 1 if kernel_block == block else kernel_block // model.index_kpool * INDEXER_ENTRY_BYTES
     caches = []
     for layer in range(model.num_layers + draft_layers):
         if layer in model.linear_layers:
-            caches.append(Cache(layer, "linear", state_block, block * latent_bytes,
+            caches.append(Cache(layer, "linear", state_block, block * latent_token_bytes(recipe),
                                 state_pages=kda_state_pages(recipe)))
             continue
         caches += [Cache(layer, "full", block, block * latent_bytes, stride_alignment=latent_alignment),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc import vllm_args
-from dsa_kvcalc.catalog import DRAFTER_NEEDS, NOPE_SPARSE_MLA_BACKENDS
+from dsa_kvcalc.catalog import DRAFTER_NEEDS
 from dsa_kvcalc.inputs import read_text, yaml_mapping
 from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, canonical
 from dsa_kvcalc.names import MODEL_NAMES, find_gpu, find_model
@@ -148,14 +148,10 @@ def check_linear_attention(recipe: Recipe) -> None:
         return
     if recipe.engine.name != "vllm":
         raise RecipeError("engine", f"{model.name}'s KV cache is derived for vLLM only")
-    backend = NOPE_SPARSE_MLA_BACKENDS.get(gpu.arch)
-    if backend is None:
+    if gpu.arch not in ("sm90", "sm100", "sm103"):
         raise RecipeError("gpu", f"{model.name}'s KV cache is derived for SM90 and SM10x; on {gpu.name} ({gpu.arch}) "
                                  f"it is not determined (SM12x's fp8_ds_mla pages are not what its block alignment "
                                  f"sizes; ROCm builds its own indexer and ring caches)")
-    if recipe.attention_backend not in (None, backend):
-        raise RecipeError("attention-backend", f"{model.name} on {gpu.arch} runs {backend}; its pages under "
-                                               f"{recipe.attention_backend} are not determined")
     if recipe.pipeline_parallel_size > 1:
         raise RecipeError("pipeline-parallel-size", f"{model.name} is derived for one stage: vLLM balances its KDA "
                                                     f"groups over the stages, which is not modelled")

@@ -180,8 +180,7 @@ def test_auto_cache_dtype_and_backend(gpu, version, dtype, backend):
 
 
 @pytest.mark.parametrize("keys, key", [
-    ({"gpu": "RTX PRO 6000"}, "gpu"), ({"gpu": "MI355X"}, "gpu"), ({"attention-backend": "FLASHMLA_SPARSE"},
-                                                                   "attention-backend"),
+    ({"gpu": "RTX PRO 6000"}, "gpu"), ({"gpu": "MI355X"}, "gpu"),
     ({"pipeline-parallel-size": 2}, "pipeline-parallel-size"), ({"decode-context-parallel-size": 2},
                                                                   "decode-context-parallel-size"),
     ({"tensor-parallel-size": 3}, "tensor-parallel-size"), ({"engine": "deepinfer"}, "engine"),
@@ -193,9 +192,18 @@ def test_what_is_not_derived_is_refused_with_its_key(keys, key):
     assert error.value.key == key
 
 
-def test_a_cache_dtype_flashinfer_refuses_is_refused():
-    with pytest.raises(RecipeError, match="kv-cache-dtype: fp8_ds_mla: .*FLASHINFER_MLA_SPARSE_SM90"):
-        flash(**{"kv-cache-dtype": "fp8_ds_mla"})
+def test_a_cache_dtype_flashinfer_refuses_falls_to_flashmla_sparse_from_032():
+    # vLLM's SM90 candidates for a 512-wide latent: FlashInfer's SM90 kernel, FlashAttention's, FlashMLA-sparse
+    # (vllm==0.32.0 vllm/platforms/cuda.py:138-153); only FlashMLA-sparse takes fp8_ds_mla, from 0.32.0
+    # (flashmla_sparse.py:219-248). vLLM's own planner (oracle/harness.py, vllm==0.32.0, H100, TP4 DP4 EP,
+    # max-model-len 133,311): FLASHMLA_SPARSE, a block of 16,625,664 B (2,176 tokens of 656 B latents, block sized by
+    # 512 B a token; the stride aligned to 64-token pages of 41,984 B).
+    raw = FLASH | {"kv-cache-dtype": "fp8_ds_mla", "gpu": "H100", "data-parallel-size": 4,
+                   "enable-expert-parallel": True, "max-model-len": 133311}
+    plan = capacity.plan(load(raw | {"vllm-version": "0.32.0"}))
+    assert (plan.memory.sparse_mla_backend, plan.memory.kv.block_bytes) == ("FLASHMLA_SPARSE", 16_625_664)
+    with pytest.raises(RecipeError, match="kv-cache-dtype: No valid attention backend found for cuda: fp8_ds_mla on H100"):
+        capacity.plan(load(raw | {"vllm-version": "0.31.0"}))
 
 
 def test_kpool_width_and_gather_by_release():

@@ -95,6 +95,16 @@ BOUNDARIES = [
     ("rocm_model_runner_v1_architectures", "0.31.0", frozenset({V32, V4, GLM5}), "0.32.0", frozenset()),
     ("dspark_on_model_runner_v2", "0.24.0", False, "0.25.0", True),
     ("drafts_take_target_stages", "0.29.0", True, "0.30.0", False),
+    ("sm90_flashinfer_sparse_mla", "0.29.0", False, "0.30.0", True),
+    ("sparse_mla_dcp_backends", "0.29.0", None, "0.30.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"})),
+    ("sparse_mla_dcp_backends", "0.32.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"}), "0.33.0",
+     frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE_FA4"})),
+    ("flashmla_sparse_nope_cache_dtypes", "0.30.0", (), "0.31.0", ("auto", "bfloat16", "float16")),
+    ("flashmla_sparse_nope_cache_dtypes", "0.31.0", ("auto", "bfloat16", "float16"), "0.32.0",
+     ("auto", "bfloat16", "float16", "fp8_ds_mla")),
+    ("flashmla_sparse_dcp_needs_quantized", "0.28.0", False, "0.29.0", True),
+    ("flashmla_sparse_quantized_kernel_block", "0.31.0", 0, "0.32.0", 64),
+    ("nvfp4_ds_mla", "0.29.0", False, "0.30.0", True),
     ("v41_packed_cache_dtypes", "0.30.0", (("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
                                             "fp8_per_token_head"),
                                            "DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got {dtype}"),
@@ -241,9 +251,10 @@ def test_the_spec_reads_exactly_the_fields_a_sweep_keys_it_by():
     for model, gpu, setting in itertools.product(MODELS, ("H200", "B200", "RTX PRO 6000", "MI355X"), settings):
         try:
             recipe = load({"model": model.name, "gpu": gpu, "tensor-parallel-size": 8} | setting)
+            backend = sparse_mla_backend(recipe)
         except RecipeError:  # a combination vLLM refuses
             continue
         reads = Reads(recipe)
-        kv_cache.spec(reads, sparse_mla_backend(recipe), draft_layers(recipe), 8192, 0)
+        kv_cache.spec(reads, backend, draft_layers(recipe), 8192, 0)
         read |= reads.names
     assert read == set(kv_cache.SPEC_FIELDS)
