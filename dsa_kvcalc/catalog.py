@@ -321,6 +321,10 @@ class Model:
     # The drafters vLLM runs for it: mtp (its MTP layers), dspark (dspark_layers window-only draft layers)
     drafters: tuple[str, ...] = ("mtp",)
     dspark_layers: int = 3  # n_mtp_layers or 3 (vllm==0.26.0 vllm/models/deepseek_v4/nvidia/dspark.py:69)
+    # DeepSeek-V4.1's two-level indexer: the candidate blocks the consumer layers score (config.json
+    # candidate_topk_blocks, candidate_block_size), which size the sparse-logits scratch (kv_init_buffers.py)
+    candidate_topk_blocks: int = 0
+    candidate_block_size: int = 0
     first_release: str = "0.19.0"  # the first vLLM release with its model code
     # Weights a deployment may keep in host memory instead (V4.1's Engram tables, offloaded by default)
     offloadable_bytes: int = 0
@@ -443,6 +447,7 @@ V4_MODELS = [
           "DeepseekV41ForCausalLM", 40, 3, 5120, 32, 128, 512, 1048576, estimates.V41_FLASH_CHECKPOINT,
           V41_FLASH_EXPERT_BYTES, compress_ratios=(0, 0) + (2,) * 18 + (1,) * 20, sliding_window=128,
           kv_source_layers=(2, 8, 14, 20), index_source_layers=(2, 8, 14, 20, 24, 28, 32, 36), kv_compress_ratio=4,
+          candidate_topk_blocks=2048, candidate_block_size=8,
           num_attention_heads=64, o_groups=8, drafters=("dspark",), first_release="0.30.0",
           offloadable_bytes=V41_FLASH_ENGRAM_BYTES,
           note="only the kv-source layers 2, 8, 14, 20 keep compressed caches and the index sources among them "
