@@ -154,6 +154,7 @@ class Engine:
     kernel_block_tables_per_attention_group: bool  # a backend's smaller kernel blocks mapped per attention group
     kpool_indexer_pooled_kernel_blocks: bool  # the kpool indexer's kernel blocks: kpool x a paged-MQA page (else 64)
     rocm_sparse_mla_common_builder: bool  # AITER's sparse-MLA builder is a SparseMLACommonMetadataBuilder
+    kpool_tail_row_aligned: bool  # GLM-5.3-Flash's tail ring takes a block-table row of 128 tokens (else one block)
 
     @property
     def label(self) -> str:
@@ -501,6 +502,13 @@ VLLM_RULES = {
         (Change("0.32.0", True, "vllm==0.32.0 vllm/v1/attention/backends/mla/indexer.py:296-306 "
                                 "Glm5NextIndexerBackend: index_kpool x each paged-MQA page size "
                                 "(vllm/utils/deep_gemm.py:33-36)"),)),
+    "kpool_tail_row_aligned": Rule(
+        True, "vllm==0.30.0 vllm/v1/kv_cache_interface.py:971-980 (the first release with GLM-5.3-Flash): the tail "
+              "ring is a KpoolTailSpec, a SlidingWindowSpec of one block whose row keeps the 128-token alignment "
+              "(:201-202; vllm/v1/worker/gpu/model_runner.py:609-619)",
+        (Change("0.32.0", False, "vllm==0.32.0 vllm/models/glm5next/common/attention.py:156-179: a CircularBufferSpec, "
+                                 "whose row is one block, unaligned (vllm==0.33.0 vllm/v1/kv_cache_interface.py:"
+                                 "979-989)"),)),
     "rocm_sparse_mla_common_builder": Rule(
         False, "vllm==0.31.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:370-372: AITER's builder is "
                "its own (no chunked-prefill workspace)",

@@ -22,11 +22,13 @@ lies in no measured window: it comes out of total x (1 - gpu-memory-utilization)
   vllm/v1/spec_decode/llm_base_proposer.py:1711-1767), Model Runner V2's draft speculator as the runner does, within
   each KV-cache group (vllm==0.33.0 vllm/v1/worker/gpu/spec_decode/speculator.py:287-302).
 
-Counted: each buffer of 1 MiB or more at the recipes' shapes, with the rule it follows; each builder's smaller buffers
-(query-length, sequence-length and slot vectors of max_num_batched_tokens entries, tile schedules: about 0.1 MiB a
-builder, 1-3 MiB in all) are left out. Not counted: what a builder allocates on first use rather than at
-construction (DSpark's non-causal window indices, vllm==0.33.0 vllm/v1/attention/backends/mla/sparse_swa.py:639-650,
-which the captures allocate), pinned host buffers, and the KV tensors themselves.
+Counted: each buffer of 1 MiB or more at the recipes' shapes, with the rule it follows. Left out: each builder's
+smaller buffers (query-length, sequence-length and slot vectors of max_num_batched_tokens entries, tile schedules:
+about 0.1 MiB a builder, at most 3.5 MiB in all in the cases the oracle checked); what a builder allocates on first use
+rather than at construction (DSpark's non-causal window indices, vllm==0.33.0
+vllm/v1/attention/backends/mla/sparse_swa.py:639-650, which the captures allocate); pinned host buffers; the KV tensors
+themselves. With pipeline parallelism the groups are the first stage's (kv_cache.spec) and the draft builders are
+counted as on one stage.
 """
 
 import math
@@ -61,23 +63,26 @@ INDEXER_KERNEL_TOKENS = 64
 SM10X = ("sm100", "sm103")
 
 
-def kv_init_buffer_bytes(recipe: Recipe, kv: KvSpec) -> Term:
-    """The bytes of the KV-init buffers of one rank, by piece, with the rules each follows."""
-    engine = recipe.engine
-    pieces = block_table_pieces(recipe, kv) + builder_pieces(recipe, kv)
-    runner = "Model Runner V2" if on_model_runner_v2(recipe) else "Model Runner V1"
-    listed = "; ".join(f"{name} {size:,} B" for name, size in pieces if size)
-    rules = sorted({engine.sources[name] for name in KV_INIT_RULES})
-    return Term(sum(size for _, size in pieces), "derived",
-                f"{runner}'s KV-init buffers ({listed or 'none'}): dsa_kvcalc/kv_init_buffers.py; rules: "
-                f"{' | '.join(rules)}")
-
-
-# The engine rules this module reads (engine.py VLLM_RULES), each with its history there
+# The engine rules this module reads (engine.py VLLM_RULES, each with its history and sources there)
 KV_INIT_RULES = ("v1_block_table_alignment", "indexer_table_alignment", "swa_prefill_indices",
                  "sparse_mla_prefill_workspace", "masked_mha_mask_bytes", "masked_mha_architectures",
                  "mla_groups_split_by_index_leader", "kernel_block_tables_per_attention_group",
-                 "kpool_indexer_pooled_kernel_blocks", "rocm_sparse_mla_common_builder")
+                 "kpool_indexer_pooled_kernel_blocks", "kpool_tail_row_aligned", "rocm_sparse_mla_common_builder")
+RUNNER_SOURCES = {True: "vllm==0.33.0 vllm/v1/worker/gpu/model_runner.py:623-826 initialize_kv_cache",
+                  False: "vllm==0.33.0 vllm/v1/worker/gpu_model_runner.py:6990-7055 initialize_kv_cache"}
+
+
+def kv_init_buffer_bytes(recipe: Recipe, kv: KvSpec) -> Term:
+    """The bytes of the KV-init buffers of one rank, listed by piece in the source, with the runner's code and the
+    release's rules they follow."""
+    engine = recipe.engine
+    v2 = on_model_runner_v2(recipe)
+    pieces = block_table_pieces(recipe, kv) + builder_pieces(recipe, kv)
+    listed = "; ".join(f"{name} {size:,} B" for name, size in pieces if size)
+    rules = ", ".join(f"{name} {getattr(engine, name)}" for name in KV_INIT_RULES)
+    return Term(sum(size for _, size in pieces), "derived",
+                f"Model Runner {'V2' if v2 else 'V1'}'s KV-init buffers: {listed} ({RUNNER_SOURCES[v2]} and the "
+                f"builders it makes, dsa_kvcalc/kv_init_buffers.py; engine.py rules at {engine.label}: {rules})")
 
 
 # Block tables ------------------------------------------------------------------------------------------------------
@@ -92,11 +97,13 @@ def aligned_blocks(blocks: int, block: int) -> int:
 def table_width(recipe: Recipe, group: Group, aligned: bool) -> int:
     """A group's block-table row: the blocks of max_model_len (a sliding window's table spans the whole length too:
     SlidingWindowSpec keeps the base max_num_blocks_per_req, vllm==0.33.0 vllm/v1/kv_cache_interface.py:290-300), split
-    over DCP ranks; one block for a ring (CircularBufferSpec, :987-989); a KDA state's blocks of max_model_len plus
-    one a draft token with prefix caching, else 1 + k (MambaSpec, :1143-1153)."""
+    over DCP ranks; one block for a ring (CircularBufferSpec, :987-989), GLM-5.3-Flash's tail ring aligned to 128
+    tokens before vLLM 0.32.0 (engine.py kpool_tail_row_aligned); a KDA state's blocks of max_model_len plus one a
+    draft token with prefix caching, else 1 + k (MambaSpec, :1143-1153)."""
     length, k = recipe.max_model_len, recipe.num_speculative_tokens
     if group.kind == "state":
-        return 1
+        tail = recipe.model.family == "glm5next" and recipe.engine.kpool_tail_row_aligned
+        return aligned_blocks(1, group.block) if tail and aligned else 1
     if group.kind == "linear":
         return cdiv(length, group.block) + k if recipe.enable_prefix_caching else 1 + k
     blocks = cdiv(length, group.block * recipe.decode_context_parallel_size)
@@ -108,7 +115,8 @@ def kernel_split(recipe: Recipe, group: Group) -> int:
     group in vLLM 0.30.0 and 0.31.0, whose backends share the indexer's 64-token kernel block (vllm==0.30.0
     vllm/v1/worker/gpu/block_table.py:48-58); from 0.32.0 the split is each attention group's own (engine.py
     kernel_block_tables_per_attention_group)."""
-    if recipe.model.family != "glm5next" or group.kind != "full" or recipe.engine.kernel_block_tables_per_attention_group:
+    engine = recipe.engine
+    if recipe.model.family != "glm5next" or group.kind != "full" or engine.kernel_block_tables_per_attention_group:
         return 1
     return group.block // INDEXER_KERNEL_TOKENS
 
@@ -173,17 +181,18 @@ def indexer_pieces(recipe: Recipe, kv: KvSpec, builders: int) -> list[tuple[str,
     if kernel != group.block and recipe.engine.kernel_block_tables_per_attention_group:
         # AttentionGroup.kernel_block_table, int32 [builders a group, max_num_seqs, width] (vllm==0.33.0
         # vllm/v1/worker/utils.py:317-324)
-        pieces.append((f"indexer kernel block tables ({builders})", builders * recipe.max_num_seqs * width * INT32_BYTES))
+        pieces.append((f"indexer kernel block tables ({builders})",
+                       builders * recipe.max_num_seqs * width * INT32_BYTES))
     if sparse_logits(recipe):
         pieces.append((f"V4.1 sparse-indexer row scratch ({builders})", builders * sparse_scratch_bytes(recipe)))
     return pieces
 
 
 def sparse_logits(recipe: Recipe) -> bool:
-    """V4.1's sparse-logits indexer builder (DeepseekV41SparseIndexerMetadataBuilder, vLLM 0.31.0+): with
-    attention-config.indexer_sparse_logits on an SM10x GPU, where it starts (vllm==0.33.0
-    vllm/v1/attention/backends/mla/sparse_indexer.py:116-120)."""
-    return recipe.model.family == "deepseek_v41" and recipe.indexer_sparse_logits and recipe.gpu.arch in SM10X \
+    """V4.1's sparse-logits indexer builder (DeepseekV41SparseIndexerMetadataBuilder, vLLM 0.31.0+, which starts only
+    on SM10x: vllm==0.33.0 vllm/v1/attention/backends/mla/sparse_indexer.py:116-120) under
+    attention-config.indexer_sparse_logits."""
+    return recipe.model.family == "deepseek_v41" and recipe.indexer_sparse_logits \
         and bool(recipe.engine.v41_indexer_sparse_logits_alignment)
 
 
@@ -209,14 +218,13 @@ def v41_indexer_builders(recipe: Recipe) -> int:
 
 def window_pieces(recipe: Recipe, kv: KvSpec, block: int) -> list[tuple[str, int]]:
     """DeepSeek-V4's and V4.1's sliding-window builders (DeepseekSparseSWAMetadataBuilder), one per window group of
-    the target and one per window group the draft layers fall in: int32 [max_num_batched_tokens, 1, window] decode
+    the target and one per window group the draft layers fall in (V1's proposer requires them in one,
+    vllm==0.33.0 vllm/v1/spec_decode/llm_base_proposer.py:1689-1709): int32 [max_num_batched_tokens, 1, window] decode
     indices, and prefill indices the same from vLLM 0.24.0 (vllm==0.33.0 vllm/v1/attention/backends/mla/sparse_swa.py:
     503-534; vllm==0.20.0 sparse_swa.py:236 the decode indices only)."""
     model = recipe.model
     windows = [g for g in kv.groups if g.kind == "window" and g.block == block]
     drafts = [g for g in windows if any(c.layer >= model.num_layers for c in g.caches)]
-    if drafts and not on_model_runner_v2(recipe):
-        drafts = drafts[:1]  # V1's proposer: the draft layers share one group (llm_base_proposer.py:1696-1709)
     builders = len(windows) + len(drafts)
     arrays = 2 if recipe.engine.swa_prefill_indices else 1
     return [(f"sliding-window indices ({builders} builders)",

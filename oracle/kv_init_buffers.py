@@ -19,11 +19,8 @@ a shape and no storage, so that a GPU tensor is any tensor left on that device:
 Each result lists every GPU tensor reachable from what was built, with its owner and bytes.
 """
 
-import contextlib
 import importlib
-import inspect
 import json
-import math
 import sys
 import time
 import traceback
@@ -41,15 +38,17 @@ class Captured(Exception):
 KERNEL_ANSWERS = {"has_deep_gemm_sparse_mqa": True, "has_deep_select": True, "_supports_varlen_paged_mqa_logits": True,
                   "has_deep_gemm": True, "is_deep_gemm_supported": True}
 SM_COUNT = {"sm90": 132, "sm100": 148, "sm103": 148, "sm120": 188, "sm121": 48}
-# Config fields the model code reads that the oracle's cases do not carry (DeepSeek-V4.1-Flash's config.json, the
-# copy catalog.py cites: SyFI-ServingStudio/ServingStudioSim model/config/deepseek_v41_flash.json)
+# Config fields the builders read that the oracle's cases do not carry. DeepSeek-V4.1-Flash's candidate blocks (its
+# config.json, the copy catalog.py cites: SyFI-ServingStudio/ServingStudioSim model/config/deepseek_v41_flash.json):
 V41_CONFIG = {"candidate_block_size": 8, "candidate_topk_blocks": 2048, "candidate_source_layer_id": 20}
 # GLM-5.3-Flash's value head (the masked-MHA dims vLLM lists for it: vllm==0.33.0
 # vllm/model_executor/layers/attention/sparse_mla_attention.py:118-119)
 GLM5NEXT_CONFIG = {"v_head_dim": 256}
-# DeepSeek-V4's RoPE width and query rank (xiaowanCN/aiconfigurator@5f2e6bb .../deepseek-ai--DeepSeek-V4-Flash_config.json;
-# V4-Pro's q_lora_rank is 1536, which sizes no buffer counted here)
+# DeepSeek-V4's RoPE width and query rank (xiaowanCN/aiconfigurator@5f2e6bb
+# aic-core/src/aiconfigurator_core/model_configs/deepseek-ai--DeepSeek-V4-Flash_config.json; V4-Pro's q_lora_rank is
+# 1536, which sizes no buffer counted here)
 V4_CONFIG = {"qk_rope_head_dim": 64, "q_lora_rank": 1024}
+MODEL_CONFIG = {"deepseek_v41": V41_CONFIG, "deepseek_v4": V4_CONFIG, "glm5_next": GLM5NEXT_CONFIG}
 
 
 def as_on_gpu(arch: str, dcp: int):
@@ -74,10 +73,10 @@ def restore(saved) -> None:
 
 
 def complete_config(vllm_config, case: dict) -> None:
-    """The config fields the metadata builders read that the planner does not: the model's heads, V4.1's candidate
-    blocks, the sparse-MLA prefill workspace factor VllmConfig.__post_init__ sets (vllm==0.33.0
-    vllm/config/vllm.py:1790-1798: 5 up to 262,144 tokens, else 2; 5 before 0.32.0), the top-k backend, speculation
-    flags left at their defaults."""
+    """The config fields the metadata builders read that the planner does not: the model's heads and MODEL_CONFIG, the
+    sparse-MLA prefill workspace factor VllmConfig.__post_init__ sets (vllm==0.33.0 vllm/config/vllm.py:1790-1798: 5 up
+    to 262,144 tokens, else 2; 5 before 0.32.0), the top-k backend, speculation flags at their defaults; and what the
+    injected layers lack (families.py builds them without __init__)."""
     import platform_cuda
 
     hf = case["model"]["hf_config"]
@@ -85,8 +84,7 @@ def complete_config(vllm_config, case: dict) -> None:
     model_config = vllm_config.model_config
     set_attr(model_config, "model_arch_config",
              types.SimpleNamespace(total_num_attention_heads=hf.get("num_attention_heads", 64)))
-    extra = {"deepseek_v41": V41_CONFIG, "deepseek_v4": V4_CONFIG, "glm5_next": GLM5NEXT_CONFIG}.get(case["model"]["model_type"], {})
-    for name, value in extra.items():
+    for name, value in MODEL_CONFIG.get(case["model"]["model_type"], {}).items():
         set_attr(model_config.hf_config, name, value)
     factor = 5 if harness.release_tuple(serving["release"]) < (0, 32, 0) or serving["max_model_len"] <= 262_144 else 2
     attention = getattr(vllm_config, "attention_config", None)
@@ -96,12 +94,12 @@ def complete_config(vllm_config, case: dict) -> None:
     set_attr(model_config, "get_vocab_size", lambda: 129280)  # sizes the input batch's sampling state, not counted
     set_attr(vllm_config, "reasoning_config", None)
     set_attr(vllm_config, "additional_config", {})
-    set_attr(vllm_config, "mamba_config", None)
+    set_attr(vllm_config, "mamba_config", None)  # read only to pick a Mamba kernel (patched out)
     from vllm.config import CUDAGraphMode
 
-    compilation = vllm_config.compilation_config  # the KDA builders size small graph buffers by these
-    set_attr(compilation, "cudagraph_mode", CUDAGraphMode[serving.get("cudagraph_mode", "FULL_AND_PIECEWISE")])
-    set_attr(compilation, "max_cudagraph_capture_size", serving.get("max_cudagraph_capture_size"))  # read only to pick a Mamba kernel (patched out)
+    # The KDA builders size small graph vectors by these: vLLM's defaults (not counted: below 1 MiB)
+    set_attr(vllm_config.compilation_config, "cudagraph_mode", CUDAGraphMode.FULL_AND_PIECEWISE)
+    set_attr(vllm_config.compilation_config, "max_cudagraph_capture_size", None)
     set_attr(vllm_config, "kernel_config", types.SimpleNamespace(sparse_indexer_topk_backend="auto"))
     speculative = vllm_config.speculative_config
     if speculative is not None:
@@ -338,10 +336,12 @@ def runner_v1(vllm_config, case: dict, kv_cache_config, draft_layers: set, devic
         compilation_config=vllm_config.compilation_config, speculative_config=vllm_config.speculative_config,
         device=device, max_model_len=length, max_encoder_len=0, max_num_reqs=serving["max_num_seqs"],
         max_num_tokens=serving["max_num_batched_tokens"], attn_groups=[], input_batch=old,
-        _init_block_sizes=[placeholder], _init_kernel_block_sizes=[placeholder], _init_max_num_blocks=[-(-length // placeholder)],
+        _init_block_sizes=[placeholder], _init_kernel_block_sizes=[placeholder],
+        _init_max_num_blocks=[-(-length // placeholder)],
         kv_sharing_fast_prefill_eligible_layers=set(), runner_only_attn_layers=set(), shared_kv_cache_layers={},
         jit_warmup_registry=Anything(), pin_memory=False, is_pooling_model=False, num_spec_tokens=0,
-        offload_config=types.SimpleNamespace(uva=types.SimpleNamespace(cpu_offload_gb=0)), dcp_world_size=serving["decode_context_parallel_size"],
+        offload_config=types.SimpleNamespace(uva=types.SimpleNamespace(cpu_offload_gb=0)),
+        dcp_world_size=serving["decode_context_parallel_size"],
         drafter=proposer(vllm_config, draft_layers, device) if draft_layers else None)
     for name, value in runner_fields.items():
         set_attr(runner, name, value)
@@ -417,8 +417,8 @@ def run(case: dict) -> dict:
         cached = {name for group in kv_cache_config.kv_cache_groups for name in group.layer_names}
         draft_layers = {name for name, _, draft in layers if draft and name in cached}  # layers with a KV spec
         arch = case["serving"]["arch"]
-        runner_module = "vllm.v1.worker.gpu.model_runner" if case["runner"] == "v2" else "vllm.v1.worker.gpu_model_runner"
-        importlib.import_module(runner_module)  # before the emulation: some modules take CUDA-only paths on import
+        runner = "vllm.v1.worker.gpu.model_runner" if case["runner"] == "v2" else "vllm.v1.worker.gpu_model_runner"
+        importlib.import_module(runner)  # before the emulation: some modules take CUDA-only paths on import
         saved = as_on_gpu(arch, case["serving"]["decode_context_parallel_size"])
         try:
             with families.current_config(vllm_config), platform_cuda.emulate(arch), harness.quiet():
