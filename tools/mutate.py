@@ -46,14 +46,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dsa_kvcalc"
 MODULES = ("engine", "choices", "capacity", "kv_cache", "memory_terms", "defaults", "estimates", "catalog", "calibrate",
-           "vllm_log")
+           "vllm_log", "kv_init_buffers")
 EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
 RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all;
 # vLLM's own planner (about 60 s, where oracle/setup.sh set it up), capture sizes (about 100 s) and argument parser
 # (about 35 s) as well.
 SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_output.py",
-              "test_vllm_oracle.py", "test_vllm_args.py", "test_vllm_capture_sizes.py")
+              "test_vllm_oracle.py", "test_vllm_args.py", "test_vllm_capture_sizes.py", "test_vllm_kv_init_buffers.py")
 # The files that pin each module's rules (tests/test_pinned_MODULE.py first), run first so that most mutants die
 # within a second or two.
 FIRST_TESTS = {
@@ -67,6 +67,7 @@ FIRST_TESTS = {
     "catalog": ("test_seed.py", "test_release_rules.py"),
     "calibrate": ("test_calibrate.py",),
     "vllm_log": ("test_vllm_log.py", "test_calibrate.py"),
+    "kv_init_buffers": ("test_kv_init_buffers.py",),
 }
 FAST_TIMEOUT = 60  # a fast stage takes a few seconds; a mutant that loops is cut off
 FULL_TIMEOUT = 500  # the slow files about 140 s
