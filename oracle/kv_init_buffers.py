@@ -16,7 +16,8 @@ a shape and no storage, so that a GPU tensor is any tensor left on that device:
   cache's block sizes differ from the placeholder its __init__ used; the input batch's block table is built by the
   release's MultiGroupBlockTable, and the placeholder's (freed at the re-creation) is built the same way.
 
-Each result lists every GPU tensor reachable from what was built, with its owner and bytes.
+Each result lists every GPU tensor reachable from what was built, with its owner and bytes. A case with decode context
+parallelism is answered "unsupported": its process groups are not emulated here.
 """
 
 import importlib
@@ -51,14 +52,12 @@ V4_CONFIG = {"qk_rope_head_dim": 64, "q_lora_rank": 1024}
 MODEL_CONFIG = {"deepseek_v41": V41_CONFIG, "deepseek_v4": V4_CONFIG, "glm5_next": GLM5NEXT_CONFIG}
 
 
-def as_on_gpu(arch: str, dcp: int):
-    """The release's kernel probes answer as on a GPU of this arch, and its decode-context-parallel group as on rank 0
-    of dcp ranks, in every vLLM module that holds one."""
+def as_on_gpu(arch: str):
+    """The release's kernel probes answer as on a GPU of this arch, in every vLLM module that holds one."""
     saved = []
     answers = {name: (lambda value: lambda *a, **k: value)(value) for name, value in KERNEL_ANSWERS.items()}
     answers["num_compute_units"] = lambda *a, **k: SM_COUNT[arch]
     answers["check_deep_select_layout"] = lambda *a, **k: None
-    answers["get_dcp_group"] = lambda: types.SimpleNamespace(world_size=dcp, rank_in_group=0)
     for module in [m for name, m in list(sys.modules.items()) if name.startswith("vllm") and m is not None]:
         for probe, answer in answers.items():
             if probe in vars(module):
@@ -148,10 +147,6 @@ def gpu_tensors(obj, path: str, seen: set, depth: int = 0):
         yield from gpu_tensors(item, f"{path}.{name}", seen, depth + 1)
 
 
-def storage_key(tensor) -> tuple:
-    return (tensor.untyped_storage().nbytes(), tuple(tensor.shape), tensor.dtype, tensor.storage_offset())
-
-
 def listing(owner: str, obj, seen: set) -> list[dict]:
     rows = []
     for path, tensor in gpu_tensors(obj, owner, seen):
@@ -169,6 +164,21 @@ def group_rows(kind: str, attn_groups, seen: set) -> list[dict]:
             owner = f"{kind} group {group_id} {group.backend.get_name()} ({len(group.layer_names)} layers)"
             rows += listing(owner, group, seen)
     return rows
+
+
+def initialize_until_captured(runner, kv_cache_config, module, stand_ins: dict) -> None:
+    """runner.initialize_kv_cache with the module's names that it has replaced by the stand-ins, until a stand-in
+    raises Captured."""
+    saved = {name: getattr(module, name) for name in stand_ins if hasattr(module, name)}
+    for name in saved:
+        setattr(module, name, stand_ins[name])
+    try:
+        harness.call_with(runner.initialize_kv_cache, kv_cache_config=kv_cache_config, is_profiling=False)
+    except Captured:
+        pass
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
 
 
 # Model Runner V2 -----------------------------------------------------------------------------------------------
@@ -266,18 +276,8 @@ def runner_v2(vllm_config, case: dict, kv_cache_config, draft_layers: set, devic
         raise Captured
 
     original = mr.BlockTables
-    patches = {"BlockTables": block_tables, "maybe_create_adaptive_verification_manager": lambda *a, **k: None}
-    saved = {name: getattr(mr, name) for name in patches if hasattr(mr, name)}
-    for name, value in patches.items():
-        if name in saved:
-            setattr(mr, name, value)
-    try:
-        harness.call_with(runner.initialize_kv_cache, kv_cache_config=kv_cache_config, is_profiling=False)
-    except Captured:
-        pass
-    finally:
-        for name, value in saved.items():
-            setattr(mr, name, value)
+    initialize_until_captured(runner, kv_cache_config, mr, {
+        "BlockTables": block_tables, "maybe_create_adaptive_verification_manager": lambda *a, **k: None})
     seen: set = set()
     rows = listing("block tables", built["block_tables"], seen)
     rows += group_rows("target", runner.attn_groups, seen)
@@ -351,17 +351,8 @@ def runner_v1(vllm_config, case: dict, kv_cache_config, draft_layers: set, devic
 
     set_attr(runner, "initialize_kv_cache_tensors", stop)
     set_attr(runner, "_check_and_update_cudagraph_mode", lambda *a, **k: None)  # graph modes: no buffer
-    patches = {"InputBatch": InputBatchStandIn, "initialize_mamba_ssu_backend": lambda *a, **k: None}
-    saved = {name: getattr(gmr, name) for name in patches if hasattr(gmr, name)}
-    for name in saved:
-        setattr(gmr, name, patches[name])
-    try:
-        harness.call_with(runner.initialize_kv_cache, kv_cache_config=kv_cache_config, is_profiling=False)
-    except Captured:
-        pass
-    finally:
-        for name, value in saved.items():
-            setattr(gmr, name, value)
+    initialize_until_captured(runner, kv_cache_config, gmr, {
+        "InputBatch": InputBatchStandIn, "initialize_mamba_ssu_backend": lambda *a, **k: None})
     seen: set = set()
     rows = []
     if runner.input_batch is not old:
@@ -419,7 +410,7 @@ def run(case: dict) -> dict:
         arch = case["serving"]["arch"]
         runner = "vllm.v1.worker.gpu.model_runner" if case["runner"] == "v2" else "vllm.v1.worker.gpu_model_runner"
         importlib.import_module(runner)  # before the emulation: some modules take CUDA-only paths on import
-        saved = as_on_gpu(arch, case["serving"]["decode_context_parallel_size"])
+        saved = as_on_gpu(arch)
         try:
             with families.current_config(vllm_config), platform_cuda.emulate(arch), harness.quiet():
                 if case["runner"] == "v2":
