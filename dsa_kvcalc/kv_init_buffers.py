@@ -36,7 +36,7 @@ import math
 from dsa_kvcalc.choices import draft_layers, on_model_runner_v2
 from dsa_kvcalc.keys import Recipe
 from dsa_kvcalc.kv_cache import (PAGED_MQA_PAGE_SIZES, V41_WINDOW_BLOCK, V4_WINDOW_BLOCK, Group, KvSpec, cdiv,
-                                 round_up)
+                                 owns_indexer, round_up)
 from dsa_kvcalc.memory_terms import Term
 
 INT32_BYTES = 4
@@ -99,13 +99,13 @@ def table_width(recipe: Recipe, group: Group, aligned: bool) -> int:
     SlidingWindowSpec keeps the base max_num_blocks_per_req, vllm==0.33.0 vllm/v1/kv_cache_interface.py:290-300), split
     over DCP ranks; one block for a ring (CircularBufferSpec, :987-989), GLM-5.3-Flash's tail ring aligned to 128
     tokens before vLLM 0.32.0 (engine.py kpool_tail_row_aligned); a KDA state's blocks of max_model_len plus one a
-    draft token with prefix caching, else 1 + k (MambaSpec, :1143-1153)."""
+    draft token (MambaSpec, :1143-1153; without prefix caching a KDA block is max_model_len, kv_cache.py, so 1 + k)."""
     length, k = recipe.max_model_len, recipe.num_speculative_tokens
     if group.kind == "state":
         tail = recipe.model.family == "glm5next" and recipe.engine.kpool_tail_row_aligned
         return aligned_blocks(1, group.block) if tail and aligned else 1
     if group.kind == "linear":
-        return cdiv(length, group.block) + k if recipe.enable_prefix_caching else 1 + k
+        return cdiv(length, group.block) + k
     blocks = cdiv(length, group.block * recipe.decode_context_parallel_size)
     return aligned_blocks(blocks, group.block) if aligned else blocks
 
@@ -244,9 +244,8 @@ def mla_builders(recipe: Recipe) -> int:
     """The target's sparse-MLA attention groups: one, or two from vLLM 0.30.0 where shared indexers leave layers
     without one, whose spec says is_index_group_leader False (vllm==0.30.0
     vllm/model_executor/layers/attention/mla_attention.py:1372)."""
-    engine, model = recipe.engine, recipe.model
-    leaderless = model.index_topk_freq > 1 and engine.shared_indexers_skip_cache
-    return 2 if leaderless and engine.mla_groups_split_by_index_leader else 1
+    leaderless = not all(owns_indexer(recipe, layer) for layer in range(recipe.model.num_layers))
+    return 2 if leaderless and recipe.engine.mla_groups_split_by_index_leader else 1
 
 
 def sparse_mla_pieces(recipe: Recipe, kv: KvSpec, builders: int) -> list[tuple[str, int]]:

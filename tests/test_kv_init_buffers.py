@@ -9,6 +9,8 @@ changed it, by the bytes its code says. tests/test_vllm_kv_init_buffers.py check
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, SEED
 from dsa_kvcalc.choices import kv_spec, sparse_mla_backend
 from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
@@ -268,3 +270,66 @@ def test_the_term_is_derived_and_cites_the_rules():
     assert "Model Runner V2" in term.source and "sliding-window indices (11 builders) 92,274,688 B" in term.source
     assert "vllm==0.33.0 vllm/v1/worker/gpu/model_runner.py:623-826" in term.source
     assert "swa_prefill_indices True" in term.source and "vLLM 0.33.0" in term.source
+
+
+# The formulas' other branches -------------------------------------------------------------------------------------
+
+def pieces_of(raw: dict) -> str:
+    recipe = load(raw)
+    return kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe))).source
+
+
+def test_the_workspace_rows_where_length_or_sequences_bind():
+    # min(max(8 L, 4 S x 64), 64 Ki, S x 2048): with S 32 and L 4096, 8 L = 32,768 binds (4 S x 64 = 8,192, S x 2048
+    # = 65,536); with S 128 and L 1024, 4 S x 64 = 32,768 binds (8 L = 8,192). V3.2, H200, 0.33.0.
+    for seqs, length in ((32, 4096), (128, 1024)):
+        raw = V32 | {"vllm-version": "0.33.0", "max-num-seqs": seqs, "max-model-len": length}
+        assert f"sparse-MLA prefill workspaces (1 builders) {32_768 * 576 * 2:,} B" in pieces_of(raw)
+
+
+def test_the_c128a_width_rounds_up_to_128():
+    # L 16,512: cdiv(L, 128) = 129 compressed tokens, rounded up to 256 columns: 2 x T 8192 x 256 x 4
+    raw = {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 8, "enable-expert-parallel": True,
+           "kv-cache-dtype": "fp8", "max-model-len": 16_512, "vllm-version": "0.33.0"}
+    assert f"V4 c128a top-k buffers {2 * 8192 * 256 * 4:,} B" in pieces_of(raw)
+
+
+def test_the_sparse_scratch_rows_and_sparse_blocks():
+    # The seed with 1,024 batched tokens: rows = max(S x (1 + k), T) = max(256 x 6, 1024) = 1,536
+    raw = read_recipe(SEED) | {"max-num-batched-tokens": 1024}
+    assert f"V4.1 sparse-indexer row scratch (2) {2 * 1536 * (2048 + 512) * 4:,} B" in pieces_of(raw)
+    # Candidate blocks of 16 tokens take DeepGEMM's 16-token sparse block (the largest of (16, 8) dividing 16): 2048 x
+    # 16 / 16 = 2048 sparse blocks a row, not 4096
+    recipe = load(read_recipe(SEED))
+    recipe = replace(recipe, model=replace(recipe.model, candidate_block_size=16))
+    source = kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe))).source
+    assert f"V4.1 sparse-indexer row scratch (2) {2 * 8192 * (2048 + 512) * 4:,} B" in source
+
+
+def test_decode_context_parallelism_before_the_aligned_indexer_table():
+    # V3.2, H200, DCP 2 at 0.26.0 (V1): the table row cdiv(L, 64 x 2) = 1,280; the placeholder's cdiv(L, 16) = 10,240
+    # (no DCP in __init__'s placeholder); the indexer's cdiv(L, 64 x 2) = 1,280 (vllm==0.26.0 indexer.py:346-349);
+    # the workspace 65,536 + 32,768 rows.
+    expected = (1024 * 1280 * 4 + 8192 * 8 - (1024 * 10_240 * 4 + 8192 * 8) + 8192 * 1280 * 4
+                + (65_536 + 32_768) * 576 * 2)
+    assert figure(V32 | {"decode-context-parallel-size": 2, "vllm-version": "0.26.0"}) == expected
+
+
+def test_the_kpool_indexer_takes_the_largest_kernel_block_that_divides():
+    # GLM-5.3-Flash, 2 x H200, MTP k 3, 0.33.0: the attention block is 2,304 tokens, which both 128 and 256 divide:
+    # 256, 9 a block. Rows: KDA cdiv(L, 2304) + 3 = 459 (3 groups), attention 456, ring 1. The MTP layer doubles the
+    # indexer (expanded [T, 456 x 9] and kernel [S, 456 x 9] tables) and the workspace (65,536 x 512 BF16).
+    block_tables = 2 * 1024 * (3 * 459 + 456 + 1) * 4
+    slot_mappings = 5 * 8192 * 8
+    indexers = 2 * (8192 + 1024) * 4104 * 4
+    workspaces = 2 * 65_536 * 512 * 2
+    raw = {"model": "GLM-5.3-Flash", "gpu": "H200", "tensor-parallel-size": 2, "vllm-version": "0.33.0",
+           "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}
+    assert figure(raw) == block_tables + slot_mappings + indexers + workspaces == 452_149_248
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "recipes").glob("*.yaml")), ids=lambda p: p.stem)
+def test_bytes_are_whole(path):
+    for release in ("0.30.0", "0.33.0"):  # each family on each runner: V1 (0.24.0) in the derivations above
+        assert isinstance(figure(raw_of(path, vllm_version=release)), int)
+    assert isinstance(figure(V32 | {"vllm-version": "0.24.0", "max-model-len": 100_000}), int)
