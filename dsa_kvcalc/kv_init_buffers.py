@@ -87,11 +87,11 @@ def kv_init_buffer_bytes(recipe: Recipe, kv: KvSpec) -> Term:
 
 # Block tables ------------------------------------------------------------------------------------------------------
 
-def aligned_blocks(blocks: int, block: int) -> int:
-    """Blocks rounded up to whole 128-token spans (get_block_table_width; before vLLM 0.27.0 the same as
-    cdiv(n, 128 // block) x (128 // block) for the block sizes these models take, and no alignment above 128)."""
-    alignment = BLOCK_TABLE_TOKEN_ALIGNMENT // math.gcd(BLOCK_TABLE_TOKEN_ALIGNMENT, block)
-    return round_up(blocks, alignment)
+def block_alignment(block: int) -> int:
+    """The blocks of a whole 128-token span (get_block_table_width; before vLLM 0.27.0 128 // block for a block up to
+    128 and 1 above, the same for the block sizes these models take)."""
+    return BLOCK_TABLE_TOKEN_ALIGNMENT // math.gcd(BLOCK_TABLE_TOKEN_ALIGNMENT, block)
+
 
 
 def table_width(recipe: Recipe, group: Group, aligned: bool) -> int:
@@ -103,11 +103,11 @@ def table_width(recipe: Recipe, group: Group, aligned: bool) -> int:
     length, k = recipe.max_model_len, recipe.num_speculative_tokens
     if group.kind == "state":
         tail = recipe.model.family == "glm5next" and recipe.engine.kpool_tail_row_aligned
-        return aligned_blocks(1, group.block) if tail and aligned else 1
+        return block_alignment(group.block) if tail and aligned else 1
     if group.kind == "linear":
         return cdiv(length, group.block) + k
     blocks = cdiv(length, group.block * recipe.decode_context_parallel_size)
-    return aligned_blocks(blocks, group.block) if aligned else blocks
+    return round_up(blocks, block_alignment(group.block)) if aligned else blocks
 
 
 def kernel_split(recipe: Recipe, group: Group) -> int:
@@ -130,7 +130,8 @@ def block_table_pieces(recipe: Recipe, kv: KvSpec) -> list[tuple[str, int]]:
     aligned = recipe.engine.v1_block_table_alignment
     widths = [table_width(recipe, g, aligned) for g in kv.groups]
     placeholder_blocks = cdiv(recipe.max_model_len, PLACEHOLDER_BLOCK_TOKENS)
-    placeholder = aligned_blocks(placeholder_blocks, PLACEHOLDER_BLOCK_TOKENS) if aligned else placeholder_blocks
+    placeholder = round_up(placeholder_blocks, block_alignment(PLACEHOLDER_BLOCK_TOKENS)) if aligned \
+        else placeholder_blocks
     return [("block tables", seqs * sum(widths) * INT32_BYTES),
             ("slot mappings", len(kv.groups) * tokens * INT64_BYTES),
             ("freed placeholder block table", -(seqs * placeholder * INT32_BYTES + tokens * INT64_BYTES))]

@@ -24,11 +24,13 @@ def raw_of(path: Path, **keys) -> dict:
 
 
 def figure(raw: dict, **engine_rules) -> int:
-    """The module's bytes for a raw recipe, with engine rules replaced where given."""
+    """The module's bytes for a raw recipe, with engine rules replaced where given: whole bytes."""
     recipe = load(raw)
     if engine_rules:
         recipe = replace(recipe, engine=replace(recipe.engine, **engine_rules))
-    return kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe))).bytes
+    size = kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe))).bytes
+    assert isinstance(size, int)
+    return size
 
 
 V41 = ROOT / "recipes" / "deepseek-v4.1-flash-4xb200-dep4.yaml"
@@ -326,10 +328,3 @@ def test_the_kpool_indexer_takes_the_largest_kernel_block_that_divides():
     raw = {"model": "GLM-5.3-Flash", "gpu": "H200", "tensor-parallel-size": 2, "vllm-version": "0.33.0",
            "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}
     assert figure(raw) == block_tables + slot_mappings + indexers + workspaces == 452_149_248
-
-
-@pytest.mark.parametrize("path", sorted((ROOT / "recipes").glob("*.yaml")), ids=lambda p: p.stem)
-def test_bytes_are_whole(path):
-    for release in ("0.30.0", "0.33.0"):  # each family on each runner: V1 (0.24.0) in the derivations above
-        assert isinstance(figure(raw_of(path, vllm_version=release)), int)
-    assert isinstance(figure(V32 | {"vllm-version": "0.24.0", "max-model-len": 100_000}), int)
