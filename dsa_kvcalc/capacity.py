@@ -15,7 +15,7 @@ from enum import Enum
 from dsa_kvcalc import estimates
 from dsa_kvcalc.catalog import (SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES, STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS,
                                 Backend, Layout, Rows)
-from dsa_kvcalc.choices import availability, engine_backends, on_model_runner_v2
+from dsa_kvcalc.choices import availability, engine_backends, kv_spec, on_model_runner_v2
 from dsa_kvcalc.engine import VLLM_RULES, release_tuple
 from dsa_kvcalc.keys import Recipe, RecipeError
 from dsa_kvcalc.kv_cache import round_up
@@ -511,7 +511,10 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
 
 def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = None) -> Plan:
     """Every backend of the recipe's engine through the doc's steps, or those in `only` (and auto, which the report
-    compares them with): a sweep plans just the backends it shows, with the KV-cache specs it has built so far."""
+    compares them with): a sweep plans just the backends it shows, with the KV-cache specs it has built so far. A
+    max-model-len of auto is first fitted, as vLLM fits it."""
+    if recipe.fit_max_model_len:
+        recipe = fitted(recipe, kv_specs)
     memory = rank_memory(recipe, kv_specs)
     check_cache_dtype(recipe, memory)
     check_weights_fit(recipe, memory)
@@ -525,6 +528,43 @@ def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = N
     shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
     return Plan(recipe, memory, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits, logits_then)
                                  for b in shown])
+
+
+# vLLM's fit of max-model-len -1 (auto): the profile runs at the model's maximum; where one request of that does not
+# fit the KV memory it left, the longest length whose request does, by bisection (the same in every release modelled).
+FIT_RULE = ("vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:1337-1405, 1545 (vllm==0.19.0 "
+            "vllm/v1/core/kv_cache_utils.py:1405-1460)")
+
+
+def fitted(recipe: Recipe, kv_specs: dict | None) -> Recipe:
+    """The recipe at the max-model-len vLLM fits for -1 (auto): the model's maximum where one request of it fits
+    the KV memory the profile at that length leaves (with the recipe's top-k backend, else auto), else the longest
+    length whose request fits it. Noted in the recipe, with the rule."""
+    at_most = replace(recipe, fit_max_model_len=False)
+    profiled = plan(at_most, kv_specs=kv_specs)
+    runs = [b for b in profiled.backends if b.available]
+    backend = next((b for b in runs if b.selected), next((b for b in runs if b.backend == "auto"), runs[0]))
+    available = backend.kv_cache_bytes
+    mla = profiled.memory.sparse_mla_backend
+
+    def fits(length: int) -> bool:
+        return kv_spec(replace(at_most, max_model_len=length), mla, kv_specs).request_bytes <= available
+
+    longest = recipe.max_model_len
+    if fits(longest):
+        return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: the model's maximum, {longest:,}, whose "
+                                                      f"one request fits the KV memory ({FIT_RULE})"))
+    if not fits(1):  # vLLM stops: "Cannot auto-fit max_model_len", and the plan refuses
+        return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: not one token fits the KV memory, so vLLM "
+                                                      f"stops ({FIT_RULE})"))
+    good, bad = 1, longest
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        good, bad = (middle, bad) if fits(middle) else (good, middle)
+    return replace(at_most, max_model_len=good, notes=(
+        *recipe.notes, f"max-model-len auto: vLLM fits it to {good:,}, the longest length whose one request fits the "
+                       f"{available / GIB:.2f} GiB of KV cache its profile at the model's {longest:,} leaves with "
+                       f"{backend.backend} ({FIT_RULE}); planned at {good:,}"))
 
 
 # Defaults that can decide the answer ------------------------------------------------------------------------------

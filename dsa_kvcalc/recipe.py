@@ -6,11 +6,12 @@ other. Every problem is a RecipeError naming the key as the user wrote it; every
 gets.
 """
 
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsa_kvcalc import engine as engines
-from dsa_kvcalc import vllm_args
+from dsa_kvcalc import launch_script, vllm_args, vllm_cli
 from dsa_kvcalc.catalog import NOPE_SPARSE_MLA_BACKENDS
 from dsa_kvcalc.inputs import read_text, yaml_mapping
 from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, canonical
@@ -34,14 +35,15 @@ class WithDefaults(dict):
         return value
 
 
-def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = None) -> Recipe:
+def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = None, notes: list[str] = ()) -> Recipe:
     """The recipe as vLLM runs it: each key the recipe does not give at its declared default (which may depend on the
-    GPU, the model, the vLLM version), then the declared overrides; then the checks across keys."""
+    GPU, the model, the vLLM version), then the declared overrides; then the checks across keys. notes: what reading
+    it noted, to which a model name planned as another checkpoint adds its own."""
     for required in ("model", "gpu"):
         if required not in values:
             raise RecipeError(required, "missing (every recipe names a model and a GPU)")
     gpu = find_gpu(values["gpu"])
-    model = find_model(values["model"], recipe_dir)
+    model, name_note = find_model(values["model"], recipe_dir)
     check_prefix_caching(values)
     present = {name: value for name, value in values.items() if value is not None}  # max-model-len auto: the default
     resolving = WithDefaults(present | {"gpu": gpu, "model": model, "given": frozenset(values)})
@@ -49,9 +51,18 @@ def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = N
     overridden = {name: k.override(resolving) for name, k in KEYS.items() if k.override}
     ignored = ignored or {}
     recipe = Recipe(**declared | overridden, ignored_keys=tuple(ignored), passthrough=tuple(ignored.items()),
-                    model_arg=model.name if values["model"].lower() in MODEL_NAMES else values["model"])
+                    model_arg=model.name if values["model"].lower() in MODEL_NAMES else values["model"],
+                    notes=(*([name_note] if name_note else []), *notes), fit_max_model_len=fits_to_memory(values))
     check_across(recipe)
+    if recipe.engine.name == "vllm":
+        vllm_cli.check_release(ignored, recipe.engine.version)
     return recipe
+
+
+def fits_to_memory(values: dict) -> bool:
+    """max-model-len -1 or auto: vLLM fits it to the KV memory (given as such, where no value is the model's maximum
+    without a fit)."""
+    return "max_model_len" in values and values["max_model_len"] is None
 
 
 def check_prefix_caching(values: dict) -> None:
@@ -164,10 +175,10 @@ def check_across(recipe: Recipe) -> None:
                                     f"memory block (or measure on {gpu.name})")
 
 
-def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: dict) -> Recipe:
+def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: dict, notes: list[str] = ()) -> Recipe:
     """resolve(), with a check across keys naming the key as the raw recipe spells it (max_model_len)."""
     try:
-        return resolve(values, recipe_dir, ignored)
+        return resolve(values, recipe_dir, ignored, notes)
     except RecipeError as error:
         written = next((k for k in raw if isinstance(k, str) and canonical(k) == error.key != k), None)
         if written is None:
@@ -175,25 +186,83 @@ def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: dict)
         raise RecipeError(written, error.problem) from None
 
 
-def load(raw: dict, recipe_dir: Path = Path(".")) -> Recipe:
+def load(raw: dict, recipe_dir: Path = Path("."), notes: list[str] = ()) -> Recipe:
     values, ignored = read_values(raw)
-    return resolve_as_written(raw, values, recipe_dir, ignored)
+    return resolve_as_written(raw, values, recipe_dir, ignored, notes)
 
 
 # Files and commands -----------------------------------------------------------------------------------------------
 
-def read_recipe(path: Path, overrides: list[str] = ()) -> dict:
-    """The raw recipe of a file with --set overrides: its YAML, or a launch script's `vllm serve` line. Its memory
-    block was measured on the GPU the file names, whatever --set says: that is recorded as memory.gpu."""
+@dataclass
+class Source:
+    """One recipe of a file or a command, with the --set overrides: its raw recipe, what to call it beside the
+    others of a script that starts several servers, and what reading it noted (an image tag that names no release)."""
+    label: str | None
+    raw: dict
+    notes: list[str]
+
+
+def override_version(overrides: list[str]) -> str | None:
+    """The vllm-version --set gives: the release whose arguments a serve line is read with."""
+    probe: dict = {}
+    for assignment in overrides:
+        if canonical(assignment.partition("=")[0].strip()) == "vllm-version":
+            set_override(probe, assignment)
+    return next((str(value) for value in probe.values()), None)
+
+
+def server_sources(text: str, overrides: list[str]) -> list[Source]:
+    """Each server a launch script or a pasted command starts, with the --set overrides."""
+    found = vllm_args.servers(text, override_version(overrides))
+    for server in found:
+        for assignment in overrides:
+            set_override(server.raw, assignment)
+        check_given(server)
+    return [Source(server.label if len(found) > 1 else None, server.raw, server.notes) for server in found]
+
+
+def check_given(server: vllm_args.Server) -> None:
+    """What a serve line cannot give comes from --set: its GPU, and each value a shell variable holds. All that is
+    missing is said at once."""
+    given = {canonical(key) for key in server.raw}
+    flat = {f"{canonical(top)}.{inner}" for top, value in server.raw.items() if isinstance(value, dict)
+            for inner in value}
+    missing = [(written, f"shell variables are not expanded: give {variable}'s value with --set {key}=VALUE")
+               for key, (written, variable) in server.unexpanded.items() if key not in given | flat]
+    if "gpu" not in given:
+        missing.append(("gpu", "missing: a vllm serve line does not name its GPU; add --set gpu=NAME (B200, "
+                               "NVIDIA H200, ...)"))
+    if missing:
+        (key, problem), *others = missing
+        raise RecipeError(key, problem + "".join(f"; also {k}: {p}" for k, p in others))
+
+
+def read_sources(path: Path | None, overrides: list[str] = (), command: str | None = None) -> list[Source]:
+    """The recipes of a file (its YAML, or each server its launch script starts) or of a pasted command, with the
+    --set overrides. A YAML file's memory block was measured on the GPU the file names, whatever --set says: that is
+    recorded as memory.gpu."""
+    if path is None:
+        return server_sources(command, overrides)
     text = read_text(path)
-    launch_script = vllm_args.is_launch_script(text)
-    raw = vllm_args.recipe_from_command(text) if launch_script else yaml_mapping(text, path)
+    try:
+        scripted, problem = bool(launch_script.servers(text)), None
+    except RecipeError as error:
+        scripted, problem = False, error
+    if scripted:
+        return server_sources(text, overrides)
+    try:
+        raw = yaml_mapping(text, path)
+    except RecipeError:
+        if problem is not None:
+            raise problem from None
+        if re.match(r"(?:\s*#.*\n|\s*\n)*\s*[\w.\"'-]+\s*:", text):  # it reads as YAML keys: the YAML's own error
+            raise
+        raise RecipeError("recipe", f"{path} starts no vLLM server ({vllm_args.ENTRY_POINTS}) and is no recipe "
+                                    f"(a YAML mapping of keys to values)") from None
     file_gpu = raw.get("gpu")
     for assignment in overrides:
         set_override(raw, assignment)
-    if launch_script:
-        check_gpu_given(raw)
-    return with_memory_gpu(raw, file_gpu)
+    return [Source(None, with_memory_gpu(raw, file_gpu), [])]
 
 
 def with_memory_gpu(raw: dict, file_gpu) -> dict:
@@ -205,33 +274,48 @@ def with_memory_gpu(raw: dict, file_gpu) -> dict:
     return raw
 
 
-def check_gpu_given(raw: dict) -> None:
-    if "gpu" not in raw:
-        raise RecipeError("gpu", "missing: a vllm serve line does not name its GPU; add --set gpu=NAME (B200, "
-                                 "NVIDIA H200, ...)")
+def several(labels: list[str]) -> RecipeError:
+    return RecipeError("command", f"{len(labels)} vLLM servers ({', '.join(labels)}): plan plans each, side by side; "
+                                  f"this command takes one (put its line in a file of its own)")
+
+
+def one(sources: list[Source]) -> Source:
+    if len(sources) > 1:
+        raise several([source.label for source in sources])
+    return sources[0]
+
+
+def read_recipe(path: Path, overrides: list[str] = ()) -> dict:
+    """The raw recipe of a file with --set overrides: its YAML, or its launch script's one server."""
+    return one(read_sources(path, overrides)).raw
 
 
 def read_command(text: str, overrides: list[str] = ()) -> dict:
     """The raw recipe of a pasted `vllm serve ...` command (--command) with --set overrides."""
-    raw = vllm_args.recipe_from_command(text)
-    for assignment in overrides:
-        set_override(raw, assignment)
-    check_gpu_given(raw)
-    return raw
+    return one(server_sources(text, overrides)).raw
+
+
+def load_recipes(path: Path | None, overrides: list[str] = (), command: str | None = None) -> list[tuple[str | None,
+                                                                                                          Recipe]]:
+    """The recipes of a file (or of a pasted command) with --set overrides, each with its label. A memory block was
+    measured on the file's own recipe (with any memory.* overrides): where the other overrides change it, that is
+    kept as measured_on."""
+    folder = Path(".") if path is None else path.parent
+    sources = read_sources(path, overrides, command)
+    recipes = [(source.label, load(source.raw, folder, source.notes)) for source in sources]
+    # A memory block is measured on one GPU (memory.gpu, checked apart), and a serve line names none.
+    shape_overrides = [o for o in overrides if not o.strip().startswith(("memory.", "gpu="))]
+    if not shape_overrides or not any(recipe.measured for _, recipe in recipes):
+        return recipes
+    bases = read_sources(path, [o for o in overrides if o not in shape_overrides], command)
+    measured = [(label, recipe, load(base.raw, folder)) for (label, recipe), base in zip(recipes, bases)]
+    return [(label, recipe if not recipe.measured or base.resolved() == recipe.resolved()
+             else replace(recipe, measured_on=base)) for label, recipe, base in measured]
 
 
 def load_recipe(path: Path | None, overrides: list[str] = (), command: str | None = None) -> Recipe:
-    """The recipe of a file (or of a pasted command) with --set overrides. Its memory block was measured on the
-    file's own recipe (with any memory.* overrides): where the other overrides change it, that is kept as
-    measured_on."""
-    def read(sets):
-        return read_command(command, sets) if path is None else read_recipe(path, sets)
-
-    folder = Path(".") if path is None else path.parent
-    recipe = load(read(overrides), folder)
-    # A memory block is measured on one GPU (memory.gpu, checked apart), and a serve line names none.
-    shape_overrides = [o for o in overrides if not o.strip().startswith(("memory.", "gpu="))]
-    if not recipe.measured or not shape_overrides:
-        return recipe
-    measured_on = load(read([o for o in overrides if o not in shape_overrides]), folder)
-    return recipe if measured_on.resolved() == recipe.resolved() else replace(recipe, measured_on=measured_on)
+    """The one recipe of a file (or of a pasted command) with --set overrides."""
+    recipes = load_recipes(path, overrides, command)
+    if len(recipes) > 1:
+        raise several([label for label, _ in recipes])
+    return recipes[0][1]

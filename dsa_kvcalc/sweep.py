@@ -16,12 +16,13 @@ from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import BACKENDS
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.inputs import RecipeLoader
-from dsa_kvcalc.keys import BY_NAME, KEYS, MEMORY_TERMS, NESTED, Recipe, RecipeError, canonical, memory_unit
+from dsa_kvcalc.keys import BY_NAME, KEYS, MEMORY_TERMS, NESTED, Recipe, RecipeError, canonical, memory_unit, \
+    suggestion
 from dsa_kvcalc.names import model_config_path
 from dsa_kvcalc.overrides import as_written, set_value
 from dsa_kvcalc.recipe import load, load_recipe, read_command, read_recipe, resolve_as_written, with_memory_gpu
 from dsa_kvcalc.values import parse_size, read_values
-from dsa_kvcalc.vllm_config import IGNORED_KEYS
+from dsa_kvcalc.vllm_cli import IGNORED_KEYS
 from dsa_kvcalc.report import backend_json, flatten
 
 BACKEND_NAMES = tuple(b.name for b in BACKENDS)
@@ -111,7 +112,8 @@ def check_key(option: str, key: str) -> None:
     if name in IGNORED_KEYS:
         raise RecipeError(option, f"{top} does not change memory (dsa-kvcalc ignores it)")
     if name not in BY_NAME and name not in NESTED:
-        raise RecipeError(option, f"unknown recipe key {top!r}; see dsa-kvcalc schema")
+        raise RecipeError(option, f"unknown key {top!r}" + suggestion(name, [*BY_NAME, *NESTED, *IGNORED_KEYS])
+                          + "; see dsa-kvcalc schema")
     if not nested:
         return
     if name not in NESTED:
@@ -128,7 +130,7 @@ def check_key(option: str, key: str) -> None:
     else:
         ok = inner in known and not backend
     if not ok:
-        raise RecipeError(option, f"unknown key {key!r}; {top} takes {', '.join(known)}"
+        raise RecipeError(option, f"unknown key {key!r}" + suggestion(inner, known) + f"; {top} takes {', '.join(known)}"
                                   + (" as NAME_gib or NAME_bytes (per backend: NAME_gib.BACKEND)"
                                      if name == "memory" else ""))
 

@@ -59,7 +59,9 @@ def summary_lines(s: dict) -> list:
     from rich.text import Text
 
     label, oom = s["engine_label"], s["oom"]
-    lines = [] if s["instead_of"] is None else [Text(f"{s['instead_of']} cannot run here: answered for {s['backend']}")]
+    lines = [Text.assemble(("note", "yellow"), f": {note}") for note in s["notes"]]
+    if s["instead_of"] is not None:
+        lines.append(Text(f"{s['instead_of']} cannot run here: answered for {s['backend']}"))
     if s["refused"]:
         lines.append(Text.assemble((f"{label} would not start", "bold red"), f": {s['refused']}."))
     else:
