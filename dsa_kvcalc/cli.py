@@ -177,7 +177,7 @@ def plan(
     rank and the OOM risk. --format serve prints the vllm serve command that deploys it. Exits 4 when vLLM would
     refuse to start it."""
     from dsa_kvcalc import capacity
-    from dsa_kvcalc.recipe import load_recipe
+    from dsa_kvcalc.recipe import load_recipes
     from dsa_kvcalc.render import plan as render
     from dsa_kvcalc.report import selected_refusal
 
@@ -185,7 +185,11 @@ def plan(
     if explain and format not in (None, Format.table):
         fail(f"--explain: prints its formulas as text; drop --format {format.value}")
     check_outputs({"--output": output}, [recipe])
-    result = guarded(lambda: capacity.plan(load_recipe(recipe, set_, command)))
+    recipes = guarded(lambda: load_recipes(recipe, set_, command))
+    if len(recipes) > 1:
+        plan_servers(recipes, format, output, explain)
+        return
+    result = guarded(lambda: capacity.plan(recipes[0][1]))
     check_outputs({"--output": output}, [result.recipe.model.config_path])
     format = Format.table if explain else chosen(format, output, SUFFIX_FORMATS, Format.table)
     if format in (Format.serve, Format.vllm_config):
@@ -209,6 +213,31 @@ def plan(
     refused = selected_refusal(result)
     if refused:
         sys.stderr.write(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}\n")
+        raise typer.Exit(REFUSED)
+
+
+def plan_servers(recipes: list, format: Format | None, output: Path | None, explain: bool) -> None:
+    """A script that starts several servers (a prefill/decode pair): each planned, side by side, as a table or JSON.
+    Exits 4 when vLLM would refuse to start any of them."""
+    from dsa_kvcalc import capacity
+    from dsa_kvcalc.render import plan as render
+    from dsa_kvcalc.report import selected_refusal
+
+    format = chosen(format, output, SUFFIX_FORMATS, Format.table)
+    if explain or format not in (Format.table, Format.json):
+        fail(f"--format: {len(recipes)} servers plan side by side as a table or JSON; plan one at a time for "
+             f"{'--explain' if explain else format.value} (put its line in a file of its own)")
+    labelled = guarded(lambda: [(label, capacity.plan(r)) for label, r in recipes])
+    if format is Format.json:
+        emit([render.side_by_side_json(labelled)], output)
+    elif output is None:
+        render.render_side_by_side(labelled, console())
+    else:
+        emit([console_text(lambda c: render.render_side_by_side(labelled, c))], output)
+    refused = [(label, selected_refusal(p)) for label, p in labelled if selected_refusal(p)]
+    for label, reason in refused:
+        sys.stderr.write(f"error: {label}: {labelled[0][1].recipe.engine.label} would refuse to start it: {reason}\n")
+    if refused:
         raise typer.Exit(REFUSED)
 
 

@@ -172,7 +172,7 @@ def summary(plan: Plan) -> dict:
     other = compared_backend(plan, b)
     deep_select = next((p for p in plan.backends if p.backend == "deep_select"), None)
     return {
-        "notes": list(plan.recipe.notes),
+        "notes": list(plan.recipe.notes),  # what reading the recipe noted: a name planned as another checkpoint, ...
         "engine_label": plan.recipe.engine.label, "reserves_decode_logits": plan.recipe.reserves_decode_logits,
         "reservation": b.release.reservation.kind.name, "reserved": reserved_label(plan, b.release),
         "backend": b.backend,
@@ -254,10 +254,8 @@ def default_warnings(plan: Plan) -> list[str]:
 
 
 def warnings(plan: Plan) -> list[str]:
-    """What the answer rests on that the user should know, the notes of reading the recipe first (a name planned as
-    another checkpoint, a fitted max-model-len)."""
     recipe = plan.recipe
-    found = list(recipe.notes)
+    found = []
     selected = next((b for b in plan.backends if b.selected), None)
     if selected is None:
         found.append(f"sparse-indexer-topk-backend {recipe.topk_backend} is not a backend of {recipe.engine.label}")

@@ -39,7 +39,7 @@ class Server:
 
     @property
     def label(self) -> str:
-        return f"{self.role} (line {self.line})" if self.role else f"line {self.line}"
+        return self.role or f"line {self.line}"
 
 
 def human_readable(text: str):

@@ -282,3 +282,44 @@ def explain(plan: Plan) -> str:
         lines += backend_lines(plan, b)
     lines += ["", memory_line(plan)] + [f"assumption: {a}" for a in assumptions(plan)]
     return "\n".join(lines) + "\n"
+
+
+# Several servers of one script (a prefill/decode pair), side by side ------------------------------------------------
+
+def side_by_side_rows(plans: list[Plan]) -> list[list[str]]:
+    """One row a quantity, one column a server: its deployment, then the answered backend's figures."""
+    answered = [next(b for b in p.backends if b.backend == summary(p)["backend"]) for p in plans]
+    figures = [dict(quantities(p, b)) if b.available else {} for p, b in zip(plans, answered)]
+    recipes = [p.recipe for p in plans]
+    rows = [
+        ["model", *(r.model.name.split("/")[-1] for r in recipes)],
+        ["GPU, release", *(f"{r.gpu.name}, {r.engine.label}" for r in recipes)],
+        ["parallel", *(f"TP{r.tensor_parallel_size} DP{r.data_parallel_size}" + (" EP" if r.enable_expert_parallel
+                                                                                 else "") for r in recipes)],
+        ["max-num-seqs", *(f"{r.max_num_seqs:,}" for r in recipes)],
+        ["max-model-len", *(f"{r.max_model_len:,}" for r in recipes)],
+        ["max-num-batched-tokens", *(f"{r.max_num_batched_tokens:,}" for r in recipes)],
+        ["top-k backend", *(b.backend for b in answered)],
+        ["starts", *("no: " + (summary(p)["refused"] or "") if summary(p)["refused"] else "yes" for p in plans)],
+    ]
+    labels = ("KV tokens/rank", "max concurrency", "KV GiB/rank", "OOM", "workaround MiB")
+    return rows + [[label, *(f.get(label, "") for f in figures)] for label in labels]
+
+
+def render_side_by_side(labelled: list[tuple[str, Plan]], console) -> None:
+    """Each server's answer under its label, then one table of them side by side, then each one's warnings."""
+    from rich.markup import escape
+
+    for label, p in labelled:
+        console.print(f"[bold]{escape(label)}[/bold]: {escape(heading(p))}", highlight=False)
+        for line in summary_lines(summary(p)):
+            console.print(line, highlight=False)
+    print_table(console, ["", *(label for label, _ in labelled)], side_by_side_rows([p for _, p in labelled]),
+                prose=range(1, len(labelled) + 1))
+    for label, p in labelled:
+        for line in warnings(p):
+            console.print(f"[yellow]warning ({escape(label)}):[/yellow] {escape(line)}", highlight=False)
+
+
+def side_by_side_json(labelled: list[tuple[str, Plan]]) -> str:
+    return json.dumps({"servers": [{"label": label, **plan_json(p)} for label, p in labelled]}, indent=2) + "\n"
