@@ -325,7 +325,8 @@ def sizing(recipe: Recipe, memory: RankMemory, reserves_decode_logits: bool, res
            subtracted_graph_bytes: int) -> Sizing:
     peak = raised_peak_bytes(memory, reserved.bytes, headroom)
     kv_bytes = kv_cache_bytes(recipe, memory.requested_bytes, memory.weights.bytes, peak, memory.non_torch.bytes,
-                              subtracted_graph_bytes)
+                              subtracted_graph_bytes) if recipe.num_gpu_blocks_override is None else \
+        recipe.num_gpu_blocks_override * memory.kv.block_bytes  # the blocks given, whatever memory is left
     blocks = memory.kv.blocks(kv_bytes)
     tokens = memory.kv.tokens(kv_bytes)
     return Sizing(reserves_decode_logits, reserved, peak, kv_bytes, blocks, tokens,

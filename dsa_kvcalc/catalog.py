@@ -46,6 +46,9 @@ GPUS = [
         "139.80 GiB in user reports of vLLM on H200 NVL", marketed_gb=(141,)),
     Gpu("H20", "sm90", 97285 * MIB, ("NVIDIA H20",),
         "torch device properties: name 'NVIDIA H20', 9.0, total_memory 97285MB, 78 SMs (vllm-project/vllm issues)", marketed_gb=(96,)),
+    Gpu("H20 141GB", "sm90", 150_109_880_320, ("NVIDIA H20 141GB", "H20-141GB", "H20 HBM3e"),
+        "estimated as the H200's bytes: the H20's 141 GB HBM3e edition carries the H200's memory (vllm-project/recipes "
+        "models/zai-org/GLM-5.2.yaml: '8xH200/H20 (141GB x 8)')", marketed_gb=(141,)),
     Gpu("GH200", "sm90", bytes_of_gib(94.88), ("NVIDIA GH200 480GB", "GH200 480GB", "NVIDIA GH200"),
         "94.88 GiB total capacity in a torch OOM on GH200 480GB (Lightning-AI/litgpt#1892); the Grace memory mode "
         "can change what is visible", marketed_gb=(96, 480)),
@@ -64,6 +67,9 @@ GPUS = [
          "RTX PRO 6000 Blackwell", "RTX-PRO-6000"),
         "torch device properties: 12.0, total_memory 97250MB, 188 SMs; 'Free memory on device (94.41/94.97 GiB)' "
         "in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)", marketed_gb=(96,)),
+    Gpu("RTX 5090", "sm120", bytes_of_gib(31.37), ("NVIDIA GeForce RTX 5090", "GeForce RTX 5090", "RTX5090"),
+        "'total capacity of 31.37 GiB' in torch OOM messages on RTX 5090 (Tencent-Hunyuan/HunyuanVideo#299); nvidia-smi "
+        "32,607 MiB, compute capability 12.0 (vllm-project/vllm#39594)", marketed_gb=(32,)),
     Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark", "NVIDIA DGX Spark"),
         "'Free memory on device cuda:0 (x/121.69 GiB)' in many DGX Spark vLLM logs; unified memory, so the "
         "figure moves with the OS carve-out", marketed_gb=(128,)),
@@ -429,6 +435,11 @@ MLA_MODELS = [
                      ("nvidia/GLM-5-NVFP4", "NVIDIA's NVFP4 checkpoint of GLM-5, GLM-5.1's shape (vllm-project/recipes "
                                             "models/zai-org/GLM-5.yaml, variant nvfp4)")),
           checkpoint_format="nvfp4", note="NVFP4 routed experts; attention and indexers keep GLM-5.1's KV layout"),
+    Model("amd/GLM-5.1-MXFP4", "vllm-project/recipes models/zai-org/GLM-5.1.yaml (MXFP4 on AMD MI355X): AMD Quark's "
+          "MXFP4 re-quantization of GLM-5.1's MoE weights, the architecture and so the KV-cache fields of "
+          f"{AIC}/zai-org--GLM-5.1-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
+          estimates.GLM5_MXFP4_CHECKPOINT, GLM_EXPERT_BYTES * 17 // 32, num_attention_heads=64,
+          aliases=("GLM-5.1-MXFP4",), checkpoint_format="mxfp4", note="MXFP4 routed experts; GLM-5.1's KV layout"),
     Model("zai-org/GLM-5.2-FP8", f"{AIC}/zai-org--GLM-5.2-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.2",),
           stand_ins=(("zai-org/GLM-5.2", GLM_BF16 + "models/zai-org/GLM-5.2.yaml)"),),

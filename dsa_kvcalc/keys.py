@@ -125,6 +125,12 @@ class Recipe:
     kv_cache_memory_bytes: int | None = key("kv-cache-memory-bytes", "size", None,
                                             "Fixed KV cache size per rank; replaces the memory profile",
                                             ARG_UTILS, 1, 1 << 50, args_line=True)
+    num_gpu_blocks_override: int | None = key("num-gpu-blocks-override", "int", None,
+                                              "KV-cache blocks per rank, whatever memory is left (replaces the memory "
+                                              "profile's, as kv-cache-memory-bytes does)",
+                                              "vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:243-247, 1510-1530 "
+                                              "(vllm==0.19.0 vllm/v1/core/kv_cache_utils.py:825-833)", 1, MAX_TOKENS,
+                                              args_line=True)
     attention_backend: str | None = key("attention-backend", "str", None,
                                         "Sparse-MLA backend; default: vLLM's priority for the GPU and cache dtype "
                                         "(FlashInfer's keeps standard fp8 at 576 B, FlashMLA's fp8_ds_mla 656 B)",

@@ -25,7 +25,10 @@ def gpu_key(name: str) -> str:
     return " ".join(words[1:] if words[:1] in (["nvidia"], ["amd"]) else words)
 
 
-GPU_NAMES = {gpu_key(n): gpu for gpu in GPUS for n in (gpu.name, *gpu.aliases)}
+GPU_NAMES: dict[str, list[Gpu]] = {}  # a name -> the GPUs it names, the first the one without a memory given
+for gpu in GPUS:
+    for spelling in dict.fromkeys(gpu_key(n) for n in (gpu.name, *gpu.aliases)):
+        GPU_NAMES.setdefault(spelling, []).append(gpu)
 UNSUPPORTED_GPU_NAMES = {gpu_key(n): (name, arch) for name, (arch, spelled) in UNSUPPORTED_GPUS.items()
                          for n in (name, *spelled)}
 MODEL_NAMES = {n.lower(): model for model in MODELS for n in (model.name, model.name.split("/")[-1], *model.aliases)}
@@ -38,20 +41,25 @@ def find_gpu(name: str, key: str = "gpu") -> Gpu:
     """A GPU by any of its names; '8x NVIDIA B200', 'NVIDIA DGX Spark / GB10' and marketing names with their memory
     ('NVIDIA H200 141GB HBM3e') as people list them too. A memory the GPU is not sold with is an error."""
     spelled = gpu_key(re.sub(r"^\s*\d{1,4}\s*x\s+", "", name))
-    gpu = next((GPU_NAMES[part.strip()] for part in spelled.split(" / ") if part.strip() in GPU_NAMES), None)
-    if gpu is not None:
+    named = next((GPU_NAMES[part.strip()] for part in spelled.split(" / ") if part.strip() in GPU_NAMES), None)
+    if named is not None:
         memory = MEMORY.search(name)
-        if memory and float(memory.group(1)) not in gpu.marketed_gb:
-            sold = [g.name for g in GPUS if float(memory.group(1)) in g.marketed_gb and g.arch == gpu.arch]
-            raise RecipeError(key, f"{name}: the {gpu.name} is sold with {' or '.join(map(str, gpu.marketed_gb))} GB"
-                                   + (f"; {memory.group(1)} GB is the {' or '.join(sold)}" if sold else ""))
-        return gpu
+        if memory is None:
+            return named[0]
+        gb = float(memory.group(1))
+        sold = next((gpu for gpu in named if gb in gpu.marketed_gb), None)
+        if sold is None:
+            editions = " or ".join(f"{gpu.name} ({', '.join(map(str, gpu.marketed_gb))} GB)" for gpu in named)
+            others = [gpu.name for gpu in GPUS if gb in gpu.marketed_gb and gpu.arch == named[0].arch]
+            raise RecipeError(key, f"{name}: no {memory.group(1)} GB edition in the catalog; it has the {editions}"
+                                   + (f"; {memory.group(1)} GB: {', '.join(others)}" if others else ""))
+        return sold
     if spelled in UNSUPPORTED_GPU_NAMES:
         family, arch = UNSUPPORTED_GPU_NAMES[spelled]
         raise RecipeError(key, f"{name} ({family}, {arch}): vLLM runs DSA models only on SM90 and SM10x (SM12x from "
                                f"0.24.0): its sparse-MLA backends reject {arch}")
     close = difflib.get_close_matches(spelled, list(GPU_NAMES), n=3, cutoff=0.5)
-    hint = f"; closest: {', '.join(dict.fromkeys(GPU_NAMES[c].name for c in close))}" if close else ""
+    hint = f"; closest: {', '.join(dict.fromkeys(GPU_NAMES[c][0].name for c in close))}" if close else ""
     raise RecipeError(key, f"unknown GPU {shown(name)}{hint}; known: {', '.join(g.name for g in GPUS)}")
 
 

@@ -82,9 +82,13 @@ def check_speculation(recipe: Recipe) -> None:
         raise RecipeError("speculative-config.method", f"{method} is not a method of {recipe.engine.label}; it takes "
                                                        f"{', '.join(sorted(recipe.engine.speculative_methods))}")
     drafter = "mtp" if method in engines.MTP_METHODS else method
+    draft_model = dict(recipe.passthrough).get("speculative-config.model")
     if drafter in ("mtp", "dspark") and drafter not in recipe.model.drafters:
-        raise RecipeError("speculative-config.method", f"{recipe.model.name} has no {drafter} drafter in vLLM; its "
-                                                       f"drafters: {', '.join(recipe.model.drafters)}")
+        problem = f"{recipe.model.name} has no {drafter} drafter of its own in vLLM; its drafters: " \
+                  f"{', '.join(recipe.model.drafters)}"
+        raise RecipeError("speculative-config.method", problem + (f" (the draft model {draft_model}, whose KV cache "
+                                                                  f"this plan does not derive, is not modelled)"
+                                                                  if draft_model else ""))
 
 
 def check_capture_sizes(recipe: Recipe) -> None:

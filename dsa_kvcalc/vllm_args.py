@@ -168,7 +168,7 @@ def parsed(args: list[str], release: str) -> list[tuple[str, str, object]]:
         message = error.message
         problem = ("expects a value" if message.startswith("expected") else
                    "takes no value" if message.startswith("ignored explicit argument") else message)
-        raise RecipeError(error.argument_name or "command", problem) from None
+        raise RecipeError((error.argument_name or "command").split("/")[0], problem) from None
     for extra in extras:
         if "$" in extra or "`" in extra:
             raise RecipeError(extra, "shell variables are not expanded: give the arguments it holds with --set "
@@ -249,16 +249,44 @@ def image_release(image: str) -> tuple[str | None, str | None]:
 
 
 def server_recipe(server: launch_script.Server, version: str | None) -> Server:
-    """A server's raw recipe (keys as vLLM spells them), its arguments read as `version`'s parser reads them (else
-    as the image's release's, else the newest modelled); values that hold a shell variable are left out and named."""
-    raw: dict = {}
+    """A server's raw recipe (keys as vLLM spells them), its arguments read as the parser of `version` reads them,
+    else of the image's release; with neither, of the newest release that takes them all (noted when that is not the
+    newest modelled). Values that hold a shell variable are left out and named."""
     notes: list[str] = []
+    tagged = None
     if server.image is not None:
         tagged, note = image_release(server.image)
         notes += [note] if note else []
-        raw |= {"vllm-version": tagged} if tagged else {}
-        version = version or tagged
-    release = vllm_cli.table_release(version or engines.NEWEST_VLLM)
+    if version or tagged:
+        raw, unexpanded = read_server(server, vllm_cli.table_release(version or tagged))
+    else:
+        raw, unexpanded, release = newest_reading(server)
+        if release != engines.NEWEST_VLLM:
+            notes.append(f"written for an older vLLM: read and planned as {release}, the newest release that takes "
+                         f"every argument given (--set vllm-version=X.Y.Z for another)")
+            raw["vllm-version"] = release
+    if tagged:
+        raw["vllm-version"] = tagged
+    role = ROLES.get((raw.get("kv-transfer-config") or {}).get("kv_role"))
+    return Server(server.line, raw, vllm_cli.table_release(raw.get("vllm-version") or version or engines.NEWEST_VLLM),
+                  role, unexpanded, notes)
+
+
+def newest_reading(server: launch_script.Server) -> tuple[dict, dict, str]:
+    """The server read by the newest release whose parser takes it; where none does, the newest's refusal."""
+    refusal = None
+    for release in reversed(vllm_cli.RELEASES):
+        try:
+            return (*read_server(server, release), release)
+        except RecipeError as error:
+            refusal = refusal or error
+    raise refusal
+
+
+def read_server(server: launch_script.Server, release: str) -> tuple[dict, dict]:
+    """The server's raw recipe as the release's parser reads its arguments, and the recipe keys whose values hold a
+    shell variable -> (as written, the variable)."""
+    raw: dict = {}
     markers = {m for w in server.args for m in w.unexpanded}
     unexpanded: dict = {}
     arguments = vllm_cli.arguments(release)
@@ -296,8 +324,7 @@ def server_recipe(server: launch_script.Server, version: str | None) -> Server:
     mode = (raw.get("compilation-config") or {}).get("cudagraph_mode")
     if isinstance(mode, str):  # vLLM's validator reads a CUDA-graph mode in any case
         raw["compilation-config"]["cudagraph_mode"] = mode.upper()
-    role = ROLES.get((raw.get("kv-transfer-config") or {}).get("kv_role"))
-    return Server(server.line, raw, release, role, unexpanded, notes)
+    return raw, unexpanded
 
 
 def argument_key(dest: str, written: str, arguments: dict) -> str:

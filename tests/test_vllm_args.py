@@ -114,7 +114,6 @@ def test_every_spelling_reads_the_same(line):
     ("vllm serve X --gpu B200", "error: --gpu: not a vLLM argument: give it with --set gpu=..."),
     ("vllm serve X --bogus 1", "error: --bogus: not a vLLM argument: no vLLM release from 0.19.0 to 0.33.0 has it"),
     ("vllm serve X -sc '{\"method\": \"mtp\"", "error: command: line 1: no closing quotation"),
-    ("vllm serve X\nvllm serve Y", "error: command: 2 vLLM servers (line 1, line 2): plan plans each, side by side"),
     ("echo vllm serve X", "error: command: no vllm serve (or docker run of vLLM's OpenAI image"),
     ("vllm serve X A", "error: command: unexpected argument 'A'"),
     ("vllm serve X --spec-tokens 3 -sc '{\"num_speculative_tokens\": 2}'",
