@@ -58,6 +58,7 @@ class Lexer:
     def __init__(self, text: str, variables: dict):
         self.text, self.i, self.line, self.variables = text, 0, 1, variables
         self.heredocs: list[tuple[str, bool]] = []
+        self.bodies: list[str] = []  # the here-documents of the command last read: its standard input
 
     def peek(self, ahead: int = 0) -> str:
         return self.text[self.i + ahead] if self.i + ahead < len(self.text) else ""
@@ -73,10 +74,12 @@ class Lexer:
         raise RecipeError("command", f"line {self.line}: {problem}")
 
     def commands(self):
+        """(line, words, the here-document it reads, if any) for each command."""
         while self.i < len(self.text):
+            self.bodies = []
             start, words = self.line, self.command()
             if words:
-                yield start, words
+                yield start, words, "\n".join(self.bodies) or None
 
     def command(self) -> list[Word]:
         """The words up to the end of the command (a newline, ;, &, &&, ||, |, or a parenthesis)."""
@@ -131,14 +134,18 @@ class Lexer:
             self.heredocs.append((target[0].text, operator.startswith("<<-")))
 
     def skip_heredocs(self) -> None:
+        """The here-documents opened on the line just ended: their bodies, kept as the command's input."""
         for delimiter, tabs in self.heredocs:
+            body = []
             while self.i < len(self.text):
                 end = self.text.find("\n", self.i)
                 end = len(self.text) if end < 0 else end
                 line = self.text[self.i:end]
                 self.i, self.line = end + 1, self.line + 1
-                if (line.lstrip("\t") if tabs else line) == delimiter:
+                if (line.lstrip("\t") if tabs else line).strip() == delimiter:
                     break
+                body.append(line.lstrip("\t") if tabs else line)
+            self.bodies.append("\n".join(body))
         self.heredocs = []
 
     def word(self) -> list[Word]:
@@ -208,7 +215,7 @@ class Lexer:
                 add(text, False, unexpanded)
             else:
                 add(self.take(), False)
-        
+
     def expansion(self, add, quoted: bool) -> None:
         """$NAME, ${NAME}, ${NAME:-word} (and -, :=, =, :+, +), $(...), $'...'; positional and special parameters
         are not given."""
@@ -294,7 +301,7 @@ def servers(text: str, variables: dict | None = None, exported: set | None = Non
     variables = {} if variables is None else variables
     exported = set() if exported is None else exported
     found = []
-    for number, words in Lexer(text, variables).commands():
+    for number, words, stdin in Lexer(text, variables).commands():
         while words and words[0].text in RESERVED and not words[0].unexpanded:
             words = words[1:]
         if not words:
@@ -312,7 +319,7 @@ def servers(text: str, variables: dict | None = None, exported: set | None = Non
             for w in words[1:]:
                 variables.pop(w.text, None)
         else:
-            found += command_servers(words, variables, exported, line + number)
+            found += command_servers(words, variables, exported, line + number, stdin)
     return found
 
 
@@ -320,8 +327,10 @@ def environment(variables: dict, exported: set) -> dict:
     return {name: variables[name] for name in exported if name in variables}
 
 
-def command_servers(words: list[Word], variables: dict, exported: set, line: int) -> list[Server]:
-    """The servers one command starts: none, or one (several inside bash -c)."""
+def command_servers(words: list[Word], variables: dict, exported: set, line: int, stdin: str | None = None) \
+        -> list[Server]:
+    """The servers one command starts: none, or one (several inside bash -c, or a script bash reads from a
+    here-document)."""
     env: dict = environment(variables, exported)
     unexpanded: dict = {}
     i, runner = 0, False
@@ -344,9 +353,9 @@ def command_servers(words: list[Word], variables: dict, exported: set, line: int
                 return [Server(line, env, words[module + 3:], env_unexpanded=unexpanded)]
             return []
         elif name in DOCKERS and i + 1 < len(words) and words[i + 1].text == "run":
-            return docker_servers(words[i + 2:], variables, exported, env, line)
+            return docker_servers(words[i + 2:], variables, exported, env, line, stdin)
         elif name in SHELLS:
-            return shell_servers(words[i + 1:], variables, exported, env, line)
+            return shell_servers(words[i + 1:], variables, exported, env, line, stdin)
         elif name in RUNNERS or (runner and (word.text.startswith("-") or not NAME.fullmatch(word.text))):
             runner = True
         elif not runner:
@@ -355,18 +364,21 @@ def command_servers(words: list[Word], variables: dict, exported: set, line: int
     return []
 
 
-def shell_servers(words: list[Word], variables: dict, exported: set, env: dict, line: int) -> list[Server]:
-    """bash -c 'SCRIPT' (-lc, -ec, ...): the servers SCRIPT starts, in the environment bash was given."""
+def shell_servers(words: list[Word], variables: dict, exported: set, env: dict, line: int, stdin: str | None) \
+        -> list[Server]:
+    """bash -c 'SCRIPT' (-lc, -ec, ...), or bash reading a here-document (bash -s <<EOF): the servers the script
+    starts, in the environment bash was given (its exported variables and those given to it)."""
+    inner = {**environment(variables, exported), **env}
     for i, word in enumerate(words):
         if re.fullmatch(r"-[a-z]*c[a-z]*", word.text) and i + 1 < len(words):
-            inner = {**variables, **env}
-            return servers(words[i + 1].text, inner, set(env) | exported, line - 1)
+            return servers(words[i + 1].text, inner, set(inner), line - 1)
         if not word.text.startswith("-"):
             return []
-    return []
+    return [] if stdin is None else servers(stdin, inner, set(inner), line)
 
 
-def docker_servers(words: list[Word], variables: dict, exported: set, env: dict, line: int) -> list[Server]:
+def docker_servers(words: list[Word], variables: dict, exported: set, env: dict, line: int, stdin: str | None) \
+        -> list[Server]:
     """docker run [OPTIONS] IMAGE [ARGS]: -e/--env add to the environment; vLLM's OpenAI image runs `vllm serve ARGS`
     unless ARGS (or --entrypoint) name another command."""
     env, entrypoint, i = dict(env), None, 0
@@ -393,7 +405,7 @@ def docker_servers(words: list[Word], variables: dict, exported: set, env: dict,
     image, args = words[i].text, words[i + 1:]
     inner = ([Word(entrypoint)] + args) if entrypoint else args
     if entrypoint or (args and basename(args[0].text) in {"vllm", "python", "python3", *SHELLS, *RUNNERS}):
-        found = command_servers(inner, {**variables, **env}, set(env) | exported, line)
+        found = command_servers(inner, {**variables, **env}, set(env) | exported, line, stdin)
     elif VLLM_IMAGE.search(image):
         found = [Server(line, env, args)]
     else:
