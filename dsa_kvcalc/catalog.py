@@ -40,12 +40,14 @@ GPUS = [
         "MiB (NVIDIA/gpu-admin-tools#4)", marketed_gb=(94,)),
     Gpu("H200", "sm90", 150_109_880_320, ("NVIDIA H200", "H200-141GB", "H200-SXM", "H200 SXM", "NVIDIA H200 SXM",
                                           "NVIDIA H200 141GB", "NVIDIA H200 SXM 141GB"),
-        "measured on the lent H200 (shared/design/capacity-model.md); 143,156 MiB in torch device properties", marketed_gb=(141,)),
+        "measured on the lent H200 (shared/design/capacity-model.md); 143,156 MiB in torch device properties",
+        marketed_gb=(141,)),
     Gpu("H200 NVL", "sm90", 150_109_880_320, ("NVIDIA H200 NVL",),
         "nvidia-smi prints 143,771 MiB for H200 NVL as for the SXM part (so the SXM part's measured bytes); "
         "139.80 GiB in user reports of vLLM on H200 NVL", marketed_gb=(141,)),
     Gpu("H20", "sm90", 97285 * MIB, ("NVIDIA H20",),
-        "torch device properties: name 'NVIDIA H20', 9.0, total_memory 97285MB, 78 SMs (vllm-project/vllm issues)", marketed_gb=(96,)),
+        "torch device properties: name 'NVIDIA H20', 9.0, total_memory 97285MB, 78 SMs (vllm-project/vllm issues)",
+        marketed_gb=(96,)),
     Gpu("H20 141GB", "sm90", 150_109_880_320, ("NVIDIA H20 141GB", "H20-141GB", "H20 HBM3e"),
         "estimated as the H200's bytes: the H20's 141 GB HBM3e edition carries the H200's memory (vllm-project/recipes "
         "models/zai-org/GLM-5.2.yaml: '8xH200/H20 (141GB x 8)')", marketed_gb=(141,)),
@@ -53,11 +55,13 @@ GPUS = [
         "94.88 GiB total capacity in a torch OOM on GH200 480GB (Lightning-AI/litgpt#1892); the Grace memory mode "
         "can change what is visible", marketed_gb=(96, 480)),
     Gpu("B200", "sm100", 182631 * MIB, ("NVIDIA B200",),
-        "178.35 GiB in the seed's OOM message (vLLM PR #62860); 182,631 MiB in torch device properties", marketed_gb=(180, 192)),
+        "178.35 GiB in the seed's OOM message (vLLM PR #62860); 182,631 MiB in torch device properties",
+        marketed_gb=(180, 192)),
     Gpu("GB200", "sm100", bytes_of_gib(184.31), ("NVIDIA GB200",),
         "'Free memory on device (181.84/184.31 GiB)' in a vLLM 0.26.0 GB200 startup log", marketed_gb=(186, 192)),
     Gpu("B300", "sm103", bytes_of_gib(267.69), ("NVIDIA B300 SXM6 AC", "NVIDIA B300", "B300-SXM6"),
-        "'(267.08/267.69 GiB)' in a vLLM startup log and 267.69 GiB in OOM messages; compute capability 10.3", marketed_gb=(288,)),
+        "'(267.08/267.69 GiB)' in a vLLM startup log and 267.69 GiB in OOM messages; compute capability 10.3",
+        marketed_gb=(288,)),
     Gpu("GB300", "sm103", bytes_of_gib(276.50), ("NVIDIA GB300",),
         "276.50 GiB total capacity in torch OOM messages on GB300 nodes; compute capability 10.3 (two workstation "
         "hosts show 256,703 MiB: the Grace memory mode moves what is visible)", marketed_gb=(279, 288)),
@@ -68,8 +72,8 @@ GPUS = [
         "torch device properties: 12.0, total_memory 97250MB, 188 SMs; 'Free memory on device (94.41/94.97 GiB)' "
         "in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)", marketed_gb=(96,)),
     Gpu("RTX 5090", "sm120", bytes_of_gib(31.37), ("NVIDIA GeForce RTX 5090", "GeForce RTX 5090", "RTX5090"),
-        "'total capacity of 31.37 GiB' in torch OOM messages on RTX 5090 (Tencent-Hunyuan/HunyuanVideo#299); nvidia-smi "
-        "32,607 MiB, compute capability 12.0 (vllm-project/vllm#39594)", marketed_gb=(32,)),
+        "'total capacity of 31.37 GiB' in torch OOM messages on RTX 5090 (Tencent-Hunyuan/HunyuanVideo#299); "
+        "nvidia-smi 32,607 MiB, compute capability 12.0 (vllm-project/vllm#39594)", marketed_gb=(32,)),
     Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark", "NVIDIA DGX Spark"),
         "'Free memory on device cuda:0 (x/121.69 GiB)' in many DGX Spark vLLM logs; unified memory, so the "
         "figure moves with the OS carve-out", marketed_gb=(128,)),
@@ -429,9 +433,10 @@ MLA_MODELS = [
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.1",),
           stand_ins=(("zai-org/GLM-5.1", GLM_BF16 + "models/zai-org/GLM-5.1.yaml)"),)),
     Model("nvidia/GLM-5.1-NVFP4", f"{AIC}/nvidia--GLM-5.1-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
-          estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, num_attention_heads=64, aliases=("GLM-5.1-NVFP4",),
-          stand_ins=(("lukealonso/GLM-5.1-NVFP4-MTP", "a community NVFP4 re-quantization of GLM-5.1 with its MTP layer: "
-                                                     "NVIDIA's layout and format"),
+          estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, num_attention_heads=64,
+          aliases=("GLM-5.1-NVFP4",),
+          stand_ins=(("lukealonso/GLM-5.1-NVFP4-MTP", "a community NVFP4 re-quantization of GLM-5.1 with its MTP "
+                                                     "layer: NVIDIA's layout and format"),
                      ("nvidia/GLM-5-NVFP4", "NVIDIA's NVFP4 checkpoint of GLM-5, GLM-5.1's shape (vllm-project/recipes "
                                             "models/zai-org/GLM-5.yaml, variant nvfp4)")),
           checkpoint_format="nvfp4", note="NVFP4 routed experts; attention and indexers keep GLM-5.1's KV layout"),
@@ -465,10 +470,10 @@ MLA_MODELS = [
           estimates.GLM53_CHECKPOINT, GLM_EXPERT_BYTES, index_topk_freq=4, index_skip_topk_offset=3,
           num_attention_heads=64, stand_ins=(("zai-org/GLM-5.3-BF16", GLM_BF16 + "models/zai-org/GLM-5.3.yaml)"),),
           note="GLM-5.2's shape: shared indexers on 21 of 78 layers (and the MTP layer)"),
-    Model("Inferact/GLM-5.3-NVFP4", "vllm-project/recipes models/zai-org/GLM-5.3.yaml, variant nvfp4: Inferact's NVFP4 "
-          "re-quantization of GLM-5.3's MoE expert linears, the rest BF16, GLM-5.3's architecture (so zai-org/GLM-5.3's "
-          "KV-cache fields)", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576, estimates.GLM5_NVFP4_CHECKPOINT,
-          GLM_EXPERT_BYTES * 9 // 16, index_topk_freq=4, index_skip_topk_offset=3, num_attention_heads=64,
+    Model("Inferact/GLM-5.3-NVFP4", "vllm-project/recipes models/zai-org/GLM-5.3.yaml, variant nvfp4: Inferact's "
+          "NVFP4 re-quantization of GLM-5.3's MoE expert linears, the rest BF16, GLM-5.3's architecture (so "
+          "zai-org/GLM-5.3's KV-cache fields)", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
+          estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, index_topk_freq=4, index_skip_topk_offset=3, num_attention_heads=64,
           aliases=("GLM-5.3-NVFP4",), checkpoint_format="nvfp4",
           note="NVFP4 routed experts (the recipe: a ~465 GB checkpoint, Blackwell only); GLM-5.2's shape"),
 ]

@@ -249,15 +249,16 @@ class Lexer:
             if match is None:
                 add(f"${{{body}}}", False, [f"${{{body}}}"])
                 return
-            name, operator, default = match.groups()
+            name, operator, word = match.groups()
+            default, held = self.expanded(word or "")
             value = self.variables.get(name)
             empty = value is None or (operator or "").startswith(":") and value == ""
             if operator and operator.endswith("+"):
-                add("" if empty else default, not quoted)
+                add("" if empty else default, not quoted, () if empty else held)
             elif operator and empty:
                 if operator.endswith("="):
                     self.variables[name] = default
-                add(default, not quoted)
+                add(default, not quoted, held)
             elif value is None:
                 add(f"${{{body}}}", False, [f"${{{body}}}"])
             else:
@@ -266,7 +267,10 @@ class Lexer:
         match = NAME.match(self.text, self.i)
         if match is None:
             special = self.take() if char and char in "@*#?$!-0123456789" else ""
-            add(f"${special}", False, [f"${special}"] if special else [])
+            if special in ("@", "*"):  # the script's arguments: it is read as run without any
+                add("", True)
+            else:
+                add(f"${special}", False, [f"${special}"] if special else [])
             return
         self.i = match.end()
         name = match.group()
@@ -274,6 +278,12 @@ class Lexer:
             add(self.variables[name], not quoted)
         else:
             add(f"${name}", False, [f"${name}"])
+
+    def expanded(self, word: str) -> tuple[str, list[str]]:
+        """A ${NAME:-word}'s word, expanded as a word is (its variables, quotes), and the variables it holds that
+        the script does not give."""
+        words = Lexer(word, self.variables).word() if word else []
+        return " ".join(w.text for w in words), [m for w in words for m in w.unexpanded]
 
     def substitution(self, opening: str, closing: str) -> tuple[str, bool, list[str]]:
         """A command substitution, kept as written: the reader cannot run it."""
@@ -313,7 +323,7 @@ def servers(text: str, variables: dict | None = None, exported: set | None = Non
             for w in words[1:]:
                 if w.assignment:
                     variables[w.assignment] = w.text.split("=", 1)[1]
-                if not w.text.startswith("-"):
+                if head == "export" and not w.text.startswith("-"):
                     exported.add(w.text.split("=", 1)[0])
         elif head == "unset":
             for w in words[1:]:

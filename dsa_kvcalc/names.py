@@ -34,7 +34,8 @@ UNSUPPORTED_GPU_NAMES = {gpu_key(n): (name, arch) for name, (arch, spelled) in U
 MODEL_NAMES = {n.lower(): model for model in MODELS for n in (model.name, model.name.split("/")[-1], *model.aliases)}
 STAND_INS = {n.lower(): (model, why) for model in MODELS for n, why in model.stand_ins}
 # A stand-in by the last part of its name (a path to its checkpoint), where no catalog name has that last part
-STAND_IN_PATHS = {n.rsplit("/", 1)[-1]: entry for n, entry in STAND_INS.items() if n.rsplit("/", 1)[-1] not in MODEL_NAMES}
+STAND_IN_PATHS = {n.rsplit("/", 1)[-1]: entry for n, entry in STAND_INS.items()
+                  if n.rsplit("/", 1)[-1] not in MODEL_NAMES}
 
 
 def find_gpu(name: str, key: str = "gpu") -> Gpu:

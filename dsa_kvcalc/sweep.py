@@ -130,7 +130,8 @@ def check_key(option: str, key: str) -> None:
     else:
         ok = inner in known and not backend
     if not ok:
-        raise RecipeError(option, f"unknown key {key!r}" + suggestion(inner, known) + f"; {top} takes {', '.join(known)}"
+        raise RecipeError(option, f"unknown key {key!r}" + suggestion(inner, known)
+                          + f"; {top} takes {', '.join(known)}"
                                   + (" as NAME_gib or NAME_bytes (per backend: NAME_gib.BACKEND)"
                                      if name == "memory" else ""))
 

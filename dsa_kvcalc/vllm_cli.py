@@ -53,10 +53,10 @@ def arguments(release: str) -> dict[str, Argument]:
         if entry is None:
             continue
         flags = tuple(entry.get("flags", {}).items())
-        argument = Argument(dest, tuple(entry.get("names") or (name for name, _ in flags)), 0 if flags else entry["nargs"],
-                            entry.get("type", "flag"), tuple(entry["choices"]) if "choices" in entry else None,
-                            entry.get("config"), flags, entry.get("append", False),
-                            entry.get("none", False))
+        names = tuple(entry.get("names") or (name for name, _ in flags))
+        choices = tuple(entry["choices"]) if "choices" in entry else None
+        argument = Argument(dest, names, 0 if flags else entry["nargs"], entry.get("type", "flag"), choices,
+                            entry.get("config"), flags, entry.get("append", False), entry.get("none", False))
         found |= dict.fromkeys(argument.names, argument)
     return found
 
@@ -108,7 +108,8 @@ OPTIONS = {name[2:]: argument for release in RELEASES for name, argument in argu
            if name.startswith("--")}
 MODELLED = {*BY_NAME, *NESTED, *SHORTHANDS}
 # Other spellings of a flag dsa-kvcalc reads (disable-expert-parallel): the recipe key and the value each stores
-FLAG_SPELLINGS = {name: (canonical(argument.dest), dict(argument.flags)[f"--{name}"]) for name, argument in OPTIONS.items()
+FLAG_SPELLINGS = {name: (canonical(argument.dest), dict(argument.flags)[f"--{name}"])
+                  for name, argument in OPTIONS.items()
                   if argument.flags and canonical(argument.dest) in BY_NAME and name not in BY_NAME}
 # The arguments dsa-kvcalc accepts and ignores: they do not change memory per rank
 IGNORED_KEYS = frozenset(name for name, argument in OPTIONS.items()

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import SEED, fails, run
-from dsa_kvcalc import engine, vllm_cli
+from dsa_kvcalc import engine, launch_script, vllm_cli
 from dsa_kvcalc.names import find_gpu
 
 GLM = "vllm serve zai-org/GLM-5-FP8 -tp 8"
@@ -54,7 +54,8 @@ def test_every_argument_of_the_release_is_read_or_listed_as_ignored(arguments, i
 
 def test_an_argument_the_release_has_not_is_refused_naming_the_releases_that_have_it():
     # vllm==0.33.0 adds --disable-X for every --enable-X (EnableDisableAction, vllm/utils/argparse_utils.py:121-146)
-    fails(run("plan", "--command", f"{GLM} --disable-log-requests", "--set", "gpu=B200", "--set", "vllm-version=0.32.0"),
+    fails(run("plan", "--command", f"{GLM} --disable-log-requests", "--set", "gpu=B200", "--set",
+              "vllm-version=0.32.0"),
           "error: --disable-log-requests: not an argument of vLLM 0.32.0: vLLM 0.33.0 has it")
     assert command(f"{GLM} --disable-log-requests")["ignored_keys"] == ["disable-log-requests"]
     fails(run("plan", "--command", f"{GLM} --sparse-indexer-topk-backend persistent", "--set", "gpu=B200", "--set",
@@ -141,8 +142,8 @@ def test_variables_set_earlier_are_expanded(tmp_path):
             "  --speculative-config '{\n    \"method\": \"mtp\",\n    \"num_speculative_tokens\": 3\n  }'\n")
     recipe = script(tmp_path, text)["recipe"]
     assert (recipe["tensor-parallel-size"], recipe["max-num-seqs"], recipe["max-model-len"], recipe["kv-cache-dtype"],
-            recipe["speculative-config"]["num_speculative_tokens"], recipe["env"]["VLLM_SPARSE_INDEXER_MAX_LOGITS_MB"]) \
-        == (8, 96, 131072, "fp8", 3, 1024)
+            recipe["speculative-config"]["num_speculative_tokens"],
+            recipe["env"]["VLLM_SPARSE_INDEXER_MAX_LOGITS_MB"]) == (8, 96, 131072, "fp8", 3, 1024)
 
 
 def test_a_variable_the_script_does_not_set_is_asked_for_with_set(tmp_path):
@@ -170,7 +171,8 @@ DECODE = ("vllm serve zai-org/GLM-5-FP8 -tp 4 --max-num-seqs 256 --max-model-len
 
 def test_a_prefill_decode_pair_is_planned_side_by_side(tmp_path):
     path = tmp_path / "pd.sh"
-    path.write_text(f"# prefill\nCUDA_VISIBLE_DEVICES=0,1,2,3 {PREFILL} &\n# decode\nCUDA_VISIBLE_DEVICES=4,5,6,7 {DECODE}\n")
+    path.write_text(f"# prefill\nCUDA_VISIBLE_DEVICES=0,1,2,3 {PREFILL} &\n"
+                    f"# decode\nCUDA_VISIBLE_DEVICES=4,5,6,7 {DECODE}\n")
     servers = planned(path, gpu="B300")["servers"]
     assert [s["label"] for s in servers] == ["prefill", "decode"]
     assert [s["summary"]["kv_cache_tokens"] for s in servers] == \
@@ -209,7 +211,8 @@ def test_max_model_len_auto_keeps_the_models_maximum_where_it_fits():
 # Names -------------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, planned_as, note", [
-    ("zai-org/GLM-5.1", "zai-org/GLM-5.1-FP8", "zai-org/GLM-5.1 is planned as zai-org/GLM-5.1-FP8: the BF16 checkpoint"),
+    ("zai-org/GLM-5.1", "zai-org/GLM-5.1-FP8",
+     "zai-org/GLM-5.1 is planned as zai-org/GLM-5.1-FP8: the BF16 checkpoint"),
     ("zai-org/GLM-5", "zai-org/GLM-5-FP8", "zai-org/GLM-5 is planned as zai-org/GLM-5-FP8: the BF16 checkpoint"),
     ("DeepSeek-V3.2-FP8", "deepseek-ai/DeepSeek-V3.2",
      "DeepSeek-V3.2-FP8 is planned as deepseek-ai/DeepSeek-V3.2, whose checkpoint is FP8"),
@@ -255,3 +258,20 @@ def test_a_typo_gets_the_same_suggestion_on_every_path(tmp_path, path):
               "--vary": lambda: run("sweep", SEED, "--vary", "max-num-seqz=4,8")}[path]()
     line = fails(result)
     assert "did you mean " in line and "max-num-seqs?)" in line
+
+
+@pytest.mark.parametrize("text, words", [  # what bash hands the server, written out by hand
+    ("TP=8\nvllm serve m -tp ${TP:-4}", ["m", "-tp", "8"]),
+    ("D=2\nvllm serve m -tp ${TP:-$D}", ["m", "-tp", "2"]),
+    ("vllm serve m \"$@\" --x", ["m", "--x"]),
+    ("E=1\nvllm serve m --a 'b c' \"d $E\" d\\ e", ["m", "--a", "b c", "d 1", "d e"]),
+    ("ARGS='--a 1'\nvllm serve m $ARGS \"$ARGS\"", ["m", "--a", "1", "--a 1"]),
+    ("vllm serve m --json '{\n  \"a\": 1\n}'", ["m", "--json", "{\n  \"a\": 1\n}"]),
+    ("cat <<EOF > x.sh\nvllm serve not-this-one\nEOF\nvllm serve m", ["m"]),
+    ("vllm serve m -tp 8 2>&1 | tee serve.log", ["m", "-tp", "8"]),
+    ("if true; then vllm serve m; fi", ["m"]),
+    ("nohup vllm serve m \\\n  -tp 8 \\\n  --port 1 &> log &", ["m", "-tp", "8", "--port", "1"]),
+])
+def test_the_shell_hands_the_server_what_bash_would(text, words):
+    (server,) = launch_script.servers(text)
+    assert [w.text for w in server.args] == words

@@ -77,7 +77,8 @@ def config_classes(parser, vllm_config) -> dict:
                 reader = reader.__closure__[0].cell_contents
             found[action.dest] = reader.__defaults__[0]
         elif kind == "json" and action.dest in hints:
-            types = [t for t in (hints[action.dest], *typing.get_args(hints[action.dest])) if dataclasses.is_dataclass(t)]
+            hint = hints[action.dest]
+            types = [t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)]
             if types:
                 found[action.dest] = types[0]
     return found
