@@ -289,6 +289,18 @@ def test_a_stdout_that_cannot_take_the_output_is_one_line_or_a_quiet_exit(comman
     assert (got, err.strip()) == (code, said)
 
 
+def test_half_a_character_from_the_recipe_is_written_escaped_to_stdout_and_to_a_file(tmp_path):
+    # YAML's "\ud800" is half of a UTF-16 pair, which no UTF-8 output holds; `host` goes into the serve line as is.
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text('model: DeepSeek-V3.2\ngpu: H200\ntensor-parallel-size: 8\nhost: "a\\ud800b"\n')
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    assert console_script(["plan", recipe, "-f", "serve"], stdout) == (0, "")
+    stdout.flush()
+    assert "--host 'a\\ud800b'" in stdout.buffer.getvalue().decode()
+    assert cli("plan", recipe, "-f", "serve", "-o", tmp_path / "serve.sh").exit_code == 0
+    assert "--host 'a\\ud800b'" in (tmp_path / "serve.sh").read_text()
+
+
 TABLES = {"sweep": ["sweep", SEED, "--vary", "max-num-seqs=64,128"], "fit": ["fit", SEED], "models": ["models"],
           "recommend": ["recommend", SEED, "--target-concurrency", 64, "--min-kv-tokens", 1000], "gpus": ["gpus"]}
 
