@@ -291,6 +291,8 @@ def read_server(server: launch_script.Server, release: str) -> tuple[dict, dict]
     unexpanded: dict = {}
     arguments = vllm_cli.arguments(release)
     for dest, written, value in parsed([w.text for w in server.args], release):
+        if value is None:  # argparse's call for an absent model_tag
+            continue
         target = argument_key(dest, written, arguments)
         variable = holding(value, markers)
         if variable is not None and target in NESTED:
