@@ -44,7 +44,7 @@ def find_gpu(name: str, key: str = "gpu") -> Gpu:
     spelled = gpu_key(re.sub(r"^\s*\d{1,4}\s*x\s+", "", name))
     named = next((GPU_NAMES[part.strip()] for part in spelled.split(" / ") if part.strip() in GPU_NAMES), None)
     if named is not None:
-        memory = MEMORY.search(name)
+        memory = MEMORY.search(re.sub(r"\(.*?\)", " ", name).split(",")[0])  # a note aside, as in gpu_key
         if memory is None:
             return named[0]
         gb = float(memory.group(1))

@@ -275,3 +275,11 @@ def test_a_typo_gets_the_same_suggestion_on_every_path(tmp_path, path):
 def test_the_shell_hands_the_server_what_bash_would(text, words):
     (server,) = launch_script.servers(text)
     assert [w.text for w in server.args] == words
+
+
+def test_max_model_len_auto_where_not_one_page_fits_stops_vllm():
+    # vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:1380-1384: "Cannot auto-fit max_model_len"
+    result = run("plan", "--command", "vllm serve deepseek-ai/DeepSeek-V3.2 -tp 8 --gpu-memory-utilization 0.6 "
+                                      "--max-model-len auto", "--set", "gpu=H200", "-f", "json")
+    assert result.exit_code == 4
+    assert json.loads(result.stdout)["summary"]["notes"][0].startswith("max-model-len auto: not one token fits")
