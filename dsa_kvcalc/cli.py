@@ -15,14 +15,15 @@ from typer.exceptions import TyperException
 
 from dsa_kvcalc import __version__
 from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, write
-from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.keys import RecipeError, Refusal
 from dsa_kvcalc.streams import Stream, StreamError, console, printable
 
 REFUSED = 4  # the exit code of a deployment vLLM would refuse to start
 EXIT_CODES = ("Exit codes: 0 done; 1 recommend found nothing that meets the targets, or verify found plan and the GPU "
               "differ; 2 bad input (one line, error: KEY: problem), weights that do not fit included; 3 verify has no "
-              "usable GPU; 4 vLLM would refuse to start the recipe as written (plan: no KV cache for one request, "
-              "max-num-seqs above max-num-batched-tokens); 130 interrupted.")
+              "usable GPU; 4 vLLM would refuse to start the recipe as written, wherever that is found (a TP that does "
+              "not divide the heads, a cache dtype its attention does not take, no KV cache for one request, "
+              "max-num-seqs above max-num-batched-tokens; fit: nothing fits); 130 interrupted.")
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Capacity calculator for DeepSeek-Sparse-Attention models on vLLM.", epilog=EXIT_CODES)
@@ -78,9 +79,12 @@ def fail(message: str, code: int = 2):
 
 
 def guarded(work):
-    """Run work(); a RecipeError or OutputError becomes one line and exit 2."""
+    """Run work(); a RecipeError or OutputError becomes one line and exit 2, a Refusal (vLLM would refuse to start
+    the recipe) one line and exit REFUSED."""
     try:
         return work()
+    except Refusal as error:
+        fail(str(error), REFUSED)
     except (RecipeError, OutputError) as error:
         fail(str(error))
 

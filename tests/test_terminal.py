@@ -1,7 +1,8 @@
 """What a person sees on an 80 x 24 terminal: the seed's first screen answers the four questions (will it start, how
-many tokens a rank holds, is deep_select worth it, will it run out of memory) in its first six lines, then the
-table, in one piece; verdicts stand out on a terminal and are plain in a pipe; no command breaks a number at the
-terminal's edge. Each command runs as a child whose stdout is a pseudo-terminal of 80 columns."""
+many tokens a rank holds, is deep_select worth it, will it run out of memory) in its first lines, then the table, in
+one piece, and what must not be missed; the screen left when plan ends shows the answer again; verdicts stand out on
+a terminal and are plain in a pipe; no command breaks a number at the terminal's edge or parts it from its unit.
+Each command runs as a child whose stdout is a pseudo-terminal of 80 columns."""
 
 import fcntl
 import os
@@ -14,7 +15,7 @@ import termios
 
 import pytest
 
-from conftest import LOGS, ROOT, SEED, read_terminal
+from conftest import LOGS, RECIPES, ROOT, SEED, read_terminal
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} | {"PYTHONPATH": str(ROOT)}
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -38,19 +39,69 @@ def in_a_pipe(*args, columns: int = 250) -> str:
                           env=ENV | {"COLUMNS": str(columns)}, timeout=60).stdout
 
 
+SCREEN_ROWS = 24
+
+
+def joined(lines: list[str]) -> str:
+    """Lines as one text, a folded line's continuation joined back with one space."""
+    return " ".join(" ".join(lines).split())
+
+ANSWERS = ("vLLM 0.33.0 starts", "41,050,274 KV tokens", "39.15 requests of max-model-len 1,048,576",
+           "the deployment, DP4, holds 4 x that", "OOM above 152 concurrent decodes", "deep_select instead:",
+           "KV tokens (+", "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=")
+
+
 def test_the_seeds_first_screen_answers_the_four_questions():
     screen = ANSI.sub("", on_terminal("plan", SEED)).splitlines()
     first = " ".join(screen[:6])
     # vLLM 0.33.0, without #62860, logs the seed's "main" KV cache: 41,050,274 tokens for auto (vLLM PR #62860's
-    # table); 1M tokens a request. By hand: 5.35 GiB free / (6 rows x 1,049,088 x 6 B) = 152 decodes fit.
-    for answer in ("vLLM 0.33.0 starts", "41,050,274 KV tokens", "x 1,048,576", "OOM above 152 concurrent decodes",
-                   "deep_select instead:", "KV tokens (+", "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB="):
+    # table); 1M tokens a request. By hand: 5.35 GiB free / (6 rows x 1,049,088 x 6 B) = 152 decodes fit. The seed's
+    # deployment is DP4: four engines, each with its own KV cache.
+    for answer in ANSWERS:
         assert answer in first, (answer, screen[:6])
     table = [i for i, line in enumerate(screen) if "━" in line]
     assert len(table) == 1 and table[0] < 8, screen  # one table, straight after the answers
     rows = screen[table[0] + 1:]
-    assert next(i for i, line in enumerate(rows) if "│" not in line) + table[0] + 1 <= 24  # all of it on screen
+    assert next(i for i, line in enumerate(rows) if "│" not in line) + table[0] + 1 <= SCREEN_ROWS  # all of it
     assert max(map(len, screen)) <= 80
+
+
+def test_the_seeds_first_screen_says_where_plan_is_off_the_seed():
+    # vLLM PR #62860's table: deep_select 48,253,887 KV tokens on main without the fix; plan's is 6.0 % lower
+    screen = joined(ANSI.sub("", on_terminal("plan", SEED)).splitlines()[:SCREEN_ROWS])
+    assert "note: deep_select here is -6.0% off the 48,253,887 KV tokens vLLM PR #62860 measured" in screen
+
+
+def test_a_version_newer_than_modelled_says_so_first():
+    screen = ANSI.sub("", on_terminal("plan", SEED, "--set", "vllm-version=0.34.0")).splitlines()
+    assert joined(screen[:2]).startswith("vLLM 0.34.0 is newer than the newest release modelled, 0.33.0: answered by "
+                                "0.33.0's rules")
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES.glob("*.yaml")), ids=lambda path: path.stem)
+def test_the_screen_left_after_plan_shows_the_answer(recipe):
+    """The screen after the command: its last 23 lines above the shell's prompt. They end with the answer, as the
+    first lines give it."""
+    lines = ANSI.sub("", on_terminal("plan", recipe)).splitlines()
+    answer = lines[:lines.index(next(line for line in lines if "┃" in line))]
+    left = lines[-(SCREEN_ROWS - 1):]
+    assert left[-len(answer):] == answer and left[-len(answer) - 1] == "answer (as at the top):"
+    assert any(verdict in answer[0] for verdict in (" starts.", " would not start"))
+
+
+def test_the_answer_is_not_repeated_in_a_pipe():
+    assert "answer (as at the top)" not in in_a_pipe("plan", SEED)
+
+
+def test_every_reference_in_plan_can_be_followed():
+    lines = in_a_pipe("plan", SEED, columns=1000).splitlines()
+    text = "\n".join(lines)
+    assert "(assumed: see assumptions)" in text and any(line.startswith("assumption: ") for line in lines)
+    note = next(i for i, line in enumerate(lines) if "(why: the published line below)" in line)
+    assert any(line.startswith("published: vLLM PR #62860 measured deep_select at 48,253,887") for line in lines[note:])
+    recipe_line = next(line for line in lines if line.startswith("deepseek-ai/DeepSeek-V4.1-Flash on B200"))
+    assert "as the recipe's line says at its end" in text and recipe_line.endswith("without vLLM #62860 (every "
+                                                                                    "release to 0.33.0)")
 
 
 def test_verdicts_stand_out_on_a_terminal_and_are_plain_in_a_pipe():
@@ -72,3 +123,7 @@ def test_no_command_breaks_a_number_at_the_terminals_edge(args):
     wide = in_a_pipe(*args)
     assert narrow.strip() and max(map(len, narrow.splitlines())) <= 80
     assert sorted(set(NUMBER.findall(narrow))) == sorted(set(NUMBER.findall(wide)))
+    lines = narrow.splitlines()
+    for line, below in zip(lines, lines[1:]):  # a line folded there ends with its unit, not a bare number
+        if below.startswith("    ") and below.strip() and not {"│", "┃"} & set(line + below):
+            assert not re.fullmatch(r"[(\[~+\-<>=]*\d(?:[\d,.]*\d)?%?", line.split()[-1]), (line, below)
