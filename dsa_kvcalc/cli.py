@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 
 import typer
+from typer._click._textwrap import TextWrapper
 from typer.exceptions import TyperException
 
 from dsa_kvcalc import __version__
@@ -18,6 +19,9 @@ from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, writ
 from dsa_kvcalc.keys import RecipeError, Refusal
 from dsa_kvcalc.streams import Stream, StreamError, console, printable
 
+# -h folds its text at spaces only: never inside a key at its hyphens (max-num-seqs, not max-num- / seqs). typer
+# (pinned below 0.29) formats help with its vendored click, whose wrapper this is.
+TextWrapper.wordsep_re = TextWrapper.wordsep_simple_re
 REFUSED = 4  # the exit code of a deployment vLLM would refuse to start
 EXIT_CODES = ("Exit codes: 0 done; 1 recommend found nothing that meets the targets, or verify found plan and the GPU "
               "differ; 2 bad input (one line, error: KEY: problem), weights that do not fit included; 3 verify has no "

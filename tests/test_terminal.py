@@ -127,3 +127,28 @@ def test_no_command_breaks_a_number_at_the_terminals_edge(args):
     for line, below in zip(lines, lines[1:]):  # a line folded there ends with its unit, not a bare number
         if below.startswith("    ") and below.strip() and not {"│", "┃"} & set(line + below):
             assert not re.fullmatch(r"[(\[~+\-<>=]*\d(?:[\d,.]*\d)?%?", line.split()[-1]), (line, below)
+
+
+def test_help_never_breaks_a_key_at_its_hyphens():
+    shown = on_terminal("plan", "-h")
+    lines = shown.splitlines()
+    assert "max-num-seqs=384" in shown and "speculative-config.num_speculative_tokens=3" in shown
+    assert not [line for line in lines if re.search(r"[a-z]-$", line)], lines
+
+
+def test_markdown_gives_each_answer_one_bullet_and_no_stray_list_item():
+    text = in_a_pipe("plan", SEED, "--format", "markdown")
+    bullets = [line for line in text.splitlines() if line.startswith("- ")]
+    oom = [line for line in bullets if "OOM above 152" in line]
+    assert len(oom) == 1 and "Fix: max-num-seqs 152, or VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=" in oom[0]
+    assert not [line for line in text.splitlines() if line.startswith(("* ", "+ "))]  # the caption is no list item
+
+
+@pytest.mark.parametrize("args", [["plan", RECIPES / "deepseek-v3.2-8xh200-tp8.yaml"],
+                                  ["plan", RECIPES / "deepseek-v3.2-8xh200-tp8.yaml", "--format", "markdown"]],
+                         ids=["table", "markdown"])
+def test_a_row_no_backend_fills_is_left_out(args):
+    # On H200 every backend reads the same FP32 logits (one column), none is at risk (no workaround) and none is
+    # compared with auto: those rows would be empty.
+    text = ANSI.sub("", on_terminal(*args))
+    assert "KV tokens/rank" in text and "tokens vs auto" not in text and "workaround MiB" not in text

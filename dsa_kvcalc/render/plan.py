@@ -50,6 +50,7 @@ def table(plan: Plan) -> tuple[list[str], list[list[str]], list[str]]:
     columns = [quantities(plan, group[0]) for group in alike.values()]  # as for the group's first (auto, if in it)
     header = ["", *(", ".join(b.backend + (" *" if b.selected else "") for b in group) for group in alike.values())]
     rows = [[label, *(column[i][1] for column in columns)] for i, (label, _) in enumerate(columns[0])] if columns else []
+    rows = [row for row in rows if any(row[1:])]  # a row no backend fills says nothing
     unavailable = [f"{b.backend}: {b.reason}" for b in plan.backends if not b.available]
     return header, rows, unavailable
 
@@ -205,7 +206,7 @@ def render_markdown(plan: Plan) -> str:
              f"**{heading(plan)}**", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    lines += ["", CAPTION, "", *(f"- unavailable: {u}" for u in unavailable), f"- {memory_line(plan)}",
+    lines += ["", "\\" + CAPTION, "", *(f"- unavailable: {u}" for u in unavailable), f"- {memory_line(plan)}",
               *(f"- warning: {w}" for w in warnings(plan)), *(f"- assumption: {a}" for a in assumptions(plan)),
               *(f"- published: {d}" for d in details)]
     return "\n".join(lines) + "\n"
