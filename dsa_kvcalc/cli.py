@@ -71,6 +71,12 @@ class PickFormat(str, Enum):
     vllm_config = "vllm-config"
 
 
+class CompareFormat(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+
+
 class SweepFormat(str, Enum):
     csv = "csv"
     jsonl = "jsonl"
@@ -458,6 +464,67 @@ def recommend(
         if format in (PickFormat.serve, PickFormat.vllm_config):
             sys.stderr.write("error: no setting meets the targets (see recommend's table for why)\n")
         raise typer.Exit(1)
+
+
+@app.command()
+def compare(
+    recipes: list[Path] = typer.Argument(None, help="Two or more recipes (or launch scripts); one with --across",
+                                         show_default=False),
+    command: list[str] = typer.Option([], "--command", help="A pasted vllm serve command, as a column (repeat)"),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP + "; applies to every column"),
+    across: list[str] = typer.Option([], "--across", help="KEY=V1,V2,...: one column a value (any recipe key: "
+                                                          "vllm-version, gpu, tensor-parallel-size, ...); repeat to "
+                                                          "change several keys together, the n-th values in the n-th "
+                                                          "column"),
+    format: CompareFormat | None = typer.Option(None, "--format", "-f", help="Default: the one --output's suffix "
+                                                                            "names (.json, .md), else table"),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE (atomically) instead of stdout"),
+):
+    """What changes between deployments: one column a plan, the rows that differ first (verdict, KV tokens,
+    concurrency, OOM bound and fix, reservation, graphs, weights, the recipe as vLLM resolves it), then the vLLM
+    rules that differ between their releases, with citations. Exits 4 when vLLM would refuse to start a column."""
+    from dsa_kvcalc import compare as comparing, sweep as sweeping
+    from dsa_kvcalc.recipe import load_recipe
+    from dsa_kvcalc.render import compare as render
+
+    recipes = recipes or []
+    sources = [(str(path), path, None) for path in recipes]
+    sources += [(f"--command {i}" if len(command) > 1 else "--command", None, text) for i, text in enumerate(command, 1)]
+    if across and len(sources) != 1:
+        fail(f"--across: compares one recipe across values; give one recipe or --command, not {len(sources)} "
+             f"(see dsa-kvcalc compare --help)")
+    if not across and len(sources) < 2:
+        fail("recipes: give two or more recipes (or --command), or one with --across KEY=V1,V2 (see dsa-kvcalc "
+             "compare --help)")
+    check_outputs({"--output": output}, recipes)
+
+    def work():
+        if across:
+            (_, path, text), = sources
+            return comparing.across(sweeping.load_base(path, set_, text), sweeping.parse_varies(across, "--across"))
+        return [comparing.planned(label, lambda: load_recipe(path, set_, text)) for label, path, text in sources]
+
+    columns = guarded(work)
+    corner = ", ".join(text.split("=", 1)[0].strip() for text in across)
+    format = chosen(format, output, {".json": CompareFormat.json, ".md": CompareFormat.markdown},
+                    CompareFormat.table)
+    if format is CompareFormat.json:
+        text = render.render_json(columns, corner)
+    elif format is CompareFormat.markdown:
+        text = render.render_markdown(columns, corner)
+    elif output is None:
+        text = None
+        render.render_table(columns, corner, console())
+    else:
+        text = console_text(lambda c: render.render_table(columns, corner, c))
+    if text is not None:
+        emit([text], output)
+    for column in columns:
+        if column.refused is not None:
+            sys.stderr.write(f"error: {printable(column.label)}: vLLM would refuse to start it: "
+                             f"{printable(column.refused)}\n")
+    if any(column.refused is not None for column in columns):
+        raise typer.Exit(REFUSED)
 
 
 @app.command()

@@ -179,6 +179,7 @@ def summary(plan: Plan) -> dict:
         "refused": refusal(plan, b) if b.available else f"{b.backend} cannot run here: {b.reason}",
         "kv_cache_tokens": b.kv_cache_tokens, "max_concurrency": b.max_concurrency,
         "max_model_len": plan.recipe.max_model_len, "data_parallel_size": plan.recipe.data_parallel_size,
+        "deployment_kv_cache_tokens": b.kv_cache_tokens * plan.recipe.data_parallel_size,
         "rules_of": NEWEST_VLLM if plan.recipe.engine.newer_than_modelled else None, "oom": risk_json(plan, b),
         "compared": None if other is None else {
             "backend": other.backend, "refused": refusal(plan, other), "kv_cache_tokens": other.kv_cache_tokens,

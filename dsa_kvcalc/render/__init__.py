@@ -29,13 +29,18 @@ def longest(texts, split=lambda text: [text]) -> int:
     return max((len(word) for text in texts for word in split(text)), default=1)
 
 
+def words(text: str) -> list[str]:
+    """What fold() keeps whole: the words, a number and the word after it as one."""
+    return [word for word in NUMBER_THEN_WORD.sub(lambda m: m[1] + GLUE, text).split(" ") if word]
+
+
 def least_widths(header: list[str], rows: list[list[str]], prose=()) -> list[int]:
     """Per column, the narrowest width that cuts no figure and folds no short header word: its widest cell (a prose
-    column: its longest word, and PROSE_MIN unless all of it is shorter), and at least its header's longest word
-    up to HEADER_WORD_MAX."""
+    column: its longest word, a number with its unit, and PROSE_MIN unless all of it is shorter), and at least its
+    header's longest word up to HEADER_WORD_MAX."""
     def least(i: int, label: str) -> int:
         cells = [row[i] for row in rows]
-        body = max(longest(cells, str.split), min(longest(cells), PROSE_MIN)) if i in prose else longest(cells)
+        body = max(longest(cells, words), min(longest(cells), PROSE_MIN)) if i in prose else longest(cells)
         return max(body, min(longest([label], str.split), HEADER_WORD_MAX))
 
     return [least(i, label) for i, label in enumerate(header)]

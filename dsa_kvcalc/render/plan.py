@@ -70,7 +70,8 @@ def summary_lines(s: dict) -> list:
         lines.append(Text.assemble((f"{label} would not start", "bold red"), f": {s['refused']}."))
     else:
         dp = s["data_parallel_size"]
-        deployment = f"; the deployment, DP{dp}, holds {dp} x that." if dp > 1 else "."
+        deployment = (f"; the deployment, DP{dp}, holds {dp} x that, {s['deployment_kv_cache_tokens']:,}." if dp > 1
+                      else ".")
         lines.append(Text.assemble((f"{label} starts", "bold green"), f". Per rank {s['backend']} holds "
                                    f"{s['kv_cache_tokens']:,} KV tokens: {s['max_concurrency']:.2f} requests of "
                                    f"max-model-len {s['max_model_len']:,}{deployment}"))
