@@ -488,7 +488,8 @@ def compare(
     from dsa_kvcalc.render import compare as render
 
     recipes = recipes or []
-    sources = [(str(path), path, None) for path in recipes]
+    names = [path.stem if [p.stem for p in recipes].count(path.stem) == 1 else str(path) for path in recipes]
+    sources = [(name, path, None) for name, path in zip(names, recipes)]
     sources += [(f"--command {i}" if len(command) > 1 else "--command", None, text) for i, text in enumerate(command, 1)]
     if across and len(sources) != 1:
         fail(f"--across: compares one recipe across values; give one recipe or --command, not {len(sources)} "
@@ -521,8 +522,7 @@ def compare(
         emit([text], output)
     for column in columns:
         if column.refused is not None:
-            sys.stderr.write(f"error: {printable(column.label)}: vLLM would refuse to start it: "
-                             f"{printable(column.refused)}\n")
+            sys.stderr.write(f"error: {printable(column.label)}: {printable(column.refused)}\n")
     if any(column.refused is not None for column in columns):
         raise typer.Exit(REFUSED)
 

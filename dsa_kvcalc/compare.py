@@ -27,7 +27,9 @@ def planned(label: str, load) -> Column:
         plan = capacity.plan(load())
     except Refusal as error:
         return Column(label, None, str(error))
-    return Column(label, plan, plan_json(plan)["summary"]["refused"])
+    refused = plan_json(plan)["summary"]["refused"]
+    return Column(label, plan, refused and f"{plan.recipe.engine.label} would refuse to start this deployment: "
+                                           f"{refused}")
 
 
 def across(base: Base, varies: list[Vary]) -> list[Column]:
@@ -89,11 +91,15 @@ ANSWER_ROWS = (
 @dataclass(frozen=True)
 class Row:
     key: str  # an ANSWER_ROWS key, "recipe.KEY" (a resolved recipe key) or "rule.NAME" (a VLLM_RULES rule)
-    values: list  # one a column; None where it does not apply (a column vLLM refuses)
+    values: list  # one a column; None where it does not apply (a column vLLM refuses before planning)
+    differs: bool  # between the columns that were planned
 
-    @property
-    def differs(self) -> bool:
-        return any(value != self.values[0] for value in self.values)
+
+def row(key: str, values: list, columns: list[Column], alone: bool = True) -> Row:
+    """A row differs where two planned columns differ; with one planned column, every answer's row (alone) tells
+    it apart from the columns vLLM refuses."""
+    planned = [value for value, column in zip(values, columns) if column.plan is not None]
+    return Row(key, values, (alone and len(planned) < 2) or any(value != planned[0] for value in planned))
 
 
 def answered(j: dict) -> dict:
@@ -104,16 +110,16 @@ def rows(columns: list[Column]) -> list[Row]:
     """The answer's rows (the deployment's KV tokens where a column is data parallel), then the resolved recipe's,
     then the rules': each figure as plan's JSON gives it."""
     planned_json = [None if c.plan is None else plan_json(c.plan) for c in columns]
-    found = [Row("verdict", [c.refused for c in columns])]
+    found = [Row("verdict", [c.refused for c in columns], any(c.refused != columns[0].refused for c in columns))]
     data_parallel = any(j is not None and j["summary"]["data_parallel_size"] > 1 for j in planned_json)
-    found += [Row(key, [None if j is None else read(j, answered(j)) for j in planned_json])
+    found += [row(key, [None if j is None else read(j, answered(j)) for j in planned_json], columns)
               for key, read in ANSWER_ROWS if data_parallel or key != "deployment_kv_cache_tokens"]
     recipes = [None if j is None else flatten("", j["recipe"], {}) for j in planned_json]
     keys = dict.fromkeys(key for recipe in recipes if recipe for key in recipe)
-    found += [Row(f"recipe.{key}", [None if recipe is None else recipe.get(key) for recipe in recipes])
-              for key in keys]
-    found += [Row(f"rule.{name}", [None if c.plan is None else rule_value(c.plan.recipe, name) for c in columns])
-              for name in VLLM_RULES]
+    found += [row(f"recipe.{key}", [None if recipe is None else recipe.get(key) for recipe in recipes], columns,
+                  False) for key in keys]
+    found += [row(f"rule.{name}", [None if c.plan is None else rule_value(c.plan.recipe, name) for c in columns],
+                  columns, False) for name in VLLM_RULES]
     return found
 
 

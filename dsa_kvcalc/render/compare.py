@@ -78,8 +78,8 @@ def cells(row: Row, columns: list[Column], notes: dict[str, int]) -> list[list[s
     """A row as the table shows it: one line, or two for the fix (max-num-seqs, then the logits budget)."""
     if row.key == "verdict":
         return [[ANSWER_LABELS["verdict"][0], *(verdict(c, notes) for c in columns)]]
-    if row.key.startswith("recipe."):
-        return [[row.key.removeprefix("recipe."), *("" if v is None else shown(v) for v in row.values)]]
+    if row.key.startswith("recipe."):  # a nested key by its last part: num_speculative_tokens
+        return [[row.key.rsplit(".", 1)[-1], *("" if v is None else shown(v) for v in row.values)]]
     label, show = ANSWER_LABELS[row.key]
     lines = [[label, *("" if v is None else show(v) for v in row.values)]]
     if row.key == "fix":
@@ -129,12 +129,17 @@ def changed_rules(columns: list[Column], found: list[Row]) -> list[str]:
     return lines
 
 
+def shown_rows(found: list[Row]) -> list[Row]:
+    """The rows the table shows: those that differ, the rules apart."""
+    return [row for row in found if row.differs and not row.key.startswith("rule.")]
+
+
 def render_table(columns: list[Column], corner: str, console) -> None:
     """corner heads the labels' column: the keys --across varies (the columns are their values)."""
     found = rows(columns)
     notes: dict[str, int] = {}
     header = [corner, *(c.label for c in columns)]
-    differing = [row for row in found if row.differs and not row.key.startswith("rule.")]
+    differing = shown_rows(found)
     same = [row for row in found if not row.differs and not row.key.startswith(("rule.", "recipe.", "verdict"))
             and row.values[0] is not None]
     say(console, title(columns))
@@ -157,7 +162,7 @@ def render_table(columns: list[Column], corner: str, console) -> None:
 def render_markdown(columns: list[Column], corner: str) -> str:
     found = rows(columns)
     notes: dict[str, int] = {}
-    differing = [row for row in found if row.differs and not row.key.startswith("rule.")]
+    differing = shown_rows(found)
     table = [line for row in differing for line in cells(row, columns, notes)]
     lines = [f"**{title(columns)}**", "", f"| {corner} | " + " | ".join(c.label for c in columns) + " |",
              "|" + "---|" * (len(columns) + 1), *("| " + " | ".join(line) + " |" for line in table), ""]
