@@ -303,7 +303,7 @@ def calibrate(
             raw, notes = calibration.recipe_from_log(reading)
             for assignment in set_:
                 set_override(raw, assignment)
-            source, recipe_dir = "from the log's non-default args", Path(".")
+            source, recipe_dir = calibration.recipe_source(reading), Path(".")
         else:
             raw, notes = read_recipe(recipe, set_), []
             source, recipe_dir = str(recipe), recipe.parent
@@ -318,7 +318,8 @@ def calibrate(
 
     result = guarded(work)
     check_outputs({"--output": output}, [result.recipe.model.config_path])
-    text = render.render_json(result) if format is ReportFormat.json else for_terminal(render.render_text(result))
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    text = render.render_json(result) if format is ReportFormat.json else for_terminal(render.render_text(result, width))
     calibrated = [render.recipe_yaml(result, log.name)] if output is not None else []  # ready before any write
     sys.stdout.write(text)
     if output is not None:

@@ -158,3 +158,14 @@ def test_a_row_no_backend_fills_is_left_out(args):
 def test_compare_fits_80_columns_as_a_table():
     shown = ANSI.sub("", on_terminal("compare", SEED, "--across", "vllm-version=0.30.0,0.33.0")).splitlines()
     assert max(map(len, shown)) <= 80 and any("━" in line for line in shown)  # a table, not records
+
+
+def test_calibrate_goes_one_line_a_term_where_its_table_is_wider_than_the_terminal():
+    shown = ANSI.sub("", on_terminal("calibrate", RTX, "--set", "gpu=RTX PRO 6000")).splitlines()
+    terms = ("weights", "peak activation", "non-torch", "CUDA graphs", "KV memory", "KV bytes per logged token",
+             "KV tokens")
+    assert [line.split(":")[0] for line in shown if line.startswith(terms)] == list(terms)
+    assert not [line for line in shown if re.search(r"\S {2,}\S", line)]  # no table's padded columns
+    assert "weights: log 75.64 GiB; plan (same recipe) 74.08 GiB" in joined(shown)  # the log's figure, as printed
+    wide = in_a_pipe("calibrate", RTX, "--set", "gpu=RTX PRO 6000")
+    assert re.search(r"^weights {2,}75\.64 GiB", wide, re.MULTILINE)  # a pipe keeps the table
