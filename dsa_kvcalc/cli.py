@@ -374,8 +374,9 @@ def sweep(
     format: SweepFormat | None = typer.Option(None, "--format", "-f", help="Default: csv for --output *.csv, jsonl "
                                                                           "for *.jsonl, else table"),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE (atomically) instead of stdout"),
-    plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG of KV tokens and the decode-logits "
-                                                          "reservation against the first varied key"),
+    plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG of KV tokens against the first varied "
+                                                          "key, a panel per value of the second, the OOM bound "
+                                                          "marked (and the reservation, where it moves)"),
 ):
     """Plan every point of the varied keys' product: one row per point and backend (plan's JSON, flattened)."""
     from rich.progress import Progress
