@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import Plan
 from dsa_kvcalc.engine import VLLM_RULES, release_tuple
-from dsa_kvcalc.keys import Recipe, RecipeError, Refusal
+from dsa_kvcalc.keys import RecipeError, Refusal
 from dsa_kvcalc.report import flatten, plan_json
 from dsa_kvcalc.sweep import Base, Vary, recipe_at
 
@@ -18,6 +18,7 @@ from dsa_kvcalc.sweep import Base, Vary, recipe_at
 class Column:
     label: str  # the file, the command, or the values across (their keys head the table)
     plan: Plan | None  # None: vLLM would refuse to start it before any memory is counted
+    json: dict | None  # plan's JSON, which every row reads
     refused: str | None  # why vLLM would not start it (a check at start-up, or the plan's own verdict)
 
 
@@ -26,10 +27,11 @@ def planned(label: str, load) -> Column:
     try:
         plan = capacity.plan(load())
     except Refusal as error:
-        return Column(label, None, str(error))
-    refused = plan_json(plan)["summary"]["refused"]
-    return Column(label, plan, refused and f"{plan.recipe.engine.label} would refuse to start this deployment: "
-                                           f"{refused}")
+        return Column(label, None, None, str(error))
+    j = plan_json(plan)
+    refused = j["summary"]["refused"]
+    return Column(label, plan, j, refused and f"{plan.recipe.engine.label} would refuse to start this deployment: "
+                                              f"{refused}")
 
 
 def across(base: Base, varies: list[Vary]) -> list[Column]:
@@ -46,8 +48,6 @@ def across(base: Base, varies: list[Vary]) -> list[Column]:
     return columns
 
 
-# Rows: (key, where it is read in a plan's JSON). The answer's rows read the summary (the answered backend: the
-# recipe's own where it runs) and that backend's figures.
 def oom_above(j: dict) -> int | bool:
     """The decodes above which the release runs out of memory, or False where it is not at risk."""
     risk = j["summary"]["oom"]
@@ -68,6 +68,8 @@ def compared(j: dict) -> dict | None:
     return {key: other[key] for key in ("backend", "kv_cache_tokens", "kv_cache_tokens_vs_answered")}
 
 
+# Rows: (key, where it is read in a plan's JSON). The answer's rows read the summary (the answered backend: the
+# recipe's own where it runs) and that backend's figures.
 ANSWER_ROWS = (
     ("backend", lambda j, b: j["summary"]["backend"]),
     ("kv_cache_tokens", lambda j, b: j["summary"]["kv_cache_tokens"]),
@@ -109,7 +111,7 @@ def answered(j: dict) -> dict:
 def rows(columns: list[Column]) -> list[Row]:
     """The answer's rows (the deployment's KV tokens where a column is data parallel), then the resolved recipe's,
     then the rules': each figure as plan's JSON gives it."""
-    planned_json = [None if c.plan is None else plan_json(c.plan) for c in columns]
+    planned_json = [c.json for c in columns]
     found = [Row("verdict", [c.refused for c in columns], any(c.refused != columns[0].refused for c in columns))]
     data_parallel = any(j is not None and j["summary"]["data_parallel_size"] > 1 for j in planned_json)
     found += [row(key, [None if j is None else read(j, answered(j)) for j in planned_json], columns)
@@ -118,7 +120,7 @@ def rows(columns: list[Column]) -> list[Row]:
     keys = dict.fromkeys(key for recipe in recipes if recipe for key in recipe)
     found += [row(f"recipe.{key}", [None if recipe is None else recipe.get(key) for recipe in recipes], columns,
                   False) for key in keys]
-    found += [row(f"rule.{name}", [None if c.plan is None else rule_value(c.plan.recipe, name) for c in columns],
+    found += [row(f"rule.{name}", [None if j is None else j["engine"]["rules"][name]["value"] for j in planned_json],
                   columns, False) for name in VLLM_RULES]
     return found
 
@@ -126,10 +128,6 @@ def rows(columns: list[Column]) -> list[Row]:
 def plain(value):
     """A rule's value as JSON holds it: a set of names as a sorted list."""
     return sorted(value) if isinstance(value, frozenset) else value
-
-
-def rule_value(recipe: Recipe, name: str):
-    return plain(getattr(recipe.engine, name))
 
 
 def rule_changes(columns: list[Column], name: str) -> dict:

@@ -96,15 +96,26 @@ def test_a_flat_reservation_has_no_panel_and_a_moving_one_has():
                 and len(line.get_xdata()) == 2]  # main reserves them: no bound
 
 
-def test_ten_thousand_points_are_one_panel_a_value_of_the_second_key():
+def synthetic(values: int, points: int):
+    """A series of 2 backends x `values` of the second key x `points` of max-num-seqs, without planning."""
     plot = pytest.importorskip("dsa_kvcalc.plot")
     series = plot.Series(["max-num-seqs", "speculative-config.num_speculative_tokens"], "a title")
-    for k in range(10):
+    for k in range(values):
         for backend, tokens in (("auto", 40e6), ("deep_select", 45e6)):
-            series.lines[(backend, k)] = [(n, tokens - n * k, 512 << 20, n > 150, 150) for n in range(1, 1001)]
-    figure = plot.figure(series)
+            series.lines[(backend, k)] = [(n, tokens - n * k, 512 << 20, n > 150, 150) for n in range(1, points + 1)]
+    return plot.figure(series)
+
+
+def test_ten_thousand_points_are_one_panel_a_value_of_the_second_key():
+    figure = synthetic(10, 500)  # 2 x 10 x 500 = 10,000 points
     assert [a.get_title() for a in panels(figure)] == [f"num_speculative_tokens={k}" for k in range(10)]
     assert all(line.get_marker() in (None, "None") for line in kv_lines(figure))  # lines, not 1,000 markers
+
+
+def test_up_to_16_panels_and_line_styles_beyond():
+    assert len(panels(synthetic(16, 3))) == 16
+    beyond = synthetic(17, 3)
+    assert len(panels(beyond)) == 1 and len({line.get_linestyle() for line in kv_lines(beyond)}) > 1
 
 
 def test_categories_are_points_and_one_point_shows():

@@ -113,8 +113,8 @@ def gap_notes(plan: Plan) -> tuple[list[str], list[str]]:
         g = gaps[0]
         first.append(f"{backend} here is {g.change:+.1%} off the {g.published_tokens:,} KV tokens {g.source} measured "
                      f"for this deployment (why: the published line below)")
-        figures = " and ".join(f"{g.published_tokens:,} {'with' if g.reserves_decode_logits else 'without'} the fix "
-                               f"(plan: {g.planned_tokens:,}, {g.change:+.1%})" for g in gaps)
+        figures = " and ".join(f"{gap.published_tokens:,} {'with' if gap.reserves_decode_logits else 'without'} the "
+                               f"fix (plan: {gap.planned_tokens:,}, {gap.change:+.1%})" for gap in gaps)
         details.append(f"{g.source} measured {backend} at {figures} KV tokens a rank" + (f": {g.why}" if g.why else ""))
     return first, details
 
