@@ -17,7 +17,7 @@ from typer.exceptions import TyperException
 from dsa_kvcalc import __version__
 from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, write
 from dsa_kvcalc.keys import RecipeError, Refusal
-from dsa_kvcalc.streams import Stream, StreamError, console, printable
+from dsa_kvcalc.streams import console, run, say
 
 # -h folds its text at spaces only: never inside a key at its hyphens (max-num-seqs, not max-num- / seqs). typer
 # (pinned below 0.29) formats help with its vendored click, whose wrapper this is.
@@ -84,7 +84,7 @@ class SweepFormat(str, Enum):
 
 
 def fail(message: str, code: int = 2):
-    sys.stderr.write(f"error: {printable(message)}\n")
+    say(f"error: {message}")
     raise typer.Exit(code)
 
 
@@ -222,7 +222,7 @@ def plan(
         emit([for_terminal(text) if explain and output is None else text], output)
     refused = selected_refusal(result)
     if refused:
-        sys.stderr.write(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}\n")
+        say(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}")
         raise typer.Exit(REFUSED)
 
 
@@ -319,7 +319,8 @@ def calibrate(
     result = guarded(work)
     check_outputs({"--output": output}, [result.recipe.model.config_path])
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-    text = render.render_json(result) if format is ReportFormat.json else for_terminal(render.render_text(result, width))
+    text = (render.render_json(result) if format is ReportFormat.json
+            else for_terminal(render.render_text(result, width)))
     calibrated = [render.recipe_yaml(result, log.name)] if output is not None else []  # ready before any write
     sys.stdout.write(text)
     if output is not None:
@@ -411,8 +412,8 @@ def sweep(
 
     guarded(write_outputs)
     if failures.count:
-        sys.stderr.write(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); "
-                         f"first: {printable(failures.first)}\n")
+        say(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); first: "
+            f"{failures.first}")
 
 
 @app.command()
@@ -524,7 +525,7 @@ def compare(
         emit([text], output)
     for column in columns:
         if column.refused is not None:
-            sys.stderr.write(f"error: {printable(column.label)}: {printable(column.refused)}\n")
+            say(f"error: {column.label}: {column.refused}")
     if any(column.refused is not None for column in columns):
         raise typer.Exit(REFUSED)
 
@@ -629,20 +630,8 @@ def usage_line(error: TyperException) -> str:
 
 
 def main(args: list[str] | None = None):
-    """The console script. stdout and stderr are written as streams.py says (and restored afterwards): a stdout that
-    cannot take the output is one line and exit 2, or exit 1 when its reader went away (| head)."""
-    streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = Stream(sys.stdout, product=True), Stream(sys.stderr, product=False)
-    try:
-        code = exit_code(args)
-        sys.stdout.flush()
-    except StreamError as error:
-        code = 1 if error.reader_gone else 2
-        if not error.reader_gone:
-            sys.stderr.write(f"error: {error}\n")
-    finally:
-        sys.stdout, sys.stderr = streams
-    sys.exit(code)
+    """The console script: a stdout that cannot take the output is handled as streams.run says."""
+    sys.exit(run(lambda: exit_code(args)))
 
 
 def exit_code(args: list[str] | None) -> int:
@@ -653,7 +642,7 @@ def exit_code(args: list[str] | None) -> int:
         if type(error).__name__ == "NoArgsIsHelpError":
             sys.stdout.write(error.message + "\n")
             return 0
-        sys.stderr.write(f"error: {printable(usage_line(error))}\n")
+        say(f"error: {usage_line(error)}")
         return error.exit_code
     except (KeyboardInterrupt, typer.Abort):  # Ctrl-C: the shell's convention, and no traceback
         return 128 + signal.SIGINT

@@ -97,7 +97,7 @@ class KvSpec:
     groups: tuple[Group, ...]
     block_bytes: int  # what one block id costs (on the stage with the most)
     pages_per_request: int  # pages one request of max_model_len holds, over all groups
-    window_state_pages: int  # of those, its window and state groups': at most window + tokens in flight, or a fixed count
+    window_state_pages: int  # of those, its window and state groups': up to window + tokens in flight, or a count
     request_bytes: int  # vLLM's "KV cache is needed" for one request of max_model_len
     max_model_len: int
     tokens_from_concurrency: bool  # vLLM >= 0.20.1: tokens = int(concurrency x L); before: blocks x block tokens

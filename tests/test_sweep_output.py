@@ -77,7 +77,8 @@ def test_the_oom_bound_is_marked_on_the_axis_in_its_backends_colour():
     figure = series_of(["max-num-seqs=64:512:64"])
     # plan at the seed's recipe: auto is at risk above its bound, deep_select above its own (both within 64-512)
     plan = json.loads(run("plan", SEED, "--format", "json").stdout)
-    bounds = {b["backend"]: b["oom"]["max_decodes"] for b in plan["backends"] if b["backend"] in ("auto", "deep_select")}
+    bounds = {b["backend"]: b["oom"]["max_decodes"] for b in plan["backends"]
+              if b["backend"] in ("auto", "deep_select")}
     legend = legend_colours(figure)
     colour = {backend: next(c for label, c in legend.items() if label.split(",")[0] == backend) for backend in bounds}
     (axes,) = panels(figure)
