@@ -79,10 +79,10 @@ def print_table(console, header: list[str], rows: list[list], *, left=(0,), pros
     spare = console.width - table_width(widths)
     if spare < 0:
         if title:
-            prose(console, title)
+            print_prose(console, title)
         for row in cells:
-            prose(console, Text("; ").join(Text(f"{label}: " if label else "") + cell
-                                           for label, cell in zip(header, row) if cell.plain))
+            print_prose(console, Text("; ").join(Text(f"{label}: " if label else "") + cell
+                                                 for label, cell in zip(header, row) if cell.plain))
         return
     natural = [max(len(label), longest([row[i] for row in plain])) for i, label in enumerate(header)]
     spare = grow(widths, [natural[i] if i in prose else widths[i] for i in range(len(header))], spare)
@@ -124,7 +124,7 @@ def folded(text, width: int, more: int = CONTINUED) -> list:
     return pieces
 
 
-def prose(console, line, more: int = CONTINUED) -> None:
+def print_prose(console, line, more: int = CONTINUED) -> None:
     """Print one line of prose (a str, never read as markup, or a rich Text) folded to the console's width."""
     from rich.text import Text
 

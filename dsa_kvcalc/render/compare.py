@@ -5,7 +5,7 @@ import json
 
 from dsa_kvcalc.compare import Column, Row, rule_changes, rows
 from dsa_kvcalc.engine import ALL
-from dsa_kvcalc.render import gib, print_table, prose
+from dsa_kvcalc.render import gib, print_table, print_prose
 from dsa_kvcalc.report import TOOL
 
 
@@ -142,21 +142,21 @@ def render_table(columns: list[Column], corner: str, console) -> None:
     differing = shown_rows(found)
     same = [row for row in found if not row.differs and not row.key.startswith(("rule.", "recipe.", "verdict"))
             and row.values[0] is not None]
-    prose(console, title(columns))
+    print_prose(console, title(columns))
     print_table(console, header, [line for row in differing for line in cells(row, columns, notes)],
                 prose=range(1, len(header)))
     for note, number in notes.items():
-        prose(console, f"[{number}] {note}")
+        print_prose(console, f"[{number}] {note}")
     if same:
-        prose(console, "the same in every column: " + "; ".join(
+        print_prose(console, "the same in every column: " + "; ".join(
             f"{line[0]} {line[1]}" for row in same for line in cells(row, columns, {})))
     rules = changed_rules(columns, found)
     if rules:
-        prose(console, "vLLM rules that differ between the columns (engine.py VLLM_RULES): the oldest release's "
-                       "value, then each change and the first release with it:")
+        print_prose(console, "vLLM rules that differ between the columns (engine.py VLLM_RULES): the oldest "
+                             "release's value, then each change and the first release with it:")
         for line in rules:
-            prose(console, f"  {line}")
-    prose(console, CAPTION)
+            print_prose(console, f"  {line}")
+    print_prose(console, CAPTION)
 
 
 def render_markdown(columns: list[Column], corner: str) -> str:

@@ -4,7 +4,7 @@ import json
 
 from dsa_kvcalc.fit import Answer
 from dsa_kvcalc.keys import Recipe
-from dsa_kvcalc.render import gib, print_table, prose
+from dsa_kvcalc.render import gib, print_table, print_prose
 from dsa_kvcalc.report import TOOL
 
 
@@ -65,9 +65,9 @@ def explained(a: Answer, r: Recipe) -> str:
 def render_table(r: Recipe, answers: list[Answer], console) -> None:
     """One row per group of backends with the same answers; under the table, what each answer sets, what plan says
     there and what fails one step up."""
-    prose(console, f"What fits per rank: {r.model.name} on {r.gpu.name}, {r.engine.label}. Each answer sets the keys "
-                   f"it names (the recipe: max-num-seqs {r.max_num_seqs:,}, max-model-len {r.max_model_len:,}) and is "
-                   f"plan's figure there.")
+    print_prose(console, f"What fits per rank: {r.model.name} on {r.gpu.name}, {r.engine.label}. Each answer sets "
+                         f"the keys it names (the recipe: max-num-seqs {r.max_num_seqs:,}, max-model-len "
+                         f"{r.max_model_len:,}) and is plan's figure there.")
     by_backend: dict[str, list[Answer]] = {}
     for a in answers:
         by_backend.setdefault(a.backend, []).append(a)
@@ -78,6 +78,6 @@ def render_table(r: Recipe, answers: list[Answer], console) -> None:
     rows = [[", ".join(f[0].backend for f in group), *(cell(a) for a in group[0])] for group in alike.values()]
     print_table(console, ["backend", *(header(a) for a in first)], rows, left=(0,), prose=(0,))
     for lines, group in alike.items():
-        prose(console, f"{', '.join(f[0].backend for f in group)}:")
+        print_prose(console, f"{', '.join(f[0].backend for f in group)}:")
         for line in lines:
-            prose(console, f"  {line}")
+            print_prose(console, f"  {line}")

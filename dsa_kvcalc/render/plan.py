@@ -9,7 +9,7 @@ from dsa_kvcalc.capacity import DTYPE_BYTES, BackendPlan, Plan, Reservation, Res
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Rows
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc import published
-from dsa_kvcalc.render import csv_fields, gib, least_widths, print_table, prose, table_width
+from dsa_kvcalc.render import csv_fields, gib, least_widths, print_table, print_prose, table_width
 from dsa_kvcalc.report import (assumptions, backend_json, flatten, plan_json, fix_name, reserved_label, summary,
                                warnings)
 
@@ -177,27 +177,27 @@ def render_table(plan: Plan, console) -> None:
     answer = summary_lines(summary(plan))
     first, details = gap_notes(plan)
     for line in answer:
-        prose(console, line, 0)
+        print_prose(console, line, 0)
     for group in column_groups(header, rows, console.width):
         columns = [0, *group]
         print_table(console, [header[i] for i in columns], [[row[i] for i in columns] for row in rows])
     for line in first:
-        prose(console, Text.assemble(("note:", "yellow"), f" {line}"))
-    prose(console, heading(plan))
-    prose(console, CAPTION)
+        print_prose(console, Text.assemble(("note:", "yellow"), f" {line}"))
+    print_prose(console, heading(plan))
+    print_prose(console, CAPTION)
     for line in unavailable:
-        prose(console, f"unavailable: {line}")
-    prose(console, memory_line(plan))
+        print_prose(console, f"unavailable: {line}")
+    print_prose(console, memory_line(plan))
     for line in warnings(plan):
-        prose(console, Text.assemble(("warning:", "yellow"), f" {line}"))
+        print_prose(console, Text.assemble(("warning:", "yellow"), f" {line}"))
     for line in assumptions(plan):
-        prose(console, f"assumption: {line}")
+        print_prose(console, f"assumption: {line}")
     for line in details:
-        prose(console, f"published: {line}")
+        print_prose(console, f"published: {line}")
     if console.is_terminal:
-        prose(console, Text("answer (as at the top):", "dim"))
+        print_prose(console, Text("answer (as at the top):", "dim"))
         for line in answer:
-            prose(console, line, 0)
+            print_prose(console, line, 0)
 
 
 def render_markdown(plan: Plan) -> str:
