@@ -65,7 +65,8 @@ def figure(series: Series):
     numeric = all(isinstance(x, Real) and not isinstance(x, bool) for x in xs)
     position = {x: x if numeric else i for i, x in enumerate(xs)}
     bound_on_axis = numeric and x_key.replace("_", "-") == BOUND_KEY
-    reserved_moves = len({r for points in series.lines.values() for _, _, r, _, _ in points}) > 1
+    reserved = {r for points in series.lines.values() for _, _, r, _, _ in points}
+    reserved_moves = len(reserved) > 1  # else no panel: the title gives its one value
     panels, faceted = panels_of(series)
     styled_keys = other_keys[1:] if faceted else other_keys
 
@@ -153,8 +154,8 @@ def figure(series: Series):
             axes.set_xlim(-0.5, len(xs) - 0.5)
         elif len(xs) == 1:
             axes.set_xticks(xs)
-    reservation = "" if reserved_moves else (
-        f"; the decode-logits reservation is {next(iter(series.lines.values()))[0][2] / GIB:.2f} GiB at every point")
+    reservation = "" if len(reserved) != 1 else (
+        f"; the decode-logits reservation is {reserved.pop() / GIB:.2f} GiB at every point")
     drawn.suptitle(f"{series.title}\nKV tokens per rank, millions (M){reservation}", fontsize=11)
     legend_columns = 1
     drawn.legend(list(legend.values()), list(legend), loc="lower center", ncol=legend_columns, fontsize=8,
