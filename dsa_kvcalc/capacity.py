@@ -533,8 +533,7 @@ def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = N
 
 # vLLM's fit of max-model-len -1 (auto): the profile runs at the model's maximum; where one request of that does not
 # fit the KV memory it left, the longest length whose request does, by bisection (the same in every release modelled).
-FIT_RULE = ("vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:1337-1405, 1545 (vllm==0.19.0 "
-            "vllm/v1/core/kv_cache_utils.py:1405-1460)")
+FIT_RULE = "vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:1337-1405"  # vllm==0.19.0 kv_cache_utils.py:1405-1460
 
 
 def fitted(recipe: Recipe, kv_specs: dict | None) -> Recipe:
@@ -553,8 +552,8 @@ def fitted(recipe: Recipe, kv_specs: dict | None) -> Recipe:
 
     longest = recipe.max_model_len
     if fits(longest):
-        return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: the model's maximum, {longest:,}, whose "
-                                                      f"one request fits the KV memory ({FIT_RULE})"))
+        return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: the model's maximum, {longest:,}, fits "
+                                                      f"({FIT_RULE})"))
     if not fits(1):  # vLLM stops: "Cannot auto-fit max_model_len", and the plan refuses
         return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: not one token fits the KV memory, so vLLM "
                                                       f"stops ({FIT_RULE})"))
@@ -563,9 +562,8 @@ def fitted(recipe: Recipe, kv_specs: dict | None) -> Recipe:
         middle = (good + bad) // 2
         good, bad = (middle, bad) if fits(middle) else (good, middle)
     return replace(at_most, max_model_len=good, notes=(
-        *recipe.notes, f"max-model-len auto: vLLM fits it to {good:,}, the longest length whose one request fits the "
-                       f"{available / GIB:.2f} GiB of KV cache its profile at the model's {longest:,} leaves with "
-                       f"{backend.backend} ({FIT_RULE}); planned at {good:,}"))
+        *recipe.notes, f"max-model-len auto: vLLM fits it to {good:,}, the longest whose one request fits the "
+                       f"{available / GIB:.2f} GiB its profile at {longest:,} leaves ({FIT_RULE})"))
 
 
 # Defaults that can decide the answer ------------------------------------------------------------------------------

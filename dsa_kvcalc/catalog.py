@@ -403,9 +403,9 @@ V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
 V4_FIRST = "0.20.0"
 V4_DRAFTERS = ("mtp", "dspark")
 V32_ARCH, GLM5_ARCH, V4_ARCH = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "DeepseekV4ForCausalLM"
-# GLM-5.x's BF16 checkpoints (planned as the FP8 ones, whose KV cache they share)
-GLM_BF16 = ("the BF16 checkpoint: the FP8 checkpoint's KV cache, but about twice its weights, which this plan does not "
-            "hold: measure them (memory.weights_gib) or plan the FP8 checkpoint (vllm-project/recipes ")
+# GLM-5.x's BF16 checkpoints, planned as the FP8 ones, whose KV cache they share (vllm-project/recipes
+# models/zai-org/GLM-5.yaml, GLM-5.1.yaml, GLM-5.2.yaml, GLM-5.3.yaml: the bf16 variants)
+GLM_BF16 = "the BF16 checkpoint: the same KV cache, about twice the weights (give memory.weights_gib)"
 # GlmMoeDsaForCausalLM runs an fp8 cache for kv-cache-dtype auto on SM10x from vLLM 0.32.0
 GLM5_AUTO_FP8 = (("0.32.0", ("sm100", "sm103"), "fp8_e4m3",
                   "vllm==0.32.0 vllm/model_executor/models/config.py:49-55 (vllm==0.31.0 :43-50 has no such rule)"),)
@@ -428,10 +428,10 @@ MLA_MODELS = [
           estimates.V32_CHECKPOINT, V32_EXPERT_BYTES, num_attention_heads=128),
     Model("zai-org/GLM-5-FP8", f"{AIC}/zai-org--GLM-5-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5",),
-          stand_ins=(("zai-org/GLM-5", GLM_BF16 + "models/zai-org/GLM-5.yaml)"),)),
+          stand_ins=(("zai-org/GLM-5", GLM_BF16),)),
     Model("zai-org/GLM-5.1-FP8", f"{AIC}/zai-org--GLM-5.1-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.1",),
-          stand_ins=(("zai-org/GLM-5.1", GLM_BF16 + "models/zai-org/GLM-5.1.yaml)"),)),
+          stand_ins=(("zai-org/GLM-5.1", GLM_BF16),)),
     Model("nvidia/GLM-5.1-NVFP4", f"{AIC}/nvidia--GLM-5.1-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
           estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, num_attention_heads=64,
           aliases=("GLM-5.1-NVFP4",),
@@ -447,7 +447,7 @@ MLA_MODELS = [
           aliases=("GLM-5.1-MXFP4",), checkpoint_format="mxfp4", note="MXFP4 routed experts; GLM-5.1's KV layout"),
     Model("zai-org/GLM-5.2-FP8", f"{AIC}/zai-org--GLM-5.2-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.2",),
-          stand_ins=(("zai-org/GLM-5.2", GLM_BF16 + "models/zai-org/GLM-5.2.yaml)"),),
+          stand_ins=(("zai-org/GLM-5.2", GLM_BF16),),
           index_topk_freq=4, index_skip_topk_offset=3,
           note="shared indexers: 21 of 78 layers (and the MTP layer) keep an indexer K cache"),
     Model("nvidia/GLM-5.2-NVFP4", f"{AIC}/nvidia--GLM-5.2-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
@@ -468,7 +468,7 @@ MLA_MODELS = [
           "layers, kv_lora_rank 512 + rope 64, index_topk_freq 4, index_skip_topk_offset 3; ROCm/ATOM#2291 states "
           "every KV field of GLM-5.3 equals GLM-5.2's)", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM53_CHECKPOINT, GLM_EXPERT_BYTES, index_topk_freq=4, index_skip_topk_offset=3,
-          num_attention_heads=64, stand_ins=(("zai-org/GLM-5.3-BF16", GLM_BF16 + "models/zai-org/GLM-5.3.yaml)"),),
+          num_attention_heads=64, stand_ins=(("zai-org/GLM-5.3-BF16", GLM_BF16),),
           note="GLM-5.2's shape: shared indexers on 21 of 78 layers (and the MTP layer)"),
     Model("Inferact/GLM-5.3-NVFP4", "vllm-project/recipes models/zai-org/GLM-5.3.yaml, variant nvfp4: Inferact's "
           "NVFP4 re-quantization of GLM-5.3's MoE expert linears, the rest BF16, GLM-5.3's architecture (so "

@@ -244,8 +244,8 @@ def image_release(image: str) -> tuple[str | None, str | None]:
     match = RELEASE_TAG.search(tag)
     if match and "$" not in tag:
         return match.group(1), None
-    return None, (f"the image {image} names no vLLM release (tag {tag}): read and planned as vLLM "
-                  f"{engines.NEWEST_VLLM}, the newest modelled; give --set vllm-version=X.Y.Z for the one it runs")
+    return None, (f"the image {image} names no vLLM release: planned as {engines.NEWEST_VLLM}, the newest "
+                  f"modelled (--set vllm-version=X.Y.Z for the one it runs)")
 
 
 def server_recipe(server: launch_script.Server, version: str | None) -> Server:
@@ -262,8 +262,8 @@ def server_recipe(server: launch_script.Server, version: str | None) -> Server:
     else:
         raw, unexpanded, release = newest_reading(server)
         if release != engines.NEWEST_VLLM:
-            notes.append(f"written for an older vLLM: read and planned as {release}, the newest release that takes "
-                         f"every argument given (--set vllm-version=X.Y.Z for another)")
+            notes.append(f"written for an older vLLM: planned as {release}, the newest release that takes every "
+                         f"argument given (--set vllm-version=X.Y.Z for another)")
             raw["vllm-version"] = release
     if tagged:
         raw["vllm-version"] = tagged
