@@ -482,9 +482,12 @@ VLLM_RULES = {
         (Change("0.27.0", frozenset({V32}), "vllm==0.27.0 vllm/model_executor/layers/attention/"
                                             "sparse_mla_attention.py:46-67: 128 heads, kv_lora_rank 512, nope 128, "
                                             "rope 64, v 128 (DeepSeek-V3.2), FA4, an unquantized cache, SM10x"),
+         Change("0.29.0", frozenset({V32, GLM5}), "vllm==0.29.0 vllm/model_executor/layers/attention/"
+                                                  "sparse_mla_attention.py:91-100: also GLM-5's (64, 512, 192, 64, "
+                                                  "256)"),
          Change("0.30.0", frozenset({V32, GLM5, GLM5NEXT}),
-                "vllm==0.30.0 vllm/model_executor/layers/attention/sparse_mla_attention.py:104-116: also GLM-5's "
-                "(64, 512, 192, 64, 256) and GLM-5.3-Flash's (64, 512, 256, 0, 256)"))),
+                "vllm==0.30.0 vllm/model_executor/layers/attention/sparse_mla_attention.py:104-116: also "
+                "GLM-5.3-Flash's (64, 512, 256, 0, 256)"))),
     "mla_groups_split_by_index_leader": Rule(
         False, "vllm==0.29.0 vllm/model_executor/layers/attention/mla_attention.py: one MLA spec for every layer",
         (Change("0.30.0", True, "vllm==0.30.0 vllm/model_executor/layers/attention/mla_attention.py:1372: "
