@@ -44,7 +44,7 @@ def test_the_seeds_first_screen_answers_the_four_questions():
     # vLLM 0.33.0, without #62860, logs the seed's "main" KV cache: 41,050,274 tokens for auto (vLLM PR #62860's
     # table); 1M tokens a request. The seed's rank died at 131 decodes (tests/test_seed.py: 129 fit).
     for answer in ("vLLM 0.33.0 starts", "41,050,274 KV tokens", "x 1,048,576", "OOM above 129 concurrent decodes",
-                   "Fix (plan --fix NAME)", "max-num-seqs 129", "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB="):
+                   "Fix (plan --fix NAME; KV tokens)", "max-num-seqs 129", "budget ("):
         assert answer in first, (answer, screen[:6])
     table = [i for i, line in enumerate(screen) if "━" in line]
     assert len(table) == 1 and table[0] < 8, screen  # one table, straight after the answers

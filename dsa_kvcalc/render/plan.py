@@ -72,7 +72,7 @@ def summary_lines(s: dict) -> list:
         lines.append(Text.assemble(("OOM", "bold red"), f" above {oom['max_decodes']:,} concurrent decodes (max-num-seqs "
                                    f"{oom['max_num_seqs']:,}), safe up to {oom['safe_decodes']:,}."))
         if oom["fixes"]:
-            lines.append(Text("Fix (plan --fix NAME): " + "; ".join(fix_text(fix) for fix in oom["fixes"])))
+            lines.append(Text("Fix (plan --fix NAME; KV tokens): " + "; ".join(fix_text(fix) for fix in oom["fixes"])))
     elif s["reservation"] == Reserved.BUDGET.name:
         lines.append(Text.assemble(("no OOM risk", "green"), f": the decode logits of {oom['max_num_seqs']:,} "
                                    f"sequences fit"))
@@ -92,15 +92,16 @@ def summary_lines(s: dict) -> list:
     return lines
 
 
-FIX_VALUES = {"max-num-seqs": "max-num-seqs {value}", "kv-cache-memory-bytes": "kv-cache-memory-bytes {value:,}",
-              "env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB={value}"}
+FIX_VALUES = {"max-num-seqs": "max-num-seqs {value}", "kv-cache-memory-bytes": "{gib} GiB of KV",
+              "env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": "{value:,} MiB"}
 
 
 def fix_text(fix: dict) -> str:
-    """One fix of the summary's OOM verdict: its name, what it sets and its KV cost, in millions of tokens."""
-    value = FIX_VALUES[fix["key"]].format(value=fix["value"]) + " " if fix["key"] in FIX_VALUES else ""
-    moves = f"; but {fix['moves_risk']}" if fix["moves_risk"] else ""
-    return f"{fix['name']} {value}({fix['kv_cache_tokens_change'] / 1e6:+.2f} M tokens{moves})"
+    """One fix of the summary's OOM verdict: its name, what it sets, and its KV tokens in millions."""
+    value = FIX_VALUES[fix["key"]].format(value=fix["value"], gib=gib(fix["value"]) if fix["key"] ==
+                                          "kv-cache-memory-bytes" else "") if fix["key"] in FIX_VALUES else ""
+    moves = f", but {fix['moves_risk']}" if fix["moves_risk"] else ""
+    return f"{fix['name']}{f' ({value})' if value else ''} {fix['kv_cache_tokens_change'] / 1e6:+.2f} M{moves}"
 
 
 def heading(plan: Plan) -> str:
