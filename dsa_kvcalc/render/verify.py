@@ -76,7 +76,5 @@ def render_table(report: dict, console) -> None:
             colour = "green" if oom["agree"] else "red"
             console.print(f"  reproduce-oom ({oom['backend']}): {oom['verdict']}", style=colour, highlight=False,
                           markup=False)
-        if "reproduce_oom_skipped" in shape:
-            console.print(f"  reproduce-oom: {shape['reproduce_oom_skipped']}", highlight=False, markup=False)
     verdict = "all agree" if report["exit_code"] == 0 else "differences found"
     console.print(f"\nverify: {verdict} (exit {report['exit_code']})", highlight=False)
