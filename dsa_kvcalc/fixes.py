@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved
+from dsa_kvcalc.fit import largest
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.sweep import Base, recipe_at
 from dsa_kvcalc.units import MIB
@@ -42,14 +43,17 @@ def replanned(base: Base, point: dict, backend: str) -> BackendPlan | None:
 
 
 def seqs_fix(base: Base, b: BackendPlan) -> Fix | None:
-    """The largest max-num-seqs whose worst step keeps the margin."""
-    seqs = min(b.oom.safe_decodes, base.recipe.max_num_seqs - 1)
-    while seqs >= 1:
+    """The largest max-num-seqs whose worst step keeps the margin, re-planned at each count (fewer sequences also
+    shrink the KV-init buffers, so the room grows as the count falls): the same edge as fit's largest max-num-seqs."""
+    def at_risk(seqs: int) -> bool:
         fixed = replanned(base, {"max-num-seqs": seqs}, b.backend)
-        if fixed is not None and not fixed.oom.at_risk:
-            return Fix("seqs", "max-num-seqs", seqs, fixed, fixed.kv_cache_tokens - b.kv_cache_tokens)
-        seqs = min(seqs - 1, fixed.oom.safe_decodes) if fixed is not None else seqs - 1
-    return None
+        return fixed is None or fixed.oom.at_risk
+
+    seqs = largest(at_risk, 1, base.recipe.max_num_seqs - 1)
+    if seqs is None:
+        return None
+    fixed = replanned(base, {"max-num-seqs": seqs}, b.backend)
+    return Fix("seqs", "max-num-seqs", seqs, fixed, fixed.kv_cache_tokens - b.kv_cache_tokens)
 
 
 def prefill_overshoot(b: BackendPlan, fixed: BackendPlan, budget_bytes: int) -> str | None:

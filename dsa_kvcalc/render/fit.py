@@ -8,7 +8,7 @@ from dsa_kvcalc.render import print_table
 from dsa_kvcalc.report import TOOL
 
 QUESTIONS = {"max-model-len": "longest max-model-len", "concurrency": "most requests at once",
-             "max-num-seqs": "largest max-num-seqs that starts"}
+             "max-num-seqs": "largest max-num-seqs that starts with no OOM risk"}
 
 
 def answer_json(a: Answer) -> dict:
@@ -33,7 +33,7 @@ def header(a: Answer) -> str:
         return f"longest context at {a.held['max-num-seqs']:,} requests"
     if a.question == "concurrency":
         return f"most requests of {a.held['max-model-len']:,} tokens"
-    return "largest max-num-seqs that starts"
+    return "largest max-num-seqs that starts with no OOM risk"
 
 
 def risk(a: Answer) -> str:
