@@ -17,7 +17,7 @@ from dsa_kvcalc.catalog import (SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES, STRID
                                 Backend, Layout, Rows)
 from dsa_kvcalc.choices import availability, engine_backends, on_model_runner_v2
 from dsa_kvcalc.engine import VLLM_RULES, release_tuple
-from dsa_kvcalc.keys import Recipe, RecipeError
+from dsa_kvcalc.keys import Recipe, RecipeError, Refusal
 from dsa_kvcalc.kv_cache import round_up
 from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
 from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, peak_budget_bytes, profile_budget_bytes, rank_memory
@@ -455,26 +455,26 @@ def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
         auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
         if flashmla and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
             source = VLLM_RULES["v4_auto_cache_dtype_fp8"].at(release_tuple(recipe.engine.version))[1]
-            raise RecipeError("kv-cache-dtype", f"{recipe.kv_cache_dtype}: DeepSeek-V4's FlashMLA attention on "
-                                                f"{recipe.gpu.name} stores fp8_ds_mla and takes fp8 only in "
-                                                f"{recipe.engine.label} ({source}); vLLM would refuse to start: give "
-                                                f"kv-cache-dtype: fp8")
+            raise Refusal("kv-cache-dtype", f"{recipe.kv_cache_dtype}: DeepSeek-V4's FlashMLA attention on "
+                                            f"{recipe.gpu.name} stores fp8_ds_mla and takes fp8 only in "
+                                            f"{recipe.engine.label} ({source}); vLLM would refuse to start: give "
+                                            f"kv-cache-dtype: fp8")
     if recipe.model.family not in ("mla", "glm5next"):
         return
     backend = memory.sparse_mla_backend
     archs, source = SPARSE_MLA_ARCHS[backend]
     if recipe.gpu.arch not in archs:
         key = "attention-backend" if recipe.attention_backend else "gpu"
-        raise RecipeError(key, f"{recipe.gpu.name} ({recipe.gpu.arch}): {recipe.engine.label}'s sparse-MLA backend "
-                               f"{backend} runs on {', '.join(archs)} only ({source}); vLLM would refuse to start")
+        raise Refusal(key, f"{recipe.gpu.name} ({recipe.gpu.arch}): {recipe.engine.label}'s sparse-MLA backend "
+                           f"{backend} runs on {', '.join(archs)} only ({source}); vLLM would refuse to start")
     dtypes, source = SPARSE_MLA_CACHE_DTYPES[backend]
     rocm_fp8 = backend == "ROCM_AITER_MLA_SPARSE" and recipe.quantized_cache and not recipe.engine.rocm_accepts_fp8
     nvfp4 = recipe.cache_dtype == "nvfp4_ds_mla" and (recipe.gpu.arch not in ("sm100", "sm103") or release_tuple(
         recipe.engine.version) < release_tuple(NVFP4_DS_MLA_FIRST))
     if recipe.cache_dtype not in dtypes or rocm_fp8 or nvfp4:
-        raise RecipeError("kv-cache-dtype", f"{recipe.cache_dtype}: {recipe.engine.label}'s sparse-MLA backend on "
-                                            f"{recipe.gpu.name} ({backend}) takes {', '.join(dtypes)} ({source}); vLLM "
-                                            f"would refuse to start")
+        raise Refusal("kv-cache-dtype", f"{recipe.cache_dtype}: {recipe.engine.label}'s sparse-MLA backend on "
+                                        f"{recipe.gpu.name} ({backend}) takes {', '.join(dtypes)} ({source}); vLLM "
+                                        f"would refuse to start")
 
 
 def check_weights_fit(recipe: Recipe, memory: RankMemory) -> None:

@@ -27,6 +27,11 @@ class RecipeError(Exception):
         self.problem = problem
 
 
+class Refusal(RecipeError):
+    """A recipe vLLM would refuse to start (its own checks at start-up, found before planning): one line, as any
+    RecipeError, and the exit code of every refusal (cli.REFUSED)."""
+
+
 @dataclass(frozen=True)
 class Key:
     name: str  # as vLLM spells it; nested keys dotted: speculative-config.num_speculative_tokens

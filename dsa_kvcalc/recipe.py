@@ -13,7 +13,7 @@ from dsa_kvcalc import engine as engines
 from dsa_kvcalc import vllm_args
 from dsa_kvcalc.catalog import NOPE_SPARSE_MLA_BACKENDS
 from dsa_kvcalc.inputs import read_text, yaml_mapping
-from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, canonical
+from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, Refusal, canonical
 from dsa_kvcalc.names import MODEL_NAMES, find_gpu, find_model
 from dsa_kvcalc.overrides import set_override
 from dsa_kvcalc.values import read_values
@@ -85,11 +85,11 @@ def check_capture_sizes(recipe: Recipe) -> None:
         return
     name = KEYS["max_cudagraph_capture_size"].name
     if given == 0:
-        raise RecipeError(name, "0 captures no CUDA graph, which vLLM refuses to start with: set "
+        raise Refusal(name, "0 captures no CUDA graph, which vLLM refuses to start with: set "
                                 "compilation-config.cudagraph_mode NONE (or enforce-eager) instead")
     largest = max(recipe.kept_capture_sizes, default=0)
     if recipe.cudagraph_capture_sizes and given != largest:
-        raise RecipeError(name, f"{given} is not {largest}, the largest of cudagraph_capture_sizes within "
+        raise Refusal(name, f"{given} is not {largest}, the largest of cudagraph_capture_sizes within "
                                 f"max-num-batched-tokens: vLLM refuses to start; give one of the two only")
 
 
@@ -122,8 +122,8 @@ def check_linear_attention(recipe: Recipe) -> None:
         raise RecipeError("block-size", f"sizes {model.name}'s attention block (128 or block-size, the larger, times "
                                         f"what a KDA state needs), which is derived for vLLM's default only: drop it")
     if model.linear_heads % recipe.tensor_parallel_size:
-        raise RecipeError("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
-                                                  f"{model.linear_heads} KDA heads (vLLM would refuse to start)")
+        raise Refusal("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
+                                              f"{model.linear_heads} KDA heads (vLLM would refuse to start)")
 
 
 def check_across(recipe: Recipe) -> None:
@@ -149,8 +149,8 @@ def check_across(recipe: Recipe) -> None:
                                           f"{model.first_release}+)")
     heads = model.num_attention_heads
     if heads % recipe.tensor_parallel_size:  # vllm==0.33.0 vllm/config/model.py:1557-1564 (vllm==0.19.0 :1111-1116)
-        raise RecipeError("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
-                                                  f"{heads} attention heads (vLLM would refuse to start)")
+        raise Refusal("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
+                                              f"{heads} attention heads (vLLM would refuse to start)")
     check_speculation(recipe)
     check_capture_sizes(recipe)
     check_linear_attention(recipe)
@@ -172,7 +172,7 @@ def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: dict)
         written = next((k for k in raw if isinstance(k, str) and canonical(k) == error.key != k), None)
         if written is None:
             raise
-        raise RecipeError(written, error.problem) from None
+        raise type(error)(written, error.problem) from None
 
 
 def load(raw: dict, recipe_dir: Path = Path(".")) -> Recipe:

@@ -1,7 +1,7 @@
 """A Plan as plain data: the JSON contract of `plan --format json`, its warnings and assumptions. Every renderer and
 sweep read a plan through this module; it formats nothing for people."""
 
-from dsa_kvcalc import __version__, capacity
+from dsa_kvcalc import __version__, capacity, published
 from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved, Sizing
 from dsa_kvcalc.engine import MAIN, NEWEST_VLLM, VLLM_RULES
 from dsa_kvcalc.keys import KEYS
@@ -182,7 +182,9 @@ def summary(plan: Plan, fixes: list = ()) -> dict:
         "instead_of": None if b.selected else plan.recipe.topk_backend,
         "refused": refusal(plan, b) if b.available else f"{b.backend} cannot run here: {b.reason}",
         "kv_cache_tokens": b.kv_cache_tokens, "max_concurrency": b.max_concurrency,
-        "max_model_len": plan.recipe.max_model_len, "oom": risk_json(plan, b, fixes),
+        "max_model_len": plan.recipe.max_model_len, "data_parallel_size": plan.recipe.data_parallel_size,
+        "deployment_kv_cache_tokens": b.kv_cache_tokens * plan.recipe.data_parallel_size,
+        "rules_of": NEWEST_VLLM if plan.recipe.engine.newer_than_modelled else None, "oom": risk_json(plan, b, fixes),
         "compared": None if other is None else {
             "backend": other.backend, "refused": refusal(plan, other), "kv_cache_tokens": other.kv_cache_tokens,
             "kv_cache_tokens_vs_answered": tokens_vs(other, b), "oom": risk_json(plan, other, [])},
@@ -321,6 +323,7 @@ def plan_json(plan: Plan, fixes: list = ()) -> dict:
         "backends": [backend_json(plan, b) for b in plan.backends],
         "warnings": warnings(plan),
         "assumptions": assumptions(plan),
+        "published_gaps": [vars(gap) for gap in published.gaps(plan)],
     }
 
 

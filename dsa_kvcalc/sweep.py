@@ -48,10 +48,10 @@ class Vary:
     values: object  # a tuple, a range or a DecimalRange: sized and iterable, never built in full
 
 
-def parse_varies(texts: list[str]) -> list[Vary]:
+def parse_varies(texts: list[str], option: str = "--vary") -> list[Vary]:
     if not texts:
-        raise RecipeError("--vary", "nothing to sweep: give at least one --vary KEY=SPEC")
-    varies = [parse_vary(text) for text in texts]
+        raise RecipeError(option, f"nothing to sweep: give at least one {option} KEY=SPEC")
+    varies = [parse_vary(text, option) for text in texts]
     seen: dict[tuple[str, ...], str] = {}
     units: dict[str, str] = {}  # a memory term -> its unit: a file gives each term in one (whatever its backends)
     for text, vary in zip(texts, varies):
@@ -62,11 +62,11 @@ def parse_varies(texts: list[str]) -> list[Vary]:
             other = next(key for key in seen.values() if varied_path(key)[:2] == path[:2])
         if other is not None:
             also = "" if other == vary.key else f": {other} sets it too"
-            raise RecipeError(f"--vary {text}", f"{vary.key} is varied twice{also}")
+            raise RecipeError(f"{option} {text}", f"{vary.key} is varied twice{also}")
         seen[path] = vary.key
     if point_count(varies) > MAX_POINTS:
-        raise RecipeError("--vary", f"{point_count(varies):,} points is over the limit of {MAX_POINTS:,}: narrow a "
-                                    f"range or raise its step")
+        raise RecipeError(option, f"{point_count(varies):,} points is over the limit of {MAX_POINTS:,}: narrow a "
+                                  f"range or raise its step")
     return varies
 
 
@@ -86,9 +86,9 @@ def overlap(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
     return one[:shorter] == other[:shorter]
 
 
-def parse_vary(text: str) -> Vary:
+def parse_vary(text: str, option: str = "--vary") -> Vary:
     """KEY=SPEC: SPEC is start:stop:step (stop included; 128k-style sizes and decimals too) or a comma list."""
-    option = f"--vary {text}"
+    option = f"{option} {text}"
     if "=" not in text:
         raise RecipeError(option, "expected KEY=SPEC, e.g. max-num-seqs=64:1024:64 or kv-cache-dtype=fp8,auto")
     key, spec = (part.strip() for part in text.split("=", 1))
