@@ -295,7 +295,7 @@ def test_calibrate_reads_the_seeds_oom_message_and_bounds_the_decodes_at_or_belo
     assert (oom["allocation"], oom["decodes"], oom["live_bytes"], oom["room_bytes"]) == (
         "the FP32 copy", 131, 1_649_166_336, 4_907_972_772)
     assert oom["max_decodes"] == 129 <= 131 and oom["safe_decodes"] == 129
-    written = read_yaml(out)["memory"]["unprofiled_bytes"]
+    written = yaml.safe_load(out.read_text())["memory"]["unprofiled_bytes"]
     # the bundled seed recipe carries this measurement, and plan's fitted default is this data point
     assert written == yaml.safe_load(SEED.read_text())["memory"]["unprofiled_bytes"] == estimates.UNPROFILED.value
     assert estimates.UNPROFILED.uncertainty == abs(written)

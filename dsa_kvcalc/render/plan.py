@@ -36,8 +36,7 @@ def quantities(plan: Plan, b: BackendPlan) -> list[tuple[str, str]]:
         ("max concurrency", f"{b.max_concurrency:.2f}x"),
         (VERSUS_AUTO, "" if change is None or b.backend == "auto" else f"{change:+.1%}"),
         (f"tokens {'with' if b.other.reserves_decode_logits else 'without'} fix", f"{b.other.kv_cache_tokens:,}"),
-        ("OOM above", f"{b.oom.max_decodes} decodes" if b.oom.at_risk else "no risk"),
-        ("safe decodes", f"{b.oom.safe_decodes:,}" if b.oom.at_risk else ""),
+        ("OOM above", f"{b.oom.max_decodes:,} (safe {b.oom.safe_decodes:,})" if b.oom.at_risk else "no risk"),
     ]
 
 
@@ -78,10 +77,12 @@ def summary_lines(s: dict) -> list:
     if s["refused"]:
         pass  # no step runs
     elif oom["at_risk"]:
-        lines.append(Text.assemble(("OOM", "bold red"), f" above {oom['max_decodes']:,} concurrent decodes (max-num-seqs "
-                                   f"{oom['max_num_seqs']:,}), safe up to {oom['safe_decodes']:,}."))
-        if oom["fixes"]:
-            lines.append(Text("Fix (plan --fix NAME; KV tokens): " + "; ".join(fix_text(fix) for fix in oom["fixes"])))
+        compared = s["compared"] or {}
+        shown = [fix for fix in oom["fixes"]  # deep_select against auto has a line of its own
+                 if not (fix["name"] == "deep_select" and compared.get("backend") == "deep_select")]
+        fixes = f" {', '.join(fix_text(fix, i == 0) for i, fix in enumerate(shown))}." if shown else ""
+        lines.append(Text.assemble(("OOM", "bold red"), f" above {oom['max_decodes']:,} concurrent decodes, safe up to "
+                                   f"{oom['safe_decodes']:,}.{fixes}"))
     elif s["reservation"] == Reserved.BUDGET.name:
         lines.append(Text.assemble(("no OOM risk", "green"), f": the decode logits of {oom['max_num_seqs']:,} "
                                    f"sequences fit"))
@@ -101,16 +102,18 @@ def summary_lines(s: dict) -> list:
     return lines
 
 
-FIX_VALUES = {"max-num-seqs": "max-num-seqs {value}", "kv-cache-memory-bytes": "{gib} GiB of KV",
-              "env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": "{value:,} MiB"}
+FIX_VALUES = {"max-num-seqs": "{value}", "kv-cache-memory-bytes": "{gib} GiB", "env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB":
+              "{value:,} MiB"}
 
 
-def fix_text(fix: dict) -> str:
-    """One fix of the summary's OOM verdict: its name, what it sets, and its KV tokens in millions."""
+def fix_text(fix: dict, first: bool) -> str:
+    """One fix of the summary's OOM verdict: its name, what it sets, and its KV tokens in millions (the first says
+    they are tokens)."""
     value = FIX_VALUES[fix["key"]].format(value=fix["value"], gib=gib(fix["value"]) if fix["key"] ==
                                           "kv-cache-memory-bytes" else "") if fix["key"] in FIX_VALUES else ""
     moves = f", but {fix['moves_risk']}" if fix["moves_risk"] else ""
-    return f"{fix['name']}{f' ({value})' if value else ''} {fix['kv_cache_tokens_change'] / 1e6:+.2f} M{moves}"
+    unit = " tokens" if first else ""
+    return f"--fix {fix['name']}{f': {value}' if value else ''} ({fix['kv_cache_tokens_change'] / 1e6:+.2f} M{unit}{moves})"
 
 
 def gap_notes(plan: Plan) -> tuple[list[str], list[str]]:
@@ -164,8 +167,8 @@ def kv_line(plan: Plan) -> str:
 CAPTION = ("* the recipe's sparse-indexer-topk-backend; B/element: logits output + FP32 copy; graph logits: the "
            "largest FULL decode graph's rows; ~ estimated, ^ fitted; reserved: this release's profile-run reservation; "
            "tokens with/without fix: the other side of what reserves the decode logits (vLLM #62860, or the model's own "
-           "indexer, as the recipe's line says at its end); OOM above: the edge of the room a step has for the decode "
-           "logits at run time; safe decodes: a margin below it (see the warning)")
+           "indexer, as the recipe's line says at its end); OOM above: the decodes at the edge of the room a step has for "
+           "the decode logits at run time, and those safe a margin below it (see the warning)")
 
 
 def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[list[int]]:
