@@ -236,7 +236,7 @@ def capture_sizes(recipe: Recipe) -> list[int]:
 def runner_capture_sizes(recipe: Recipe) -> list[int]:
     """The sizes the model runner captures its mixed-batch graphs at: Model Runner V1 rounds every size up to whole
     requests of 1 + k tokens, within the largest, where a FULL mode captures decode graphs with draft tokens
-    (vllm==0.33.0 vllm/config/compilation.py:1496-1504, 1537-1565 adjust_cudagraph_sizes_for_spec_decode;
+    (vllm==0.33.0 vllm/config/compilation.py:1496-1508, 1537-1565 adjust_cudagraph_sizes_for_spec_decode;
     vllm==0.19.0 :1235-1280); Model Runner V2 keeps them (its decode graphs round themselves, full_graph_sizes)."""
     sizes = capture_sizes(recipe)
     per_seq = 1 + recipe.num_speculative_tokens
@@ -249,7 +249,7 @@ def runner_capture_sizes(recipe: Recipe) -> list[int]:
 def decode_graphs(recipe: Recipe) -> list[int]:
     """The uniform decode batches vLLM captures FULL, in tokens (each one indexer logits row), largest first: every
     capture size rounded up to whole requests of 1 + k tokens, kept within the largest capture size and max_num_seqs
-    requests (Model Runner V2: vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:316-344; V1 rounds the sizes
+    requests (Model Runner V2: vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:321-350; V1 rounds the sizes
     themselves, runner_capture_sizes, and its dispatcher keeps those within (1 + k) x max_num_seqs,
     vllm/v1/cudagraph_dispatcher.py:203-229). The same whole-request graphs stand for the decode batches of mode
     FULL, whose graphs are the capture sizes themselves."""
@@ -271,7 +271,7 @@ def cudagraph_logits_rows(recipe: Recipe) -> int:
 def full_graph_sizes(recipe: Recipe) -> list[int]:
     """The FULL graphs vLLM captures, in tokens, largest first: the decode graphs where FULL is the decode mode beside
     PIECEWISE or none (FULL_AND_PIECEWISE, FULL_DECODE_ONLY), every mixed-batch size in mode FULL
-    (vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:316-370, vllm/v1/cudagraph_dispatcher.py:187-229)."""
+    (vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:321-374, vllm/v1/cudagraph_dispatcher.py:187-229)."""
     if recipe.cudagraph_mode == "FULL":
         return runner_capture_sizes(recipe)[::-1]
     return decode_graphs(recipe)
@@ -293,7 +293,8 @@ def cudagraphs_subtracted(recipe: Recipe) -> bool:
 
 
 class GraphEstimate(Enum):
-    """How the release's model runner estimates its CUDA graphs before the KV cache is sized (docs/cudagraph-estimate.md)."""
+    """How the release's model runner estimates its CUDA graphs before it sizes the KV cache
+    (docs/cudagraph-estimate.md)."""
     NONE = "none subtracted"
     SAMPLED = ("Model Runner V1: each mode's two largest graphs warmed up and captured; the larger first capture + "
                "(graphs - 1) x max(second, floor) per mode")
@@ -307,8 +308,8 @@ class CudagraphEstimate:
     largest FULL decode graph among it): the extrapolated graphs at the per-graph floor. A later capture holds no
     indexer logits of its own: its rows are fewer at the same width, and every graph shares one pool, captured
     largest first, so they fit in the blocks the first capture freed (vllm==0.33.0
-    vllm/v1/worker/gpu/cudagraph_utils.py:377, 444-447; vllm/v1/cudagraph_dispatcher.py:336-346). Its sample is the
-    driver's per-graph overhead, taken at the floor the release puts under it."""
+    vllm/v1/worker/gpu/cudagraph_utils.py:183, 377, 444-447, 1032-1034; vllm/v1/cudagraph_dispatcher.py:336-346).
+    Its sample is the driver's per-graph overhead, taken at the floor the release puts under it."""
     method: GraphEstimate
     graphs: dict  # mode -> graphs captured
     sampled_rows: tuple[int, ...]  # the FULL graphs whose capture is measured, largest first
@@ -321,7 +322,7 @@ class CudagraphEstimate:
 
 
 def cudagraph_estimate(recipe: Recipe) -> CudagraphEstimate:
-    """V1 (vllm==0.19.0 vllm/v1/worker/gpu_model_runner.py:5862-5958; the same to vllm==0.33.0 :6268-6414):
+    """V1 (vllm==0.19.0 vllm/v1/worker/gpu_model_runner.py:5862-5960; the same to vllm==0.33.0 :6268-6415):
         estimate = max over modes of the first capture + sum over modes of (graphs - 1) x max(second capture, floor)
     V2 (vllm==0.29.0 vllm/v1/worker/gpu/cudagraph_utils.py:712-831; the same to vllm==0.33.0 :916-1039):
         estimate = the capture measured - both samples + first + (FULL graphs - 1) x max(second, floor)

@@ -41,8 +41,8 @@ def release_pieces(release_dir: Path) -> dict:
             wanted.append(node)
         if getattr(node, "name", None) == "CudaGraphManager":
             wanted += [f for f in node.body if getattr(f, "name", None) == "_init_candidates"]
-    namespace = {"dataclass": dataclasses.dataclass, "replace": dataclasses.replace, "defaultdict": collections.defaultdict,
-                 "groupby": itertools.groupby, "product": itertools.product, "itertools": itertools,
+    namespace = {"dataclass": dataclasses.dataclass, "replace": dataclasses.replace,
+                 "defaultdict": collections.defaultdict, "groupby": itertools.groupby, "product": itertools.product, "itertools": itertools,
                  "round_up": round_up, "CUDAGraphMode": CUDAGraphMode}
     exec(compile(ast.Module(body=wanted, type_ignores=[]), str(release_dir), "exec"), namespace)
     return namespace

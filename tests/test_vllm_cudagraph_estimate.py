@@ -1,0 +1,113 @@
+"""The graphs vLLM's CUDA-graph estimate counts, against each release's own code: Model Runner V2's (0.29.0+) FULL and
+PIECEWISE graphs and its extrapolation, run from the release's cudagraph_utils.py (oracle/cudagraph_estimate.py);
+Model Runner V1's graphs per mode from the release's VllmConfig._set_cudagraph_sizes, the spec-decode rounding and
+the dispatcher's decode bound (oracle/capture_sizes.py). Marked vllm_oracle; skipped unless oracle/setup.sh has set up
+the releases (see the README).
+
+    .venv/bin/python -m pytest -q -m vllm_oracle tests/test_vllm_cudagraph_estimate.py
+"""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from dsa_kvcalc import capacity
+from dsa_kvcalc.engine import release_tuple
+from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.recipe import load
+
+sys.path.insert(0, str(ROOT / "oracle"))
+
+import cases  # noqa: E402
+import table  # noqa: E402
+
+pytestmark = pytest.mark.vllm_oracle
+SET_UP = table.available_releases()
+V2_RELEASES = [r for r in cases.RELEASES if release_tuple(r) >= (0, 29, 0)]  # V2 estimates from 0.29.0 (engine.py)
+V1_RELEASES = [r for r in cases.RELEASES if (0, 20, 0) <= release_tuple(r) < (0, 29, 0)]  # V3.2 on V1, estimating
+FIRST_SAMPLE_BYTES = 9_668_395_008  # any first sample: the extrapolation keeps it whole
+GIVEN = [{}, {"max_cudagraph_capture_size": 1536}, {"cudagraph_capture_sizes": [1, 2, 4, 100, 300]}]
+CASES = [{"arch": arch, "max_num_seqs": seqs, "num_speculative_tokens": k, "max_num_batched_tokens": tokens,
+          "performance_mode": "balanced", "cudagraph_mode": mode, "sample_bytes": [FIRST_SAMPLE_BYTES, 0], **given}
+         for arch, seqs, k, tokens, mode, given in itertools.product(
+             ("sm90", "sm100"), (4, 33, 256, 1000), (0, 1, 5), (150, 8192),
+             ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "FULL", "PIECEWISE"), GIVEN)]
+
+
+def vllm_answers(script: str, release: str, oracle_cases: list[dict]) -> list[dict]:
+    done = subprocess.run([str(table.PYTHON), str(ROOT / "oracle" / script), str(table.RELEASES_DIR / release)],
+                          input=json.dumps(oracle_cases), capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "VLLM_TARGET_DEVICE": "cpu", "PYTHONDONTWRITEBYTECODE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)["results"]
+
+
+def planned(release: str, case: dict):
+    k = case["num_speculative_tokens"]
+    compilation = {"cudagraph_mode": case["cudagraph_mode"]} | {
+        key: case[key] for key in ("max_cudagraph_capture_size", "cudagraph_capture_sizes") if key in case}
+    raw = {"model": "DeepSeek-V3.2", "gpu": {"sm90": "H200", "sm100": "B200"}[case["arch"]],
+           "tensor-parallel-size": 8, "vllm-version": release, "max-num-seqs": case["max_num_seqs"],
+           "max-num-batched-tokens": case["max_num_batched_tokens"], "performance-mode": case["performance_mode"],
+           "compilation-config": compilation}
+    if k:
+        raw["speculative-config"] = {"method": "mtp", "num_speculative_tokens": k}
+    try:
+        return load(raw)
+    except RecipeError:
+        return None
+
+
+@pytest.mark.parametrize("release", V2_RELEASES)
+def test_model_runner_v2_counts_and_extrapolates_its_full_graphs_as_the_release_does(release):
+    if release not in SET_UP:
+        pytest.skip(f"vLLM {release} is not set up: bash oracle/setup.sh {release}")
+    answers = vllm_answers("cudagraph_estimate.py", release, CASES)
+    different, compared = [], 0
+    for case, answer in zip(CASES, answers):
+        recipe = planned(release, case)
+        if recipe is None:
+            continue
+        compared += 1
+        estimate = capacity.cudagraph_estimate(recipe)
+        assert estimate.method is capacity.GraphEstimate.EXTRAPOLATED
+        piecewise = len(capacity.runner_capture_sizes(recipe)) if case["cudagraph_mode"] in capacity.PIECEWISE_MODES \
+            else 0
+        ours = (capacity.full_graph_sizes(recipe), piecewise, list(estimate.sampled_rows),
+                FIRST_SAMPLE_BYTES + estimate.floor_bytes if answer["full"] else 0)
+        theirs = (answer["full"], len(answer["piecewise"]), answer["sampled"], answer["extrapolated"])
+        if ours != theirs:
+            different.append((case, ours, theirs))
+    assert compared > len(CASES) // 2
+    assert not different, f"{len(different)} of {compared} differ, the first: {different[0]}"
+
+
+V1_CASES = [case | {"cudagraph_mode": "FULL_AND_PIECEWISE"} for case in CASES
+            if case["cudagraph_mode"] == "FULL_AND_PIECEWISE"]
+
+
+@pytest.mark.parametrize("release", V1_RELEASES)
+def test_model_runner_v1_counts_the_graphs_of_each_mode_as_the_release_does(release):
+    if release not in SET_UP:
+        pytest.skip(f"vLLM {release} is not set up: bash oracle/setup.sh {release}")
+    answers = vllm_answers("capture_sizes.py", release, V1_CASES)
+    different, compared = [], 0
+    for case, answer in zip(V1_CASES, answers):
+        recipe = planned(release, case)
+        if recipe is None or "refused" in answer:
+            continue
+        compared += 1
+        estimate = capacity.cudagraph_estimate(recipe)
+        assert estimate.method is capacity.GraphEstimate.SAMPLED
+        ours = (estimate.graphs.get("PIECEWISE", 0), estimate.graphs.get("FULL", 0), estimate.extrapolated_graphs)
+        theirs = (len(answer["sizes"]), len(answer["full_decode"]),
+                  len(answer["sizes"]) - 1 + max(len(answer["full_decode"]) - 1, 0))
+        if ours != theirs:
+            different.append((case, ours, theirs))
+    assert compared > len(V1_CASES) // 2
+    assert not different, f"{len(different)} of {compared} differ, the first: {different[0]}"
