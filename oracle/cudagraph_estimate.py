@@ -21,6 +21,7 @@ import sys
 import types
 from pathlib import Path
 
+from capture_sizes import stand_in_config
 from harness import activate
 
 PIECES = ("BatchExecutionDescriptor", "_FULL_GRAPH_PROFILING_SAMPLES", "_MIN_PER_GRAPH_BYTES",
@@ -49,29 +50,19 @@ def release_pieces(release_dir: Path) -> dict:
 
 
 def graphs(pieces: dict, case: dict) -> dict:
-    from vllm.config.compilation import CompilationConfig, CUDAGraphMode
+    from vllm.config.compilation import CUDAGraphMode
     from vllm.config.vllm import VllmConfig
 
     import platform_cuda
 
-    given = {key: case[key] for key in ("max_cudagraph_capture_size", "cudagraph_capture_sizes") if
-             case.get(key) is not None}
-    compilation = CompilationConfig(cudagraph_mode=case["cudagraph_mode"], **given)
-    k = case["num_speculative_tokens"]
-    speculative = types.SimpleNamespace(num_speculative_tokens=k, uses_dynamic_speculative_decoding=lambda: False)
-    config = types.SimpleNamespace(
-        model_config=types.SimpleNamespace(enforce_eager=False), compilation_config=compilation,
-        scheduler_config=types.SimpleNamespace(max_num_seqs=case["max_num_seqs"],
-                                               max_num_batched_tokens=case["max_num_batched_tokens"]),
-        parallel_config=types.SimpleNamespace(tensor_parallel_size=1), speculative_config=speculative if k else None,
-        cache_config=types.SimpleNamespace(use_kda_recoverssm=False),
-        performance_mode=case["performance_mode"], uniform_decode_query_len=1 + k, num_speculative_tokens=k)
+    config = stand_in_config(case)
     with platform_cuda.emulate(case["arch"]):
         VllmConfig._set_cudagraph_sizes(config)  # Model Runner V2 does not round them (compilation.py, MRV2 note)
     manager = types.SimpleNamespace(
-        compilation_config=compilation, cudagraph_mode=CUDAGraphMode[case["cudagraph_mode"]],
-        max_num_reqs=case["max_num_seqs"], decode_query_len=1 + k, vllm_config=config, varlen_decode=False,
-        lora_capture_cases=[0], _maybe_ubatch_twin=lambda desc: None, _capture_descs={}, _candidates={})
+        compilation_config=config.compilation_config, cudagraph_mode=CUDAGraphMode[case["cudagraph_mode"]],
+        max_num_reqs=case["max_num_seqs"], decode_query_len=1 + config.num_speculative_tokens, vllm_config=config,
+        varlen_decode=False, lora_capture_cases=[0], _maybe_ubatch_twin=lambda desc: None, _capture_descs={},
+        _candidates={})
     pieces["_init_candidates"](manager)
     descs = {mode.name: [d.num_tokens for d in found] for mode, found in manager._capture_descs.items()}
     full = descs.get("FULL", [])

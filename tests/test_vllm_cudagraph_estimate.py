@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT / "oracle"))
 
 import cases  # noqa: E402
 import table  # noqa: E402
+from test_vllm_capture_sizes import case_recipe  # noqa: E402
 
 pytestmark = pytest.mark.vllm_oracle
 SET_UP = table.available_releases()
@@ -47,67 +48,50 @@ def vllm_answers(script: str, release: str, oracle_cases: list[dict]) -> list[di
     return json.loads(done.stdout)["results"]
 
 
-def planned(release: str, case: dict):
-    k = case["num_speculative_tokens"]
-    compilation = {"cudagraph_mode": case["cudagraph_mode"]} | {
-        key: case[key] for key in ("max_cudagraph_capture_size", "cudagraph_capture_sizes") if key in case}
-    raw = {"model": "DeepSeek-V3.2", "gpu": {"sm90": "H200", "sm100": "B200"}[case["arch"]],
-           "tensor-parallel-size": 8, "vllm-version": release, "max-num-seqs": case["max_num_seqs"],
-           "max-num-batched-tokens": case["max_num_batched_tokens"], "performance-mode": case["performance_mode"],
-           "compilation-config": compilation}
-    if k:
-        raw["speculative-config"] = {"method": "mtp", "num_speculative_tokens": k}
-    try:
-        return load(raw)
-    except RecipeError:
-        return None
+def differences(script: str, release: str, oracle_cases: list[dict], compare) -> None:
+    """Each case the release answers and plan takes, compared as compare(recipe, case, answer) -> (ours, theirs)."""
+    if release not in SET_UP:
+        pytest.skip(f"vLLM {release} is not set up: bash oracle/setup.sh {release}")
+    different, compared = [], 0
+    for case, answer in zip(oracle_cases, vllm_answers(script, release, oracle_cases)):
+        try:
+            recipe = load(case_recipe(release, case))
+        except RecipeError:
+            continue
+        if "refused" in answer:
+            continue
+        compared += 1
+        ours, theirs = compare(recipe, case, answer)
+        if ours != theirs:
+            different.append((case, ours, theirs))
+    assert compared > len(oracle_cases) // 2
+    assert not different, f"{len(different)} of {compared} differ, the first: {different[0]}"
+
+
+def v2_graphs(recipe, case: dict, answer: dict) -> tuple:
+    estimate = capacity.cudagraph_estimate(recipe)
+    piecewise = capacity.runner_capture_sizes(recipe) if case["cudagraph_mode"] in capacity.PIECEWISE_MODES else []
+    ours = (estimate.method, capacity.full_graph_sizes(recipe), len(piecewise), list(estimate.sampled_rows),
+            FIRST_SAMPLE_BYTES + estimate.floor_bytes if answer["full"] else 0)
+    theirs = (capacity.GraphEstimate.EXTRAPOLATED, answer["full"], len(answer["piecewise"]), answer["sampled"],
+              answer["extrapolated"])
+    return ours, theirs
+
+
+def v1_graphs(recipe, case: dict, answer: dict) -> tuple:
+    estimate = capacity.cudagraph_estimate(recipe)
+    pieces, full = len(answer["sizes"]), len(answer["full_decode"])
+    ours = (estimate.method, estimate.graphs.get("PIECEWISE", 0), estimate.graphs.get("FULL", 0),
+            estimate.extrapolated_graphs)
+    return ours, (capacity.GraphEstimate.SAMPLED, pieces, full, pieces - 1 + max(full - 1, 0))
 
 
 @pytest.mark.parametrize("release", V2_RELEASES)
 def test_model_runner_v2_counts_and_extrapolates_its_full_graphs_as_the_release_does(release):
-    if release not in SET_UP:
-        pytest.skip(f"vLLM {release} is not set up: bash oracle/setup.sh {release}")
-    answers = vllm_answers("cudagraph_estimate.py", release, CASES)
-    different, compared = [], 0
-    for case, answer in zip(CASES, answers):
-        recipe = planned(release, case)
-        if recipe is None:
-            continue
-        compared += 1
-        estimate = capacity.cudagraph_estimate(recipe)
-        assert estimate.method is capacity.GraphEstimate.EXTRAPOLATED
-        piecewise = len(capacity.runner_capture_sizes(recipe)) if case["cudagraph_mode"] in capacity.PIECEWISE_MODES \
-            else 0
-        ours = (capacity.full_graph_sizes(recipe), piecewise, list(estimate.sampled_rows),
-                FIRST_SAMPLE_BYTES + estimate.floor_bytes if answer["full"] else 0)
-        theirs = (answer["full"], len(answer["piecewise"]), answer["sampled"], answer["extrapolated"])
-        if ours != theirs:
-            different.append((case, ours, theirs))
-    assert compared > len(CASES) // 2
-    assert not different, f"{len(different)} of {compared} differ, the first: {different[0]}"
-
-
-V1_CASES = [case | {"cudagraph_mode": "FULL_AND_PIECEWISE"} for case in CASES
-            if case["cudagraph_mode"] == "FULL_AND_PIECEWISE"]
+    differences("cudagraph_estimate.py", release, CASES, v2_graphs)
 
 
 @pytest.mark.parametrize("release", V1_RELEASES)
 def test_model_runner_v1_counts_the_graphs_of_each_mode_as_the_release_does(release):
-    if release not in SET_UP:
-        pytest.skip(f"vLLM {release} is not set up: bash oracle/setup.sh {release}")
-    answers = vllm_answers("capture_sizes.py", release, V1_CASES)
-    different, compared = [], 0
-    for case, answer in zip(V1_CASES, answers):
-        recipe = planned(release, case)
-        if recipe is None or "refused" in answer:
-            continue
-        compared += 1
-        estimate = capacity.cudagraph_estimate(recipe)
-        assert estimate.method is capacity.GraphEstimate.SAMPLED
-        ours = (estimate.graphs.get("PIECEWISE", 0), estimate.graphs.get("FULL", 0), estimate.extrapolated_graphs)
-        theirs = (len(answer["sizes"]), len(answer["full_decode"]),
-                  len(answer["sizes"]) - 1 + max(len(answer["full_decode"]) - 1, 0))
-        if ours != theirs:
-            different.append((case, ours, theirs))
-    assert compared > len(V1_CASES) // 2
-    assert not different, f"{len(different)} of {compared} differ, the first: {different[0]}"
+    differences("capture_sizes.py", release, [c for c in CASES if c["cudagraph_mode"] == "FULL_AND_PIECEWISE"],
+                v1_graphs)
