@@ -34,7 +34,7 @@ def test_model_runner_v1_counts_the_graphs_its_log_profiles(log, record):
     estimate = capacity.cudagraph_estimate(recipe)
     assert estimate.method is GraphEstimate.SAMPLED
     assert estimate.graphs == {"PIECEWISE": piecewise, "FULL": full}
-    assert (capacity.runner_capture_sizes(recipe)[-1], estimate.sampled_rows[0]) == (piecewise_largest, full_largest)
+    assert (capacity.runner_capture_sizes(recipe).top, estimate.sampled_rows[0]) == (piecewise_largest, full_largest)
     assert estimate.floor_bytes == (piecewise - 1 + full - 1) * MIB
 
 

@@ -70,8 +70,9 @@ def differences(script: str, release: str, oracle_cases: list[dict], compare) ->
 
 def v2_graphs(recipe, case: dict, answer: dict) -> tuple:
     estimate = capacity.cudagraph_estimate(recipe)
+    full = capacity.full_graphs(recipe)
     piecewise = capacity.runner_capture_sizes(recipe) if case["cudagraph_mode"] in capacity.PIECEWISE_MODES else []
-    ours = (estimate.method, capacity.full_graph_sizes(recipe), len(piecewise), list(estimate.sampled_rows),
+    ours = (estimate.method, full.largest(len(full)), len(piecewise), list(estimate.sampled_rows),
             FIRST_SAMPLE_BYTES + estimate.floor_bytes if answer["full"] else 0)
     theirs = (capacity.GraphEstimate.EXTRAPOLATED, answer["full"], len(answer["piecewise"]), answer["sampled"],
               answer["extrapolated"])
