@@ -198,8 +198,8 @@ def capture_grid(limit: int, interactive: bool) -> tuple[set[int], range]:
     of 8 below 256, multiples of 16 from 256 (vllm==0.33.0 vllm/config/vllm.py _set_cudagraph_sizes); the last as a
     range, which a given max_cudagraph_capture_size can make hundreds of millions long."""
     small = range(1, 33) if interactive else (1, 2, 4)
-    return {size for size in (*small, *range(8, GRID_RUN_START, 8)) if size <= limit}, range(
-        GRID_RUN_START, limit + 1, GRID_RUN_STEP)
+    listed = {size for size in (*small, *range(8, GRID_RUN_START, 8)) if size <= limit}
+    return listed, range(GRID_RUN_START, limit + 1, GRID_RUN_STEP)
 
 
 @dataclass(frozen=True)
