@@ -53,7 +53,8 @@ RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # vLLM's own planner (about 60 s, where oracle/setup.sh set it up), capture sizes (about 100 s) and argument parser
 # (about 35 s) as well.
 SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_output.py",
-              "test_vllm_oracle.py", "test_vllm_args.py", "test_vllm_capture_sizes.py")
+              "test_vllm_oracle.py", "test_vllm_args.py", "test_vllm_capture_sizes.py",
+              "test_vllm_cudagraph_estimate.py")
 # The files that pin each module's rules (tests/test_pinned_MODULE.py first), run first so that most mutants die
 # within a second or two.
 FIRST_TESTS = {
