@@ -292,7 +292,7 @@ def runner_capture_sizes(recipe: Recipe) -> Graphs:
     vllm==0.19.0 :1235-1280); Model Runner V2 keeps them (its decode graphs round themselves, decode_graphs)."""
     sizes = capture_sizes(recipe)
     per_seq = 1 + recipe.num_speculative_tokens
-    if on_model_runner_v2(recipe) or per_seq == 1 or recipe.cudagraph_mode not in FULL_MODES:
+    if on_model_runner_v2(recipe) or recipe.cudagraph_mode not in FULL_MODES:
         return sizes
     return whole_requests(sizes.listed, sizes.run, per_seq, sizes.top)
 

@@ -91,7 +91,8 @@ def test_a_single_full_graph_extrapolates_nothing():
 ])
 def test_releases_that_subtract_no_estimate_count_no_floors(raw):
     estimate = capacity.cudagraph_estimate(load(raw))
-    assert (estimate.method, estimate.sampled_rows, estimate.floor_bytes) == (GraphEstimate.NONE, (), 0)
+    assert (estimate.method, estimate.sampled_rows, estimate.extrapolated_graphs, estimate.per_graph_bytes) == (
+        GraphEstimate.NONE, (), 0, 0)
     assert estimate.graphs  # the graphs are captured all the same
 
 
@@ -118,3 +119,51 @@ def test_neither_reading_of_the_release_code_reaches_the_seeds_deep_select():
                     for settings in ([], [f"memory.cudagraph_bytes={graphs}"]))
     assert (plain, eager) == (45_381_423, 49_707_469)
     assert plain < seed < eager and min(abs(plain / seed - 1), abs(eager / seed - 1)) > 0.001
+
+
+@pytest.mark.parametrize("per_seq", [1, 2, 6, 16, 17, 20, 40, 300])
+@pytest.mark.parametrize("bound", [0, 255, 271, 600, 1536, 1537, 10_000])
+def test_graphs_counted_without_listing_them_are_those_listed_one_by_one(per_seq, bound):
+    # A given max_cudagraph_capture_size can make the grid's run of multiples of 16 from 256 hundreds of millions
+    # long, so capacity.Graphs counts the run's round-ups by arithmetic: each size apart where 1 + k <= 16, every
+    # multiple between the ends where it is larger. Here against every size rounded up, one by one, as vLLM rounds
+    # them (vllm==0.33.0 vllm/config/compilation.py:1537-1565; vllm/v1/worker/gpu/cudagraph_utils.py:321-350).
+    listed, run = {1, 2, 4, 8, 100, 300, 1000, 1540}, range(256, 1537, 16)
+    one_by_one = sorted({-(-size // per_seq) * per_seq for size in listed | set(run)
+                         if -(-size // per_seq) * per_seq <= bound}, reverse=True)
+    graphs = capacity.whole_requests(listed, run, per_seq, bound)
+    assert (len(graphs), graphs.largest(len(graphs)), graphs.largest(2), graphs.top) == (
+        len(one_by_one), one_by_one, one_by_one[:2], (one_by_one or [0])[0])
+
+
+def test_mode_full_captures_every_size_as_a_full_graph():
+    # V3.2 on an H200, 100 sequences, k = 1: the grid up to min(100 x 2 x 2, 512) = 400 is 1, 2, 4, 8..248 by 8 and
+    # 256..400 by 16: 3 + 31 + 10 = 44 sizes. Mode FULL captures each as a mixed-batch FULL graph (vllm==0.33.0
+    # vllm/v1/cudagraph_dispatcher.py:187-201). V1 (0.28.0) first rounds them up to whole requests of 2 tokens: 1 and
+    # 2 both become 2, so 43 (vllm/config/compilation.py:1537-1565), all FULL, none PIECEWISE; V2 (0.29.0) keeps 44
+    # (vllm/v1/worker/gpu/cudagraph_utils.py:352-370). FULL_AND_PIECEWISE's FULL graphs are the decode batches within
+    # 100 x 2 = 200 tokens: 2, 4, 8..200 by 8 = 27 (the same in both runners), beside V1's 43 PIECEWISE graphs.
+    k1 = {"max-num-seqs": 100, "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}}
+    full = {"compilation-config": {"cudagraph_mode": "FULL"}}
+    assert capacity.cudagraph_estimate(load(V32_H200 | k1 | full | {"vllm-version": "0.28.0"})).graphs == {"FULL": 43}
+    assert capacity.cudagraph_estimate(load(V32_H200 | k1 | full | {"vllm-version": "0.29.0"})).graphs == {"FULL": 44}
+    assert capacity.cudagraph_estimate(load(V32_H200 | k1 | {"vllm-version": "0.28.0"})).graphs == {
+        "PIECEWISE": 43, "FULL": 27}
+
+
+def test_interactivity_captures_every_size_up_to_32_as_a_graph():
+    # 0.30.0, 20 sequences, no draft tokens: the limit is min(20 x 2, 512) = 40; interactivity captures 1..32 and 40
+    # (33 sizes, vllm/config/vllm.py _set_cudagraph_sizes), and the decode graphs within 20 requests are 1..20
+    recipe = load(V32_H200 | {"max-num-seqs": 20, "vllm-version": "0.30.0", "performance-mode": "interactivity"})
+    assert capacity.cudagraph_estimate(recipe).graphs == {"PIECEWISE": 33, "FULL": 20}
+
+
+def test_given_capture_sizes_are_the_graphs():
+    # cudagraph_capture_sizes [1, 2, 4, 100, 300] on the seed (k = 5): five PIECEWISE graphs, which V2 keeps as
+    # given; its FULL graphs round them up to whole requests of 6 within 300: 6, 6, 6, 102, 300 -> 3 graphs, the two
+    # largest sampled
+    recipe = load_recipe(SEED, ["compilation-config.cudagraph_capture_sizes=[1, 2, 4, 100, 300]",
+                                "compilation-config.max_cudagraph_capture_size=300"])
+    estimate = capacity.cudagraph_estimate(recipe)
+    assert (estimate.graphs, estimate.sampled_rows, estimate.floor_bytes) == ({"PIECEWISE": 5, "FULL": 3}, (300, 102),
+                                                                              2 * MIB)
