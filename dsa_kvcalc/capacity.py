@@ -187,25 +187,68 @@ def raised_peak_bytes(memory: RankMemory, reserved: int, headroom: int) -> int:
     return memory.base_peak.bytes + max(0, reserved - headroom)
 
 
-# 6. Graphs: the CUDA-graph pool and the decode logits its FULL graphs hold ---------------------------------------
+# 6. Graphs: the graphs vLLM captures, the decode logits its FULL graphs hold, and what it subtracts for them -------
 
-def on_grid(size: int, limit: int, interactive: bool) -> bool:
+FULL_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+PIECEWISE_MODES = ("PIECEWISE", "FULL_AND_PIECEWISE")
+GRID_RUN_START, GRID_RUN_STEP = 256, 16  # the grid's multiples of 16 from 256
+
+
+def capture_grid(limit: int, interactive: bool) -> tuple[set[int], range]:
     """vLLM's capture grid up to limit: 1, 2, 4 (every size up to 32 with performance-mode interactivity), multiples
-    of 8 below 256, multiples of 16 from 256 (vllm==0.33.0 vllm/config/vllm.py _set_cudagraph_sizes)."""
-    small = size <= 32 if interactive else size in (1, 2, 4)
-    return 0 < size <= limit and (small or size % (8 if size < 256 else 16) == 0)
+    of 8 below 256, multiples of 16 from 256 (vllm==0.33.0 vllm/config/vllm.py _set_cudagraph_sizes); the last as a
+    range, which a given max_cudagraph_capture_size can make hundreds of millions long."""
+    small = range(1, 33) if interactive else (1, 2, 4)
+    listed = {size for size in (*small, *range(8, GRID_RUN_START, 8)) if size <= limit}
+    return listed, range(GRID_RUN_START, limit + 1, GRID_RUN_STEP)
 
 
-def largest_decode_graph(bound: int, per_seq: int, captured) -> int:
-    """The largest FULL decode graph up to bound, of the capture sizes `captured` says vLLM captures. vLLM rounds
-    every size up to whole requests of 1 + k tokens and keeps those within its largest size
-    (CompilationConfig.adjust_cudagraph_sizes_for_spec_decode: vllm==0.19.0 vllm/config/compilation.py:1235-1280,
-    vllm==0.33.0 :1537-1565; Model Runner V2 the same, vllm/v1/worker/gpu/cudagraph_utils.py), so n x (1 + k) is a
-    graph where a size lies in ((n - 1) x (1 + k), n x (1 + k)]. A few steps down, never the whole grid."""
-    rows = bound // per_seq * per_seq
-    while rows > 0 and not any(captured(size) for size in range(rows - per_seq + 1, rows + 1)):
-        rows -= per_seq
-    return rows
+@dataclass(frozen=True)
+class Graphs:
+    """Capture sizes rounded up to whole requests of per_seq tokens and kept within a bound (per_seq 1: the sizes as
+    they are), in tokens: a few listed, already rounded, and the sizes of the grid's run whose round-up is within the
+    bound. 16 apart, the run's sizes round apart where per_seq <= 16; where it is larger, they round to every multiple
+    between their ends."""
+    listed: frozenset
+    run: range
+    per_seq: int
+
+    def run_holds(self, graph: int) -> bool:
+        """Does a size of the run round up to this graph, a multiple of per_seq: is one in (graph - per_seq, graph]?"""
+        low = max(graph - self.per_seq + 1, self.run.start)
+        first = self.run.start + -(-(low - self.run.start) // self.run.step) * self.run.step
+        return bool(self.run) and first <= min(graph, self.run[-1])
+
+    def run_count(self) -> int:
+        if not self.run:
+            return 0
+        if self.per_seq <= self.run.step:
+            return len(self.run)
+        return (round_up(self.run[-1], self.per_seq) - round_up(self.run[0], self.per_seq)) // self.per_seq + 1
+
+    def __len__(self) -> int:
+        return self.run_count() + sum(not self.run_holds(graph) for graph in self.listed)
+
+    @property
+    def top(self) -> int:
+        """The largest graph; 0 where there is none."""
+        return next(iter(self.largest(1)), 0)
+
+    def largest(self, count: int) -> list[int]:
+        """The count largest graphs, largest first."""
+        if self.per_seq <= self.run.step:
+            from_run = {round_up(size, self.per_seq) for size in self.run[::-1][:count]}
+        else:
+            top = round_up(self.run[-1], self.per_seq) if self.run else 0
+            from_run = set(range(top, top - count * self.per_seq, -self.per_seq)[:self.run_count()])
+        return sorted(from_run | self.listed, reverse=True)[:count]
+
+
+def whole_requests(listed: set[int], run: range, per_seq: int, bound: int) -> Graphs:
+    """Each size rounded up to a multiple of per_seq, kept where that is within bound."""
+    top = bound // per_seq * per_seq
+    kept = frozenset(round_up(size, per_seq) for size in listed if round_up(size, per_seq) <= bound)
+    return Graphs(kept, range(run.start, min(run.stop, top + 1), run.step), per_seq)
 
 
 # vLLM's default largest capture size off SM10x in every release modelled: capture_ceiling_sm10x's value before
@@ -217,72 +260,78 @@ def capture_ceiling(recipe: Recipe) -> int:
     return recipe.engine.capture_ceiling_sm10x if recipe.gpu.arch in ("sm100", "sm103") else DEFAULT_CAPTURE_CEILING
 
 
-def given_capture_rows(recipe: Recipe, worst: int, per_seq: int) -> int:
-    """The largest FULL decode graph of the recipe's cudagraph_capture_sizes that vLLM keeps, each rounded up to whole
-    requests of 1 + k tokens, kept within the largest of them and the decode worst case."""
-    sizes = recipe.kept_capture_sizes
-    bound = min(worst, max(sizes, default=0))
-    return max((round_up(size, per_seq) for size in sizes if round_up(size, per_seq) <= bound), default=0)
+def capture_sizes(recipe: Recipe) -> Graphs:
+    """The batch sizes vLLM's config captures, in tokens, before any rounding to whole requests: the recipe's
+    cudagraph_capture_sizes that vLLM keeps, or its grid up to min(max_num_seqs x (1 + k) x 2, ceiling) (or the given
+    max_cudagraph_capture_size), at most max_num_batched_tokens, with the sizes each release adds (engine.py):
+    max_num_batched_tokens itself, whole requests n x (1 + k) with n on the request grid up to
+    min(max_num_seqs, ceiling) or n that top (vllm==0.29.0 vllm/config/vllm.py:2030-2037), and max_num_seqs."""
+    if recipe.cudagraph_capture_sizes:
+        return Graphs(frozenset(recipe.kept_capture_sizes), range(0), 1)
+    engine, seqs, tokens = recipe.engine, recipe.max_num_seqs, recipe.max_num_batched_tokens
+    per_seq = 1 + recipe.num_speculative_tokens
+    given_limit = recipe.max_cudagraph_capture_size  # None: vLLM's default rule
+    ceiling = capture_ceiling(recipe)
+    limit = min(min(seqs * per_seq * 2, ceiling) if given_limit is None else given_limit, tokens)
+    listed, run = capture_grid(limit, recipe.performance_mode == "interactivity")
+    if engine.captures_max_num_batched_tokens:
+        listed.add(tokens)
+    if given_limit is None and per_seq == 1 and engine.captures_max_num_seqs:
+        listed.add(seqs)
+    if given_limit is None and per_seq > 1 and engine.captures_whole_requests:
+        # request counts: 1, 2, 4, multiples of 8 and 16 and the count itself, whatever the performance mode
+        requests = min(seqs, ceiling)
+        request_counts, request_run = capture_grid(requests, False)
+        listed |= {n * per_seq for n in request_counts | set(request_run) | {requests}}
+    return whole_requests(listed, run, 1, limit)
+
+
+def runner_capture_sizes(recipe: Recipe) -> Graphs:
+    """The sizes the model runner captures its mixed-batch graphs at: Model Runner V1 rounds every size up to whole
+    requests of 1 + k tokens, within the largest, where a FULL mode captures decode graphs with draft tokens
+    (vllm==0.33.0 vllm/config/compilation.py:1496-1508, 1537-1565 adjust_cudagraph_sizes_for_spec_decode;
+    vllm==0.19.0 :1235-1280); Model Runner V2 keeps them (its decode graphs round themselves, decode_graphs)."""
+    sizes = capture_sizes(recipe)
+    per_seq = 1 + recipe.num_speculative_tokens
+    if on_model_runner_v2(recipe) or recipe.cudagraph_mode not in FULL_MODES:
+        return sizes
+    return whole_requests(sizes.listed, sizes.run, per_seq, sizes.top)
+
+
+def decode_graphs(recipe: Recipe) -> Graphs:
+    """The uniform decode batches vLLM captures FULL, in tokens (each one indexer logits row): every capture size
+    rounded up to whole requests of 1 + k tokens, kept within the largest capture size and max_num_seqs requests
+    (Model Runner V2: vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:321-350; V1 rounds the sizes themselves,
+    runner_capture_sizes, and its dispatcher keeps those within (1 + k) x max_num_seqs,
+    vllm/v1/cudagraph_dispatcher.py:203-229). The same whole-request graphs stand for the decode batches of mode
+    FULL, whose graphs are the capture sizes themselves."""
+    if recipe.cudagraph_mode not in FULL_MODES:
+        return Graphs(frozenset(), range(0), 1)
+    sizes = capture_sizes(recipe)
+    per_seq = 1 + recipe.num_speculative_tokens
+    return whole_requests(sizes.listed, sizes.run, per_seq, min(sizes.top, recipe.max_num_seqs * per_seq))
 
 
 def cudagraph_logits_rows(recipe: Recipe) -> int:
-    """Decode rows whose logits the graph pool holds: the largest FULL graph of a uniform decode batch, whole requests
-    of 1 + k tokens, at most the decode worst case. vLLM captures the given sizes, or its grid up to
-    min(max_num_seqs x (1 + k) x 2, ceiling), all at most max_num_batched_tokens, with the sizes each release adds
-    (engine.py): max_num_batched_tokens itself, whole requests n x (1 + k) with n on the grid, and max_num_seqs."""
-    if recipe.cudagraph_mode not in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
-        return 0
-    engine, seqs, tokens = recipe.engine, recipe.max_num_seqs, recipe.max_num_batched_tokens
-    per_seq = 1 + recipe.num_speculative_tokens
-    worst = decode_rows(recipe)
-    if recipe.cudagraph_capture_sizes:
-        return given_capture_rows(recipe, worst, per_seq)
-    given_limit = recipe.max_cudagraph_capture_size  # None: vLLM's default rule
-    interactive = recipe.performance_mode == "interactivity"
-    ceiling = capture_ceiling(recipe)
-    limit = min(min(seqs * per_seq * 2, ceiling) if given_limit is None else given_limit, tokens)
-    extras = {tokens} if engine.captures_max_num_batched_tokens else set()
-    if given_limit is None and per_seq == 1 and engine.captures_max_num_seqs:
-        extras.add(seqs)
-    whole_requests = given_limit is None and per_seq > 1 and engine.captures_whole_requests
-    requests = min(seqs, ceiling)
+    """Decode rows whose logits the graph pool holds: the largest FULL decode graph, whole requests of 1 + k tokens,
+    at most the decode worst case (which bounds it: max_num_batched_tokens bounds the sizes, max_num_seqs the
+    requests)."""
+    return decode_graphs(recipe).top
 
-    def captured(size: int) -> bool:
-        # request_counts: 1, 2, 4, multiples of 8 and 16 and the count itself, whatever the performance mode
-        # (vllm==0.29.0 vllm/config/vllm.py:2030-2037)
-        n, whole = divmod(size, per_seq)
-        request_size = whole_requests and not whole and (on_grid(n, requests, False) or n == requests)
-        return size <= limit and (on_grid(size, limit, interactive) or size in extras or request_size)
 
-    largest = next(size for size in range(limit, 0, -1) if captured(size))  # within 16 of the limit: on the grid
-    return largest_decode_graph(min(worst, largest), per_seq, captured)
+def full_graphs(recipe: Recipe) -> Graphs:
+    """The FULL graphs vLLM captures, in tokens: the decode graphs where FULL is the decode mode beside PIECEWISE or
+    none (FULL_AND_PIECEWISE, FULL_DECODE_ONLY), every mixed-batch size in mode FULL
+    (vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:321-374, vllm/v1/cudagraph_dispatcher.py:187-229)."""
+    if recipe.cudagraph_mode == "FULL":
+        return runner_capture_sizes(recipe)
+    return decode_graphs(recipe)
 
 
 def graph_logits_bytes(recipe: Recipe, logits: dict[str, DecodeLogits]) -> dict[str, int]:
     """Per backend, the indexer logits the graph pool holds: the largest FULL decode graph's rows at the padded width."""
     rows = cudagraph_logits_rows(recipe)
     return {name: rows * dl.padded_columns * dl.bytes_per_element for name, dl in logits.items()}
-
-
-def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], logits_then: dict[str, int]) -> Term:
-    """graphs = graph logits (the largest FULL decode graph's rows) + the rest of the pool. A pool measured for one
-    backend carries over to the others, and one measured at another shape (logits_then) to this one: the rest stays,
-    the logits are re-derived."""
-    if recipe.cudagraph_mode == "NONE":
-        return Term(0, "derived", "no CUDA graphs (enforce-eager or cudagraph_mode NONE)")
-    measured = {recipe.topk_backend if b == "*" else b: v for b, v in recipe.cudagraph_bytes.items()}
-    pool_backend = backend if backend in measured else next((b for b in measured if b in graph_logits), None)
-    if pool_backend is None:
-        besides_logits = estimates.CUDAGRAPH_BESIDES_LOGITS
-        return estimated(besides_logits.value + graph_logits[backend], besides_logits)
-    pool = measured[pool_backend] - logits_then[pool_backend] + graph_logits[backend]  # >= logits: check_graph_pools
-    if pool_backend != backend:
-        return Term(pool, "derived", f"the pool measured for {pool_backend}, with {backend}'s graph logits in place of "
-                                     f"{pool_backend}'s")
-    if logits_then[backend] != graph_logits[backend]:
-        return Term(pool, "derived", f"measured at {recipe.measured_on.shape_change(recipe)}; its graph logits "
-                                     f"re-derived at this shape, the rest of the pool kept")
-    return Term(pool, "measured", "the recipe's memory block")
 
 
 def cudagraphs_subtracted(recipe: Recipe) -> bool:
@@ -292,6 +341,82 @@ def cudagraphs_subtracted(recipe: Recipe) -> bool:
     if not engine.estimates_cudagraphs or (recipe.gpu.arch.startswith("gfx") and not engine.rocm_estimates_cudagraphs):
         return False
     return not on_model_runner_v2(recipe) or engine.model_runner_v2_estimates_cudagraphs
+
+
+class GraphEstimate(Enum):
+    """How the release's model runner estimates its CUDA graphs before it sizes the KV cache
+    (docs/cudagraph-estimate.md)."""
+    NONE = "none subtracted"
+    SAMPLED = ("Model Runner V1: each mode's two largest graphs warmed up and captured; the larger first capture + "
+               "(graphs - 1) x max(second, floor) per mode")
+    EXTRAPOLATED = ("Model Runner V2: the whole capture measured with only the two largest FULL graphs; those two "
+                    "swapped for the first + (FULL graphs - 1) x max(second, floor)")
+
+
+@dataclass(frozen=True)
+class CudagraphEstimate:
+    """What vLLM's estimate adds beyond the first captures, which hold the pool's memory (the indexer logits of the
+    largest FULL decode graph among it): the extrapolated graphs at the per-graph floor. A later capture holds no
+    indexer logits of its own: its rows are fewer at the same width, and every graph shares one pool, captured
+    largest first, so they fit in the blocks the first capture freed (vllm==0.33.0
+    vllm/v1/worker/gpu/cudagraph_utils.py:183, 377, 444-447, 1032-1034; vllm/v1/cudagraph_dispatcher.py:336-346).
+    Its sample is the driver's per-graph overhead, taken at the floor the release puts under it."""
+    method: GraphEstimate
+    graphs: dict  # mode -> graphs captured
+    sampled_rows: tuple[int, ...]  # the FULL graphs whose capture is measured, largest first
+    extrapolated_graphs: int  # graphs the estimate counts at the per-graph cost
+    per_graph_bytes: int  # the release's floor under the second sample (1 MiB)
+
+    @property
+    def floor_bytes(self) -> int:
+        return self.extrapolated_graphs * self.per_graph_bytes
+
+
+def cudagraph_estimate(recipe: Recipe) -> CudagraphEstimate:
+    """V1 (vllm==0.19.0 vllm/v1/worker/gpu_model_runner.py:5862-5960; the same to vllm==0.33.0 :6268-6415):
+        estimate = max over modes of the first capture + sum over modes of (graphs - 1) x max(second capture, floor)
+    V2 (vllm==0.29.0 vllm/v1/worker/gpu/cudagraph_utils.py:712-831; the same to vllm==0.33.0 :916-1039):
+        estimate = the capture measured - both samples + first + (FULL graphs - 1) x max(second, floor)
+    PIECEWISE graphs are sampled by V1 and measured in full by V2. None where the release subtracts none."""
+    engine = recipe.engine
+    full = full_graphs(recipe)
+    piecewise = len(runner_capture_sizes(recipe)) if recipe.cudagraph_mode in PIECEWISE_MODES else 0
+    graphs = {mode: count for mode, count in (("PIECEWISE", piecewise), ("FULL", len(full))) if count}
+    sampled = tuple(full.largest(engine.cudagraph_estimate_samples))
+    if not cudagraphs_subtracted(recipe):
+        return CudagraphEstimate(GraphEstimate.NONE, graphs, (), 0, 0)
+    if on_model_runner_v2(recipe):
+        return CudagraphEstimate(GraphEstimate.EXTRAPOLATED, graphs, sampled, max(len(full) - 1, 0),
+                                 engine.cudagraph_per_graph_floor_bytes)
+    extrapolated = sum(count - 1 for count in graphs.values())
+    return CudagraphEstimate(GraphEstimate.SAMPLED, graphs, sampled, extrapolated,
+                             engine.cudagraph_per_graph_floor_bytes)
+
+
+def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], logits_then: dict[str, int],
+                   floor_bytes: int, floor_then_bytes: int) -> Term:
+    """graphs = graph logits (the largest FULL decode graph's rows) + the rest, which a measured figure holds with
+    the estimate's per-graph floors (floor_bytes: 0 where this vLLM subtracts no estimate). A figure measured for one
+    backend carries over to the others, and one measured at another shape (logits_then, floor_then_bytes) to this one:
+    the rest stays, the logits and the floors are re-derived. A measured figure is what vLLM subtracted: its estimate
+    where it makes one (calibrate writes the log's). Without one, estimates.CUDAGRAPH_BESIDES_LOGITS stands for all
+    besides the logits, floors included: the logs it rests on print whole estimates."""
+    if recipe.cudagraph_mode == "NONE":
+        return Term(0, "derived", "no CUDA graphs (enforce-eager or cudagraph_mode NONE)")
+    measured = {recipe.topk_backend if b == "*" else b: v for b, v in recipe.cudagraph_bytes.items()}
+    pool_backend = backend if backend in measured else next((b for b in measured if b in graph_logits), None)
+    if pool_backend is None:
+        besides_logits = estimates.CUDAGRAPH_BESIDES_LOGITS
+        return estimated(besides_logits.value + graph_logits[backend], besides_logits)
+    # >= logits: check_graph_pools
+    pool = measured[pool_backend] - logits_then[pool_backend] - floor_then_bytes + graph_logits[backend] + floor_bytes
+    if pool_backend != backend:
+        return Term(pool, "derived", f"the pool measured for {pool_backend}, with {backend}'s graph logits in place of "
+                                     f"{pool_backend}'s")
+    if pool != measured[backend]:
+        return Term(pool, "derived", f"measured at {recipe.measured_on.shape_change(recipe)}; its graph logits and "
+                                     f"per-graph floors re-derived at this shape, the rest of the pool kept")
+    return Term(pool, "measured", "the recipe's memory block")
 
 
 # 7. KV bytes, 8. blocks and 9. tokens ---------------------------------------------------------------------------
@@ -439,6 +564,7 @@ class BackendPlan:
 class Plan:
     recipe: Recipe
     memory: RankMemory
+    cudagraph_estimate: CudagraphEstimate
     backends: list[BackendPlan]
 
     def backend(self, name: str) -> BackendPlan:
@@ -501,11 +627,13 @@ def check_graph_pools(recipe: Recipe, logits_then: dict[str, int]) -> None:
 
 
 def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: dict[str, DecodeLogits],
-                 graph_rows: int, graph_logits: dict[str, int], logits_then: dict[str, int]) -> BackendPlan:
-    """The doc's steps for one top-k backend, on this release's side of the fix and on the other."""
+                 graph_rows: int, graph_logits: dict[str, int], logits_then: dict[str, int],
+                 floors: tuple[int, int]) -> BackendPlan:
+    """The doc's steps for one top-k backend, on this release's side of the fix and on the other; floors: the graph
+    estimate's per-graph floors here and where the memory block was measured."""
     dl = logits[backend.name]
     headroom = indexer_headroom(recipe, logits, backend.name)
-    graphs = cudagraph_pool(recipe, backend.name, graph_logits, logits_then)
+    graphs = cudagraph_pool(recipe, backend.name, graph_logits, logits_then, *floors)
     subtracted = graphs.bytes if cudagraphs_subtracted(recipe) else 0
     sides = {reserves: sizing(recipe, memory, reserves, reservation(recipe, dl, reserves), headroom, subtracted)
              for reserves in (True, False)}
@@ -539,9 +667,11 @@ def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = N
     logits_then = graph_logits if then is None else graph_logits_bytes(then, backend_logits(then, backends))
     check_graph_pools(recipe, logits_then)
     graph_rows = cudagraph_logits_rows(recipe)
+    estimate = cudagraph_estimate(recipe)
+    floors = (estimate.floor_bytes, estimate.floor_bytes if then is None else cudagraph_estimate(then).floor_bytes)
     shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
-    return Plan(recipe, memory, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits, logits_then)
-                                 for b in shown])
+    return Plan(recipe, memory, estimate, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits,
+                                                        logits_then, floors) for b in shown])
 
 
 # vLLM's fit of max-model-len -1 (auto): the profile runs at the model's maximum; where one request of that does not

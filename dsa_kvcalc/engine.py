@@ -100,6 +100,8 @@ class Engine:
     rocm_model_runner_v1_architectures: frozenset  # kept on Model Runner V1 on ROCm (ALL: every one)
     dspark_on_model_runner_v2: bool  # speculative method dspark forces Model Runner V2
     model_runner_v2_estimates_cudagraphs: bool
+    cudagraph_estimate_samples: int  # the largest graphs of a mode whose capture the estimate measures
+    cudagraph_per_graph_floor_bytes: int  # the least the estimate counts each graph after the first at
     # (GPU memory from, in GiB; max_num_seqs; max_num_batched_tokens; archs left out) for the OpenAI server
     batch_defaults: tuple[tuple[int, int, int, tuple[str, ...]], ...]
     batched_dp_moe_max_num_batched_tokens: int | None
@@ -222,7 +224,19 @@ VLLM_RULES = {
     "model_runner_v2_estimates_cudagraphs": Rule(
         False, "vllm==0.28.0 vllm/v1/worker/gpu/model_runner.py:843-845: profile_cudagraph_memory() returns 0",
         (Change("0.29.0", True, "vllm==0.29.0 vllm/v1/worker/gpu/model_runner.py:896-898 and "
-                                "vllm/v1/worker/gpu/cudagraph_utils.py:718-816: a real estimate"),)),
+                                "vllm/v1/worker/gpu/cudagraph_utils.py:718-831: the whole capture measured with only "
+                                "the largest FULL graphs, those swapped for first + (FULL graphs - 1) x second "
+                                "(the same to vllm==0.33.0 :922-1039)"),)),
+    "cudagraph_estimate_samples": Rule(
+        2, "vllm==0.19.0 vllm/v1/worker/gpu_model_runner.py:5900: Model Runner V1 captures descs[:2] of each mode "
+           "(the same to vllm==0.33.0 :6330); Model Runner V2 from vllm==0.29.0 "
+           "vllm/v1/worker/gpu/cudagraph_utils.py:712, 788 _FULL_GRAPH_PROFILING_SAMPLES = 2 of its FULL graphs "
+           "(vllm==0.33.0 :916, 995)"),
+    "cudagraph_per_graph_floor_bytes": Rule(
+        1 << 20, "vllm==0.19.0 vllm/v1/worker/gpu_model_runner.py:5923: Model Runner V1's per-graph cost is "
+                 "max(second sample, 1 << 20) (the same to vllm==0.33.0 :6353-6355); Model Runner V2 from vllm==0.29.0 "
+                 "vllm/v1/worker/gpu/cudagraph_utils.py:714, 830 _MIN_PER_GRAPH_BYTES = 1 << 20 (vllm==0.33.0 :918, "
+                 "1038)"),
     "batch_defaults": Rule(
         ((70, 1024, 8192, ()), (0, 256, 2048, ())),
         "vllm==0.19.0 vllm/engine/arg_utils.py:2053-2072 (0.27.1 :2544): OpenAI server, >= 70 GiB and not A100: "

@@ -297,6 +297,12 @@ def kv_json(plan: Plan) -> dict:
             "request_bytes": kv.request_bytes, "provenance": "derived", "source": kv_source(plan)}
 
 
+def cudagraph_estimate_json(estimate: capacity.CudagraphEstimate) -> dict:
+    return {"method": estimate.method.name, "description": estimate.method.value, "graphs": estimate.graphs,
+            "sampled_graph_tokens": list(estimate.sampled_rows), "extrapolated_graphs": estimate.extrapolated_graphs,
+            "per_graph_bytes": estimate.per_graph_bytes, "floor_bytes": estimate.floor_bytes}
+
+
 def plan_json(plan: Plan, fixes: list = ()) -> dict:
     recipe, memory, engine = plan.recipe, plan.memory, plan.recipe.engine
     layout = recipe.layout
@@ -312,6 +318,7 @@ def plan_json(plan: Plan, fixes: list = ()) -> dict:
         "model": {"name": recipe.model.name, "config_source": recipe.model.config_source,
                   "index_topk": recipe.model.index_topk, "kv_bytes_per_token": memory.kv.bytes_per_logged_token},
         "kv_cache": kv_json(plan),
+        "cudagraph_estimate": cudagraph_estimate_json(plan.cudagraph_estimate),
         "deepgemm_layout": {"versions": layout.versions, "logits_dtype": layout.logits_dtype,
                             "split_columns": layout.split_columns, "stride_aligned": layout.stride_aligned,
                             "source": layout.source},

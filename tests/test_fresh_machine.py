@@ -51,7 +51,8 @@ def test_the_oracle_tests_skip_where_the_oracle_is_half_set_up(tmp_path):
     for oracle_home in (tmp_path / "nothing", half):
         env = {**os.environ, "HOME": str(tmp_path), "DSA_KVCALC_ORACLE_HOME": str(oracle_home)}
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m",
-                               "vllm_oracle", "tests/test_vllm_oracle.py", "tests/test_vllm_capture_sizes.py"],
+                               "vllm_oracle", "tests/test_vllm_oracle.py", "tests/test_vllm_capture_sizes.py",
+                               "tests/test_vllm_cudagraph_estimate.py"],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         last = done.stdout.strip().splitlines()[-1]
         assert done.returncode == 0 and "skipped" in last and "error" not in last and "passed" not in last, done.stdout

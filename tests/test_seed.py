@@ -86,7 +86,8 @@ def test_deep_select_falls_short_of_the_seed_by_what_released_code_does_not_expl
     """deep_select's KV tokens differ from auto's by the two graph pools the seed prints (18.40 - 12.39 = 6.01 GiB).
     The seed's own deep_select figures are 567,362 blocks on main against auto's 482,663: 84,699 blocks x 126,720 B
     = 9.996 GiB. The 3.99 GiB between them is in no released vLLM's profile run (its branch does not read the top-k
-    backend): plan stays 3.99 GiB of KV below the seed's deep_select, on either side of the fix."""
+    backend) nor its CUDA-graph estimate, whose extrapolation multiplies no logits (docs/cudagraph-estimate.md): plan
+    stays 3.99 GiB of KV below the seed's deep_select, on either side of the fix."""
     deep_select = seed_plan.backend("deep_select")
     per_block = 1_048_576 / 12_329  # logged tokens a block
     seed_main, seed_fixed = 48_253_887, 48_163_989

@@ -54,7 +54,7 @@ RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # (about 35 s) as well, the corpus of real launch commands (about 15 s) and vLLM's own KV-init buffers (about 100 s).
 SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_files_and_streams.py",
               "test_vllm_oracle.py", "test_vllm_args.py", "test_vllm_capture_sizes.py", "test_command_corpus.py",
-              "test_vllm_kv_init_buffers.py")
+              "test_vllm_kv_init_buffers.py", "test_vllm_cudagraph_estimate.py")
 # The files that pin each module's rules (tests/test_pinned_MODULE.py first), run first so that most mutants die
 # within a second or two.
 FIRST_TESTS = {

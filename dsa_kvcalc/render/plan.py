@@ -5,7 +5,8 @@ import csv
 import io
 import json
 
-from dsa_kvcalc.capacity import DTYPE_BYTES, BackendPlan, Plan, Reservation, Reserved, held_bytes
+from dsa_kvcalc.capacity import (DTYPE_BYTES, BackendPlan, GraphEstimate, Plan, Reservation, Reserved,
+                                 held_bytes)
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Rows
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc import published
@@ -339,6 +340,19 @@ def oom_lines(plan: Plan, b: BackendPlan) -> list[str]:
     ]
 
 
+def estimate_line(plan: Plan) -> str:
+    """What vLLM's CUDA-graph estimate holds besides the first captures (capacity.cudagraph_estimate)."""
+    e, r = plan.cudagraph_estimate, plan.recipe
+    graphs = ", ".join(f"{mode} {count:,}" for mode, count in e.graphs.items()) or "none"
+    if e.method is GraphEstimate.NONE:
+        return f"CUDA-graph estimate: none subtracted by {r.engine.label} (graphs captured: {graphs})"
+    sampled = " and ".join(f"{rows:,}" for rows in e.sampled_rows) or "none"
+    return (f"CUDA-graph estimate ({e.method.value}): graphs {graphs}; FULL sampled at {sampled} tokens, the first "
+            f"holding the largest decode graph's logits, the second none (they fit in the blocks the first freed); "
+            f"{e.extrapolated_graphs:,} graphs x {e.per_graph_bytes:,} B floor = {e.floor_bytes:,} B past the first "
+            f"captures, inside the CUDA graphs figure")
+
+
 ROWS_NUMBERS = {Rows.SEQS_CAPPED: "min({seqs}, {tokens}) x {per_seq}", Rows.TOKENS_CAPPED: "min({seqs} x {per_seq}, {tokens})",
                 Rows.UNCAPPED: "{seqs} x {per_seq}"}
 
@@ -348,7 +362,7 @@ def explain(plan: Plan) -> str:
     r, dl = plan.recipe, plan.backends[0].decode_logits
     numbers = ROWS_NUMBERS[dl.rows_rule].format(seqs=r.max_num_seqs, tokens=r.max_num_batched_tokens,
                                                 per_seq=1 + r.num_speculative_tokens)
-    lines = [heading(plan), "", f"rows = {dl.rows_rule.value} = {numbers} = {dl.rows:,}"]
+    lines = [heading(plan), "", f"rows = {dl.rows_rule.value} = {numbers} = {dl.rows:,}", estimate_line(plan)]
     for b in plan.backends:
         lines += backend_lines(plan, b)
     lines += ["", memory_line(plan)] + [f"assumption: {a}" for a in assumptions(plan)]
