@@ -19,6 +19,9 @@ class Gpu:
     total_memory_bytes: int  # torch.cuda.get_device_properties(0).total_memory
     aliases: tuple[str, ...]
     source: str
+    # An integrated (UMA) GPU: vLLM takes free memory from psutil, so host memory the process gains during start-up
+    # counts as non-torch memory (vllm==0.33.0 vllm/utils/mem_utils.py:138-150, platforms/cuda.py:700-701)
+    integrated: bool = False
 
 
 GPUS = [
@@ -61,7 +64,7 @@ GPUS = [
         "in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)"),
     Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark", "NVIDIA DGX Spark"),
         "'Free memory on device cuda:0 (x/121.69 GiB)' in many DGX Spark vLLM logs; unified memory, so the "
-        "figure moves with the OS carve-out"),
+        "figure moves with the OS carve-out", integrated=True),
     Gpu("MI300X", "gfx942", 196592 * MIB, ("AMD Instinct MI300X", "AMD_Instinct_MI300X"),
         "196,592 MiB (191.98 GiB) in ROCm torch device properties (ROCm/ROCm#4203); vLLM names it "
         "AMD_Instinct_MI300X (vllm==0.33.0 vllm/platforms/rocm.py:77-93)"),
@@ -377,6 +380,9 @@ V41_FLASH_EXPERT_BYTES = bytes_of_gib(259.5 + 16.22)
 V41_FLASH_ENGRAM_BYTES = bytes_of_gib(183.1 + 5.72)
 V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
 # DeepSeek-V4: in vLLM from 0.20.0 (vllm==0.20.0 vllm/model_executor/models/registry.py), DSpark drafts from 0.25.0
+# for a checkpoint that has a DSpark block: its drafter reads the config's dspark_target_layer_ids (vllm==0.33.0
+# vllm/models/deepseek_v4/nvidia/dspark.py:100), which V4-Flash-0731's config has and the preview V4-Flash's and
+# V4-Pro's have not (oracle/configs; dsa_kvcalc/weights.json records vLLM's refusal)
 V4_FIRST = "0.20.0"
 V4_DRAFTERS = ("mtp", "dspark")
 V32_ARCH, GLM5_ARCH, V4_ARCH = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "DeepseekV4ForCausalLM"
@@ -427,7 +433,7 @@ V4_MODELS = [
     Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", V4_ARCH, 43, 1, 4096, 64,
           128, 512, 1048576, estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES,
           compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4,
-          num_attention_heads=64, drafters=V4_DRAFTERS, first_release=V4_FIRST),
+          num_attention_heads=64, first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Flash-0731", f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the "
           "same compress_ratios, sliding_window and layers as the preview)", V4_ARCH, 43, 1, 4096, 64, 128, 512, 1048576,
           estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
@@ -435,7 +441,7 @@ V4_MODELS = [
           first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", V4_ARCH, 61, 1, 7168, 64, 128,
           1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS,
-          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128, drafters=V4_DRAFTERS,
+          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128,
           first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json and LivingAgile/mlx-lm "
           "tests/test_deepseek_v41.py (third-party copies, byte for byte the same, of deepseek-ai/DeepSeek-V4.1-Flash@"

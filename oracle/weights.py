@@ -19,6 +19,9 @@ holds it: a routed-expert parameter (a FusedMoE module's), another parameter or 
 embedding, of the final norm and LM head, of the drafter; or no parameter at all (workspaces and index buffers the
 model's __init__ allocates).
 
+The attention backends are imported before the count starts, as vLLM imports them while it picks one: a buffer a
+kernel module allocates when imported (CUTLASS MLA's 128 MiB SM100 workspace) is left out.
+
 Parallel groups are stand-ins with the sizes and rank 0 (vllm/distributed/parallel_state.py get_tp_group and the rest
 return them), so every layer takes rank 0's shard. Compiled kernels are not called: a module that would call one when
 built gets a stand-in, and no weight is loaded or post-processed, so a layout that a kernel backend rewrites after
@@ -190,8 +193,10 @@ def as_gpu(arch: str, total_memory_bytes: int):
             for patch in patches:
                 stack.enter_context(patch)
             stack.enter_context(mock.patch.dict(platform_cuda.KERNEL_PROBES, probes))
-            stack.enter_context(platform_cuda.kernels_built())
             stack.enter_context(meta_mode())
+            # the attention backends, imported as vLLM imports them to pick one, before their kernel probes answer
+            platform_cuda.import_backends()
+            stack.enter_context(platform_cuda.kernels_built())
             yield
     finally:
         current_platform.__class__ = saved_class
@@ -239,8 +244,10 @@ def build(config):
         draft = initialize_model(vllm_config=draft_config, model_config=spec.draft_model_config)
     proposer = types.SimpleNamespace(model=draft, vllm_config=config, speculative_config=spec,
                                      use_local_argmax_reduction=False)
+    # the proposer shares with the target's language model (llm_base_proposer.py:1343-1400 load_model)
+    language_model = target.get_language_model() if getattr(target, "supports_multimodal", False) else target
     for method in sharing_methods():
-        method(proposer, target)
+        method(proposer, language_model)
     return target, proposer.model
 
 

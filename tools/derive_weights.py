@@ -141,6 +141,10 @@ def entry(model, results: list[dict]) -> dict:
             draft.setdefault("dense_bytes", {})[tp] = result["draft"].get("dense", 0)
             if case["tp"] == 1:
                 draft["expert_bytes"] = result["draft"].get("experts", 0)
+    for case, result in results:  # no build of the target at a size: the release refuses the size itself
+        tp = str(case["tp"])
+        if tp not in out["dense_layer_bytes"]:
+            out.setdefault("refused", {}).setdefault(tp, result["error"].splitlines()[0][:300])
     return out
 
 

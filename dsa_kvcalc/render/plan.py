@@ -63,8 +63,10 @@ def summary_lines(s: dict) -> list:
     if s["refused"]:
         lines.append(Text.assemble((f"{label} would not start", "bold red"), f": {s['refused']}."))
     else:
+        error = s["kv_cache_tokens_error"]
+        bar = f" (estimated +-{error['relative']:.1%}: {error['basis']})" if error else ""
         lines.append(Text.assemble((f"{label} starts", "bold green"), f". Per rank {s['backend']} holds "
-                                   f"{s['kv_cache_tokens']:,} KV tokens: {s['max_concurrency']:.2f} x "
+                                   f"{s['kv_cache_tokens']:,} KV tokens{bar}: {s['max_concurrency']:.2f} x "
                                    f"{s['max_model_len']:,}."))
     if s["refused"]:
         pass  # no step runs
