@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dsa_kvcalc import fits, fitting  # noqa: E402
+from dsa_kvcalc.uncertainty import error_bar  # noqa: E402
 from dsa_kvcalc.records import RECORDS, Record  # noqa: E402
 from dsa_kvcalc.units import GIB  # noqa: E402
 
@@ -37,6 +38,16 @@ class Row:
     planned: fitting.Planned
     fitted_on: int  # records the fit was made on
     bound: float | None
+    error_bar: float | None  # what plan prints beside the tokens, +- a share
+
+    @property
+    def within_error_bar(self) -> bool:
+        """The logged tokens lie in the interval plan prints: planned +- the bar's share of the planned tokens."""
+        if self.record.tokens is None:
+            miss, planned = abs(self.planned.kv_bytes - self.record.available_bytes), self.planned.kv_bytes
+        else:
+            miss, planned = abs(self.planned.tokens - self.record.tokens), self.planned.tokens
+        return self.error_bar is not None and miss <= self.error_bar * planned
 
     @property
     def within(self) -> bool | None:
@@ -49,8 +60,10 @@ def rows() -> list[Row]:
     for record in RECORDS:
         fit = fits.leave_out(points, record.deployment)
         planned = fitting.plan_with(record, fit)
-        gpu = fitting.planned(record).recipe.gpu.name
-        found.append(Row(record, gpu, planned, len(fit.points), bound(record, gpu)))
+        plan = fitting.planned(record)
+        bar = error_bar(plan, plan.backend(plan.recipe.topk_backend))
+        gpu = plan.recipe.gpu.name
+        found.append(Row(record, gpu, planned, len(fit.points), bound(record, gpu), bar and bar.relative))
     return found
 
 
@@ -60,13 +73,17 @@ def weights_rows() -> list[tuple[Record, int]]:
 
 
 def table() -> list[str]:
-    lines = ["| record | GPU | logged tokens | planned tokens (left out) | error | bound | fit on |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| record | GPU | logged tokens | planned tokens (left out) | error | bound | error bar plan prints | "
+             "fit on |", "|---|---|---|---|---|---|---|---|"]
     for row in rows():
         verdict = f"{row.bound:.0%} {'ok' if row.within else 'MISSED'}" if row.bound is not None else (
             "fork" if row.record.fork else "arguments inferred" if not row.record.stated else "small GPU")
-        lines.append(f"| {row.record.name} | {row.gpu} | {row.record.tokens:,} | {row.planned.tokens:,} | "
-                     f"{row.planned.error:+.2%} | {verdict} | {row.fitted_on} records |")
+        bar = "none (KV memory pinned)" if row.error_bar is None else (
+            f"+-{row.error_bar:.1%} {'covers it' if row.within_error_bar else 'MISSES it'}")
+        logged = f"{row.record.tokens:,}" if row.record.tokens else f"{row.record.available_gib} GiB of KV"
+        planned = f"{row.planned.tokens:,}" if row.record.tokens else f"{row.planned.kv_bytes / GIB:.2f} GiB of KV"
+        lines.append(f"| {row.record.name} | {row.gpu} | {logged} | {planned} | "
+                     f"{row.planned.error:+.2%} | {verdict} | {bar} | {row.fitted_on} records |")
     lines += ["", "| record | Model loading took (GiB) | derived (GiB) | error |", "|---|---|---|---|"]
     for record, derived in weights_rows():
         lines.append(f"| {record.name} | {record.weights_gib:.2f} | {derived / GIB:.2f} | "

@@ -19,9 +19,11 @@ class Gpu:
     total_memory_bytes: int  # torch.cuda.get_device_properties(0).total_memory
     aliases: tuple[str, ...]
     source: str
-    # An integrated (UMA) GPU: vLLM takes free memory from psutil, so host memory the process gains during start-up
-    # counts as non-torch memory (vllm==0.33.0 vllm/utils/mem_utils.py:138-150, platforms/cuda.py:700-701)
-    integrated: bool = False
+    # Memory the CPU shares: DGX Spark's GB10 is an integrated GPU, whose free memory vLLM takes from psutil, so that
+    # host memory the process gains during start-up counts as non-torch (vllm==0.33.0 vllm/utils/mem_utils.py:138-150,
+    # platforms/cuda.py:700-701); GH200's Hopper shares its address space with Grace. Both leave more non-KV memory
+    # than the discrete parts (estimates.UNIFIED_NON_TORCH_SPREAD)
+    unified_memory: bool = False
 
 
 GPUS = [
@@ -46,7 +48,7 @@ GPUS = [
         "torch device properties: name 'NVIDIA H20', 9.0, total_memory 97285MB, 78 SMs (vllm-project/vllm issues)"),
     Gpu("GH200", "sm90", bytes_of_gib(94.88), ("NVIDIA GH200 480GB", "GH200 480GB", "NVIDIA GH200"),
         "94.88 GiB total capacity in a torch OOM on GH200 480GB (Lightning-AI/litgpt#1892); the Grace memory mode "
-        "can change what is visible"),
+        "can change what is visible", unified_memory=True),
     Gpu("B200", "sm100", 182631 * MIB, ("NVIDIA B200",),
         "178.35 GiB in the seed's OOM message (vLLM PR #62860); 182,631 MiB in torch device properties"),
     Gpu("GB200", "sm100", bytes_of_gib(184.31), ("NVIDIA GB200",),
@@ -64,7 +66,7 @@ GPUS = [
         "in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)"),
     Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark", "NVIDIA DGX Spark"),
         "'Free memory on device cuda:0 (x/121.69 GiB)' in many DGX Spark vLLM logs; unified memory, so the "
-        "figure moves with the OS carve-out", integrated=True),
+        "figure moves with the OS carve-out", unified_memory=True),
     Gpu("MI300X", "gfx942", 196592 * MIB, ("AMD Instinct MI300X", "AMD_Instinct_MI300X"),
         "196,592 MiB (191.98 GiB) in ROCm torch device properties (ROCm/ROCm#4203); vLLM names it "
         "AMD_Instinct_MI300X (vllm==0.33.0 vllm/platforms/rocm.py:77-93)"),

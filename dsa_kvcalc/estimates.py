@@ -35,13 +35,13 @@ NON_TORCH_COLLECTIVES = Figure(
     FIT.non_torch_collectives_bytes, "fitted",
     f"NCCL and custom all-reduce buffers once TP x DP > 1, {FIT.non_torch_collectives_bytes / GIB:.2f} GiB; "
     f"{FIT.basis}")
-INTEGRATED_NON_TORCH_SPREAD = Figure(
-    bytes_of_gib(3.9), "estimated",
-    "how far non-torch memory on an integrated GPU strays from a discrete one's: vLLM counts the process's host "
-    "memory growth there (free memory from psutil). Two 2 x DGX Spark (GB10) TP2 starts of DeepSeek-V4-Flash leave "
-    "3.56 GiB (a DSpark fork: 0.85 x 121.69 - 79.52 weights - 20.36 KV) and 6.79 GiB (stock vLLM: 0.9 x 121.69 - "
-    "74.1 derived weights - 0.70 graphs - 27.93 KV) for peak and non-torch, against 2.9 GiB on 2 x H200 NVL "
-    "(tests/fixtures/vllm_logs/SOURCES.md, GB10 sections)")
+UNIFIED_NON_TORCH_SPREAD = Figure(
+    bytes_of_gib(5.1), "estimated",
+    "how far non-KV memory on a GPU that shares memory with its CPU strays beyond a discrete one's (about 2.9 GiB for "
+    "DeepSeek-V4-Flash TP2 on 2 x H200 NVL): 2 x DGX Spark (GB10) TP2 starts leave 3.56 GiB (a DSpark fork: 0.85 x "
+    "121.69 - 79.52 weights - 20.36 KV) and 6.79 GiB (stock vLLM: 0.9 x 121.69 - 74.1 derived weights - 0.70 graphs - "
+    "27.93 KV; tests/fixtures/vllm_logs/SOURCES.md, GB10 sections); 2 x GH200 TP2 EP (vllm-project/vllm#44376, "
+    "shared/data) 5.1 GiB more than plan at 30,000 tokens (5.44 GiB of KV logged, 10.5 planned)")
 CUDAGRAPH_BESIDES_LOGITS = Figure(
     GIB + GIB // 2, "estimated", "CUDA-graph pool memory besides the indexer logits; a vLLM 0.25.0 V4-Flash log "
                                  "estimated 1.58 GiB in all (RTX PRO 6000 TP2), a vLLM 0.26.0 GLM-5.2 log 4.99 GiB "

@@ -39,6 +39,9 @@ class Planned:
 
     @property
     def error(self) -> float:
+        """Against the logged tokens, or the logged KV memory where the start failed before it sized the tokens."""
+        if self.record.tokens is None:
+            return self.kv_bytes / self.record.available_bytes - 1
         return self.tokens / self.record.tokens - 1
 
 

@@ -18,7 +18,7 @@ class Record:
     deployment: str
     recipe: dict
     available_gib: float | None  # "Available KV cache memory"
-    tokens: int  # "GPU KV cache size"
+    tokens: int | None  # "GPU KV cache size" (None: the start failed before it)
     weights_gib: float | None = None  # "Model loading took" (rank 0)
     peak_activation_gib: float | None = None  # "Actual usage is ... for peak activation"
     non_torch_gib: float | None = None  # "... for non-torch memory"
@@ -105,6 +105,13 @@ RECORDS = [
                "tensor-parallel-size": 4, "enable-expert-parallel": True, "kv-cache-dtype": "fp8_e4m3",
                "max-model-len": 819200, "vllm-version": "0.26.0"}), 50.62, 1_139_456,
            weights_gib=106.69, peak_activation_gib=6.31, non_torch_gib=0.95, cudagraph_estimate_gib=4.99),
+    Record("V4-Flash 2xGH200 TP2 EP, vLLM 0.22 (refused: 6.66 GiB a request, 5.44 available), L=30,000",
+           f"{SHARED} (vllm-project/vllm#44376, simonwalo 2026-06-03: the error message; LLM()'s 16,384 batched "
+           f"tokens on a >= 70 GiB GPU assumed)", "v4-flash-gh200-0.22",
+           dict(model="deepseek-ai/DeepSeek-V4-Flash", gpu="GH200", **{
+               "tensor-parallel-size": 2, "enable-expert-parallel": True, "kv-cache-dtype": "fp8",
+               "max-model-len": 30000, "max-num-batched-tokens": 16384, "gpu-memory-utilization": 0.95,
+               "vllm-version": "0.22.0"}), 5.44, None, stated=False),
     # A dev build, 0.1.dev20051+g487ecf187 (PR #53906's image), whose commit is no release's: its GLM-5.3-Flash rules
     # are 0.30.0's and 0.31.0's for this case (prefix caching on, vLLM's default); 0.32.0's would log 433,621.
     Record("GLM-5.3-Flash 4xH200 TP4 bf16 KV, dev build (0.30.0/0.31.0 rules), L=131,072, MTP k=3",

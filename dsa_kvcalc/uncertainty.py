@@ -4,7 +4,7 @@ calibrate) carries none.
 
     weights      derived: the largest share by which derived weights missed a "Model loading took" line
                  estimated (from a config's shapes): ESTIMATED_WEIGHTS_SHARE
-    peak + non-torch  fitted: the fit's largest residual; on an integrated GPU plus INTEGRATED_NON_TORCH_SPREAD
+    peak + non-torch  fitted: the fit's largest residual; on a unified-memory GPU plus UNIFIED_NON_TORCH_SPREAD
     CUDA graphs  estimated and subtracted: the largest miss of an "Estimated CUDA graph memory" line
 """
 
@@ -40,9 +40,9 @@ def error_bar(plan: Plan, b: BackendPlan) -> ErrorBar | None:
     if {memory.base_peak.provenance, memory.non_torch.provenance} & {"fitted", "estimated"}:
         spread += stored.activation.spread_bytes
         parts.append(f"activation fitted on {len(stored.activation.points)} logs")
-        if plan.recipe.gpu.integrated:
-            spread += estimates.INTEGRATED_NON_TORCH_SPREAD.value
-            parts.append("non-torch on an integrated GPU estimated")
+        if plan.recipe.gpu.unified_memory:
+            spread += estimates.UNIFIED_NON_TORCH_SPREAD.value
+            parts.append("non-KV memory of a unified-memory GPU estimated")
     if b.cudagraph_subtracted_bytes and b.cudagraph.provenance in ("fitted", "estimated"):
         spread += stored.graphs.spread
         parts.append("CUDA graphs estimated")

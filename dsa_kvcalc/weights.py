@@ -108,12 +108,12 @@ def stage_bytes(recipe: Recipe, entry: dict) -> list[tuple[int, int]]:
 
 
 def drafter(recipe: Recipe, entry: dict) -> dict | None:
-    """The drafter's bytes where the speculative method loads one, MTP's or DSpark's (recipe.check_speculation refuses
-    a method the checkpoint has no drafter for; weights.json records the release's own refusal)."""
+    """The drafter's bytes where the speculative method loads one, MTP's or DSpark's; none where vLLM builds no such
+    drafter for this checkpoint (weights.json records the release's own refusal; recipe.check_speculation refuses the
+    method on vLLM, another engine's profile is its own)."""
     method = "mtp" if recipe.speculative_method in MTP_METHODS else recipe.speculative_method
-    if method not in ("mtp", "dspark") or not recipe.num_speculative_tokens:
-        return None
-    return entry["drafts"][method]
+    found = entry["drafts"].get(method, {}) if recipe.num_speculative_tokens else {}
+    return found if "dense_bytes" in found else None
 
 
 def derived_weights(recipe: Recipe) -> RankWeights | None:
