@@ -16,7 +16,7 @@ from typer.exceptions import TyperException
 from dsa_kvcalc import __version__
 from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, write
 from dsa_kvcalc.keys import RecipeError
-from dsa_kvcalc.streams import Stream, StreamError, console, printable
+from dsa_kvcalc.streams import console, run, say
 
 REFUSED = 4  # the exit code of a deployment vLLM would refuse to start
 EXIT_CODES = ("Exit codes: 0 done; 1 recommend found nothing that meets the targets, or verify found plan and the GPU "
@@ -73,7 +73,7 @@ class SweepFormat(str, Enum):
 
 
 def fail(message: str, code: int = 2):
-    sys.stderr.write(f"error: {printable(message)}\n")
+    say(f"error: {message}")
     raise typer.Exit(code)
 
 
@@ -208,7 +208,7 @@ def plan(
         emit([for_terminal(text) if explain and output is None else text], output)
     refused = selected_refusal(result)
     if refused:
-        sys.stderr.write(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}\n")
+        say(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}")
         raise typer.Exit(REFUSED)
 
 
@@ -395,8 +395,8 @@ def sweep(
 
     guarded(write_outputs)
     if failures.count:
-        sys.stderr.write(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); "
-                         f"first: {printable(failures.first)}\n")
+        say(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); first: "
+            f"{failures.first}")
 
 
 @app.command()
@@ -552,20 +552,8 @@ def usage_line(error: TyperException) -> str:
 
 
 def main(args: list[str] | None = None):
-    """The console script. stdout and stderr are written as streams.py says (and restored afterwards): a stdout that
-    cannot take the output is one line and exit 2, or exit 1 when its reader went away (| head)."""
-    streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = Stream(sys.stdout, product=True), Stream(sys.stderr, product=False)
-    try:
-        code = exit_code(args)
-        sys.stdout.flush()
-    except StreamError as error:
-        code = 1 if error.reader_gone else 2
-        if not error.reader_gone:
-            sys.stderr.write(f"error: {error}\n")
-    finally:
-        sys.stdout, sys.stderr = streams
-    sys.exit(code)
+    """The console script: a stdout that cannot take the output is handled as streams.run says."""
+    sys.exit(run(lambda: exit_code(args)))
 
 
 def exit_code(args: list[str] | None) -> int:
@@ -576,7 +564,7 @@ def exit_code(args: list[str] | None) -> int:
         if type(error).__name__ == "NoArgsIsHelpError":
             sys.stdout.write(error.message + "\n")
             return 0
-        sys.stderr.write(f"error: {printable(usage_line(error))}\n")
+        say(f"error: {usage_line(error)}")
         return error.exit_code
     except (KeyboardInterrupt, typer.Abort):  # Ctrl-C: the shell's convention, and no traceback
         return 128 + signal.SIGINT

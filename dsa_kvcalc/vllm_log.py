@@ -118,14 +118,13 @@ class LogReading:
                 if all(table.get(stamp) == message for stamp, message in self.stamps.items())]
 
 
-LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces: no log line that matters is this long
 LOG_MAX_BYTES = 64 << 20  # a startup log is kilobytes; reading this much takes seconds already
 
 
 def read_log_file(path: Path, key: str) -> LogReading:
-    """A log file, read line by line (memory stays flat)."""
+    """A log file, read whole (bytes that are not UTF-8 replaced)."""
     try:
-        return read_log(inputs.read_lines(path, LOG_MAX_BYTES, "vLLM startup log", LINE_MAX_CHARS))
+        return read_log(inputs.read_bytes(path, LOG_MAX_BYTES, "vLLM startup log").decode(errors="replace"))
     except inputs.Unreadable as error:
         raise RecipeError(key, str(error)) from None
 

@@ -19,7 +19,7 @@ from conftest import LOGS, ROOT, SEED, fails, run
 from dsa_kvcalc import capacity, estimates
 from dsa_kvcalc.calibrate import headroom_from_logs, measure_kv
 from dsa_kvcalc.units import GIB
-from dsa_kvcalc.inputs import read_yaml
+from dsa_kvcalc.inputs import read_text, yaml_mapping
 from dsa_kvcalc.recipe import load, load_recipe
 from dsa_kvcalc.vllm_log import LogReading, RankReading
 
@@ -193,7 +193,7 @@ def test_plan_with_the_seeds_headroom_loses_the_seeds_tokens():
     # The headrooms derived by hand above, in the memory block: across #62860 plan's KV shrinks by what the seed
     # measured, 41,050,274 - 36,636,372 and 48,253,887 - 48,163,989 tokens, within a block (85 logged tokens).
     for backend, headroom, lost in (("auto", 3_091_880_448, 4_413_902), ("deep_select", 3_088_855_296, 89_898)):
-        raw = read_yaml(SEED)
+        raw = yaml_mapping(read_text(SEED), SEED)
         raw["sparse-indexer-topk-backend"] = backend
         raw["memory"]["indexer_headroom_bytes"] = {backend: headroom}
         planned = capacity.plan(load(raw, SEED.parent)).backend(backend)

@@ -59,7 +59,7 @@ def test_bad_input_is_one_line_naming_the_field(tmp_path, text, field):
 
 def test_missing_recipe_file(tmp_path):
     result = run("plan", tmp_path / "nope.yaml")
-    assert result.exit_code == 2 and "no such file" in result.output
+    assert result.exit_code == 2 and "No such file or directory" in result.output
 
 
 def test_bad_set_override_names_it():

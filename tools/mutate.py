@@ -52,7 +52,7 @@ RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all;
 # vLLM's own planner (about 60 s, where oracle/setup.sh set it up), capture sizes (about 100 s) and argument parser
 # (about 35 s) as well.
-SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_output.py",
+SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_files_and_streams.py",
               "test_vllm_oracle.py", "test_vllm_args.py", "test_vllm_capture_sizes.py")
 # The files that pin each module's rules (tests/test_pinned_MODULE.py first), run first so that most mutants die
 # within a second or two.
@@ -269,7 +269,7 @@ for line in sys.stdin:
     if pid == 0:
         os.setsid()
         # a tool started in the background (nohup, &) ignores SIGINT, SIGQUIT and SIGHUP, and so would the tests'
-        # own children: tests/test_output.py signals them
+        # own children: tests/test_files_and_streams.py signals them
         for name in ("SIGHUP", "SIGQUIT", "SIGTERM"):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
