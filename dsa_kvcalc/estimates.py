@@ -2,8 +2,9 @@
 
 Derived figures (from a model's config and a rule cited to vLLM's source) live in kv_cache.py and capacity.py.
 Measured figures come from the user's recipe (its memory block) or a vLLM log (calibrate). What is here stands in
-where neither gives a measurement; plan marks each such term "estimated" or "fitted" in its output. A fitted figure
-names the records it was fitted to: those records are no check of it (tests/test_records.py keeps them apart).
+where neither gives a measurement; plan marks each such term "estimated" or "fitted" in its output, with an error bar
+(uncertainty.py). A fitted figure names the records it was fitted to and its residuals (fits.py); a record checks it
+only when it was fitted without that record (benchmarks/leave_one_out.py).
 """
 
 from dataclasses import dataclass
