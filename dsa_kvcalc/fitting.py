@@ -24,10 +24,10 @@ def point(record: Record) -> fits.Point:
     graphs = selected.cudagraph_subtracted_bytes if record.cudagraph_estimate_gib is None else round(
         record.cudagraph_estimate_gib * fits.GIB)
     rest = memory.requested_bytes - record.available_bytes - weights - graphs
-    gib = lambda value: None if value is None else round(value * fits.GIB)  # noqa: E731
+    peak = None if record.peak_activation_gib is None else round(record.peak_activation_gib * fits.GIB)
+    non_torch = None if record.non_torch_gib is None else round(record.non_torch_gib * fits.GIB)
     return fits.Point(record.name, record.deployment, recipe.gpu.name, hidden_bytes(recipe), collectives(recipe),
-                      profile_budget_bytes(recipe) + prefill_workspace_bytes(recipe), rest,
-                      gib(record.peak_activation_gib), gib(record.non_torch_gib))
+                      profile_budget_bytes(recipe) + prefill_workspace_bytes(recipe), rest, peak, non_torch)
 
 
 @dataclass(frozen=True)

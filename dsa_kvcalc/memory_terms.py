@@ -65,11 +65,11 @@ def weights_estimate(recipe: Recipe) -> Term:
     offloaded = model.offloadable_bytes if recipe.engram_cpu_offload else 0
     dense_bytes = checkpoint.value - model.routed_expert_bytes - model.offloadable_bytes
     on_gpu = model.offloadable_bytes - offloaded  # split over the data-parallel ranks (vllm/config/engram.py)
-    layers = model.num_layers // recipe.pipeline_parallel_size  # each stage its share of the layers
+    stage_layers = model.num_layers // recipe.pipeline_parallel_size  # each stage its share of the layers
     drafts = model.mtp_layers if recipe.speculative_method in ("mtp", "dspark") and recipe.num_speculative_tokens else 0
-    per_layer = dense_bytes // recipe.tensor_parallel_size + model.routed_expert_bytes // expert_ranks \
-        + on_gpu // expert_ranks
-    weights_bytes = per_layer * (layers + drafts) // model.num_layers
+    rank_bytes = dense_bytes // recipe.tensor_parallel_size + model.routed_expert_bytes // expert_ranks \
+        + on_gpu // expert_ranks  # the whole model's share of one rank, before pipeline stages and drafts
+    weights_bytes = rank_bytes * (stage_layers + drafts) // model.num_layers
     offload = f"; {offloaded:,} B of Engram tables in host memory" if offloaded else ""
     return Term(weights_bytes, checkpoint.provenance, f"from the config's shapes (vLLM's model classes were not built "
                                                       f"for this checkpoint): the dense part / TP + routed experts / "

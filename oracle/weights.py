@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import gc
 import json
+import logging
 import os
 import re
 import tempfile
@@ -290,7 +291,7 @@ def sharing_methods() -> list:
         if len(functions) == len(SHARING):
             module = ast.Module(body=functions, type_ignores=[])
             namespace = {"torch": torch, "nn": torch.nn, "get_pp_group": get_pp_group,
-                         "logger": harness.logging.getLogger("vllm.weights"), "supports_multimodal": lambda m: False}
+                         "logger": logging.getLogger("vllm.weights")}
             exec(compile(module, str(path), "exec"), namespace)  # noqa: S102 - the release's own source
             return [namespace[name] for name in SHARING]
     raise RuntimeError("no proposer with _maybe_share_embeddings and _maybe_share_lm_head in this release")
