@@ -72,7 +72,8 @@ def weights_estimate(recipe: Recipe) -> Term:
     weights_bytes = rank_bytes * (stage_layers + drafts) // model.num_layers
     offload = f"; {offloaded:,} B of Engram tables in host memory" if offloaded else ""
     return Term(weights_bytes, checkpoint.provenance, f"from the config's shapes (vLLM's model classes were not built "
-                                                      f"for this checkpoint): the dense part / TP + routed experts / "
+                                                      f"for this checkpoint at this TP size): the dense part / TP + routed "
+                                                      f"experts / "
                                                       f"(TP x DP) ranks, draft layers included{offload}; checkpoint: "
                                                       f"{checkpoint.basis}")
 

@@ -15,7 +15,7 @@ they shard here as vLLM shards them:
 - DeepSeek-V4.1's Engram tables in host memory unless engram-config.cpu_offload is false, then over TP x DP.
 The buffers the model's construction and its weight post-processing allocate at the serving shape follow, derived from
 vLLM's code (construction_bytes). A model the build did not cover (a local config.json) falls back to its config's
-shapes (hf_config.py), and says so.
+shapes (hf_config.py), and so does a tensor-parallel size the build did not cover, and says so.
 """
 
 import json
@@ -73,18 +73,11 @@ def expert_share(total_bytes: int, entry: dict, ranks: int) -> int:
     return total_bytes * local_experts(experts, ranks) // experts
 
 
-def tp_bytes(by_tp: dict, tp: int) -> int:
-    """Rank 0's bytes of a part the build counted at this TP size, or TP=1's split evenly where it did not build it."""
-    if str(tp) in by_tp:
-        return by_tp[str(tp)]
-    return by_tp["1"] // tp
-
-
 def stage_bytes(recipe: Recipe, entry: dict) -> list[tuple[int, int]]:
     """(parameters on the GPU, in host memory) of every pipeline stage on rank 0 of its TP x DP group."""
     tp, dp, pp = recipe.tensor_parallel_size, recipe.data_parallel_size, recipe.pipeline_parallel_size
     expert_ranks = tp * dp
-    dense = entry["dense_layer_bytes"].get(str(tp)) or [b // tp for b in entry["dense_layer_bytes"]["1"]]
+    dense = entry["dense_layer_bytes"][str(tp)]
     experts = entry["expert_layer_bytes"]
     engram = entry.get("engram_layer_bytes", [0] * len(dense))
     draft = drafter(recipe, entry)
@@ -97,11 +90,11 @@ def stage_bytes(recipe: Recipe, entry: dict) -> list[tuple[int, int]]:
         host = engram_bytes if recipe.engram_cpu_offload else 0
         gpu += engram_bytes - host
         if stage == 0:
-            gpu += tp_bytes(entry["embedding_bytes"], tp)
+            gpu += entry["embedding_bytes"][str(tp)]
         if stage == pp - 1:
-            gpu += tp_bytes(entry["head_bytes"], tp)
+            gpu += entry["head_bytes"][str(tp)]
             if draft:
-                gpu += tp_bytes(draft["dense_bytes"], tp) + expert_share(draft["expert_bytes"], entry,
+                gpu += draft["dense_bytes"][str(tp)] + expert_share(draft["expert_bytes"], entry,
                                                                                     expert_ranks)
         stages.append((gpu, host))
     return stages
@@ -117,22 +110,20 @@ def drafter(recipe: Recipe, entry: dict) -> dict | None:
 
 
 def derived_weights(recipe: Recipe) -> RankWeights | None:
-    """The weights of the rank that holds the most (the stage with the fewest KV blocks decides), or None for a model
-    the build did not cover."""
+    """The weights of the rank that holds the most (the stage with the fewest KV blocks decides), or None for a model or
+    tensor-parallel size the build did not cover (its config's shapes then stand in: memory_terms.weights_estimate)."""
     entry = data()["models"].get(recipe.model.name)
-    if entry is None:
+    tp = str(recipe.tensor_parallel_size)
+    if entry is None or tp not in entry["dense_layer_bytes"] and tp not in entry.get("refused", {}):
         return None
-    refused = entry.get("refused", {}).get(str(recipe.tensor_parallel_size))
-    if refused:
-        raise RecipeError("tensor-parallel-size", f"{recipe.tensor_parallel_size}: vLLM's model code for "
-                                                  f"{recipe.model.name} refuses it ({refused})")
+    if tp in entry.get("refused", {}):
+        raise RecipeError("tensor-parallel-size", f"{tp}: vLLM's model code for {recipe.model.name} refuses it "
+                                                  f"({entry['refused'][tp]})")
     gpu, host = max(stage_bytes(recipe, entry))
-    built = str(recipe.tensor_parallel_size) in entry["dense_layer_bytes"]
-    note = "" if built else f"; TP {recipe.tensor_parallel_size} not built: TP 1's dense bytes split evenly"
     config = entry["config"] + (f" ({entry['config_note']})" if entry["config_note"] else "")
     source = (f"vLLM {data()['release']}'s model classes built on the meta device from {config}, sharded as vLLM "
               f"shards them (routed experts over TP x DP = {recipe.tensor_parallel_size * recipe.data_parallel_size} "
-              f"ranks){note}; construction buffers at this shape derived from vLLM's code")
+              f"ranks); construction buffers at this shape derived from vLLM's code")
     return RankWeights(gpu, construction_bytes(recipe, entry), host, "derived", source)
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc import capacity, fits, fitting
+from dsa_kvcalc import capacity, estimates, fits, fitting
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.records import RECORDS, record
 from dsa_kvcalc.report import summary
@@ -81,3 +81,17 @@ def test_measured_terms_carry_no_error_bar():
     plan = capacity.plan(load(raw))
     assert error_bar(plan, plan.backend("auto")) is None
     assert summary(plan)["kv_cache_tokens_error"] is None
+
+
+@pytest.mark.parametrize("gpu, unified", [("GB10", True), ("GH200", True), ("H200", False)])
+def test_a_unified_memory_gpu_widens_the_bar_by_the_unified_spread(gpu, unified):
+    raw = dict(model="deepseek-ai/DeepSeek-V4-Flash", gpu=gpu, **{"tensor-parallel-size": 2,
+                                                                   "enable-expert-parallel": True,
+                                                                   "kv-cache-dtype": "fp8", "max-model-len": 262144})
+    plan = capacity.plan(load(raw))
+    bar = error_bar(plan, plan.backend("auto"))
+    without = bar.bytes - (estimates.UNIFIED_NON_TORCH_SPREAD.value if unified else 0)
+    stored = fits.stored()
+    assert without == round(plan.memory.weights.bytes * stored.weights.spread) + stored.activation.spread_bytes + (
+        stored.graphs.spread if plan.backend("auto").cudagraph_subtracted_bytes else 0)
+    assert ("unified-memory" in bar.basis) is unified

@@ -107,6 +107,56 @@ def test_the_forks_checkpoint_is_not_nvidias():
     assert weights_of(**fork.recipe) < 0.85 * fork.weights_gib * GIB
 
 
+@pytest.mark.parametrize("raw, construction", [
+    # V3.2 TP8 on H200, vLLM 0.33.0, BF16 cache (FlashAttention's sparse MLA: no FlashMLA workspace), 8192 tokens, 256
+    # sequences: the top-k buffer 8192 x 2048 x 4 = 67,108,864; W_UK_T and W_UV, 128 / 8 heads x 512 x (128 + 128) x 2
+    # = 4,194,304 a layer x 61 = 255,852,544; 61 index groups (every layer indexes) of (min(8192, 256) + 1) rows x
+    # (2048 + 1) x 4 = 128,488,692
+    (dict(model="deepseek-ai/DeepSeek-V3.2", gpu="H200", **{"tensor-parallel-size": 8, "max-model-len": 131072,
+                                                             "max-num-seqs": 256, "vllm-version": "0.33.0"}),
+     67_108_864 + 255_852_544 + 128_488_692),
+    # GLM-5.1-FP8 TP8 on H200, vLLM 0.20.0, BF16 cache on FlashMLA-sparse: the top-k buffer; 64 / 8 heads x 512 x
+    # (192 + 256) x 2 = 3,670,016 a layer x 78 = 286,261,248; the unpadded queries 8192 x 8 x 576 x 2 = 75,497,472; no
+    # index groups before 0.30.0
+    (dict(model="zai-org/GLM-5.1-FP8", gpu="H200", **{"tensor-parallel-size": 8, "max-num-seqs": 1024,
+                                                       "vllm-version": "0.20.0"}),
+     67_108_864 + 286_261_248 + 75_497_472),
+    # GLM-5.2-NVFP4 TP4 on H200, vLLM 0.33.0, fp8_ds_mla on FlashMLA-sparse: queries 8192 x 16 x 576 x 2 =
+    # 150,994,944, the gather 5 x 131,072 x 576 x 2 = 754,974,720, the padded prefill queries and latents 8192 x
+    # (64 x 576 + 64 x 512 + 16 x 512) x 2 = 1,275,068,416 (the meta build's 2,181,038,080 B workspace); the top-k
+    # buffer; 7,340,032 x 78 = 572,522,496 absorbed; 21 index groups (layers 0-2 and 6, 10, ..., 74) x 257 x 2049 x 4
+    # = 44,233,812
+    (dict(model="nvidia/GLM-5.2-NVFP4", gpu="H200", **{"tensor-parallel-size": 4, "kv-cache-dtype": "fp8",
+                                                        "max-model-len": 131072, "max-num-seqs": 256,
+                                                        "vllm-version": "0.33.0"}),
+     2_181_038_080 + 67_108_864 + 572_522_496 + 44_233_812),
+])
+def test_construction_buffers_by_hand(raw, construction):
+    recipe = load(raw | {"max-num-batched-tokens": 8192})
+    assert weights.construction_bytes(recipe, weights.data()["models"][recipe.model.name]) == construction
+
+
+def test_v4s_drafter_adds_its_layers_and_the_mtp_hidden_state_buffer():
+    # V4-Flash-0731 TP8 EP: the MTP layer (its dense part at TP 8, its 256 experts over 8 ranks) and, with any drafter,
+    # the residual stream buffer max_num_batched_tokens x hc_mult 4 x hidden 4096 x 2 B = 268,435,456 at 8192 tokens
+    # (vllm==0.33.0 vllm/models/deepseek_v4/nvidia/model.py:903-912)
+    v4 = dict(model="deepseek-ai/DeepSeek-V4-Flash-0731", gpu="H200", **{
+        "tensor-parallel-size": 8, "enable-expert-parallel": True, "kv-cache-dtype": "fp8",
+        "max-num-batched-tokens": 8192})
+    mtp = weights.data()["models"]["deepseek-ai/DeepSeek-V4-Flash-0731"]["drafts"]["mtp"]
+    added = weights_of(**v4, **{"speculative-config": {"method": "mtp", "num_speculative_tokens": 1}}) - weights_of(**v4)
+    assert added == mtp["dense_bytes"]["8"] + mtp["expert_bytes"] // 8 + 268_435_456
+
+
+def test_a_tensor_parallel_size_not_built_takes_the_configs_shapes_and_a_refused_one_is_refused():
+    # built at TP 1, 2, 4, 8, 16: TP 32 falls back, estimated; V4.1 at TP 16 vLLM refuses (Engram hash heads)
+    term = capacity.plan(load(dict(model="DeepSeek-V3.2", gpu="B200", **{"tensor-parallel-size": 32}))).memory.weights
+    assert term.provenance == "estimated" and "not built for this checkpoint at this TP size" in term.source
+    with pytest.raises(RecipeError, match="Engram sharding leaves ranks without hash heads"):
+        capacity.plan(load(dict(model="DeepSeek-V4.1-Flash", gpu="B200", **{
+            "tensor-parallel-size": 16, "enable-expert-parallel": True, "kv-cache-dtype": "fp8"})))
+
+
 # The construction buffers against the release's own build ---------------------------------------------------------
 
 def meta_build(release: str, cases: list[dict]) -> list[dict]:
