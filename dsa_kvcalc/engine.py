@@ -144,7 +144,8 @@ class Engine:
     kda_prefill_checkpoint_archs: frozenset  # FlashKDA keeps one more KDA state block in 'align' mode
     backend_block_stride_alignment: bool  # the attention backends align block strides (customize_attention_spec)
     # What building the model allocates besides its parameters (weights.py construction_bytes)
-    flashmla_prefill_head_padding: tuple[int, int]  # FlashMLA-sparse's BF16-cache query heads rounded up to: off, on SM10x
+    # FlashMLA-sparse's BF16-cache query heads rounded up to this many: off SM10x, on SM10x
+    flashmla_prefill_head_padding: tuple[int, int]
     flashmla_prefill_query_workspace: bool  # fp8_ds_mla: the padded prefill queries and latents reserved too
     index_group_buffers: bool  # each top-k producing MLA layer's index group holds physical top-k rows
 
@@ -445,8 +446,8 @@ VLLM_RULES = {
         False, "vllm==0.30.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:742-745: the queries and the BF16 "
                "prefill gather only",
         (Change("0.31.0", True, "vllm==0.31.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:782-795: also "
-                                "(max_tokens, padded heads, 576), (max_tokens, padded heads, 512) and (max_tokens, heads, "
-                                "512) BF16"),)),
+                                "(max_tokens, padded heads, 576), (max_tokens, padded heads, 512) and (max_tokens, "
+                                "heads, 512) BF16"),)),
     "index_group_buffers": Rule(
         False, "vllm==0.29.0 has no vllm/v1/attention/backends/mla/index_group.py",
         (Change("0.30.0", True, "vllm==0.30.0 vllm/v1/attention/backends/mla/index_group.py:458-480, 498-512: "

@@ -71,11 +71,10 @@ def weights_estimate(recipe: Recipe) -> Term:
         + on_gpu // expert_ranks  # the whole model's share of one rank, before pipeline stages and drafts
     weights_bytes = rank_bytes * (stage_layers + drafts) // model.num_layers
     offload = f"; {offloaded:,} B of Engram tables in host memory" if offloaded else ""
-    return Term(weights_bytes, checkpoint.provenance, f"from the config's shapes (vLLM's model classes were not built "
-                                                      f"for this checkpoint at this TP size): the dense part / TP + routed "
-                                                      f"experts / "
-                                                      f"(TP x DP) ranks, draft layers included{offload}; checkpoint: "
-                                                      f"{checkpoint.basis}")
+    source = (f"from the config's shapes (vLLM's model classes were not built for this checkpoint at this TP size): "
+              f"the dense part / TP + routed experts / (TP x DP) ranks, draft layers included{offload}; checkpoint: "
+              f"{checkpoint.basis}")
+    return Term(weights_bytes, checkpoint.provenance, source)
 
 
 def profile_budget_bytes(recipe: Recipe) -> int:

@@ -64,8 +64,9 @@ RECORDS = [
            "v4-flash-0731-h20-0.26", dict(model="deepseek-ai/DeepSeek-V4-Flash-0731", gpu="NVIDIA H20", **H20_MTP,
                                           **{"max-model-len": 121344, "max-num-seqs": 32}), 7.71, 150_992,
            stated=False),
-    Record("V4-Flash-0731 1xB300, vLLM 0.26.0, L=65,536, DSpark k=7", "deepseek-v4-flash-0731-1xb300-tp1-dspark7-v0.26.0",
-           "v4-flash-0731-b300-0.26", dict(model="deepseek-ai/DeepSeek-V4-Flash-0731", gpu="NVIDIA B300 SXM6 AC", **{
+    Record("V4-Flash-0731 1xB300, vLLM 0.26.0, L=65,536, DSpark k=7",
+           "deepseek-v4-flash-0731-1xb300-tp1-dspark7-v0.26.0", "v4-flash-0731-b300-0.26",
+           dict(model="deepseek-ai/DeepSeek-V4-Flash-0731", gpu="NVIDIA B300 SXM6 AC", **{
                "kv-cache-dtype": "fp8", "max-model-len": 65536, "enable-expert-parallel": True,
                "vllm-version": "0.26.0", "speculative-config": {"method": "dspark", "num_speculative_tokens": 7}}),
            86.74, 913_657, weights_gib=156.32, peak_activation_gib=2.99, non_torch_gib=0.23),

@@ -1,5 +1,5 @@
-"""The weights term of one rank: what GPUModelRunner.load_model leaves allocated, which vLLM logs as "Model loading took"
-(the allocator's growth across the load, vllm==0.33.0 vllm/v1/worker/gpu_model_runner.py:4989-5092).
+"""The weights term of one rank: what GPUModelRunner.load_model leaves allocated, which vLLM logs as "Model loading
+took" (the allocator's growth across the load, vllm==0.33.0 vllm/v1/worker/gpu_model_runner.py:4989-5092).
 
 Two parts. The parameters and buffers of the model's modules come from weights.json: vLLM's own model classes built on
 the meta device at each tensor-parallel size (tools/derive_weights.py, oracle/weights.py), per decoder layer, so that

@@ -1,23 +1,24 @@
-"""The bytes a rank holds after vLLM loads a model, counted by building the release's own model classes on PyTorch's meta
-device, on a CPU: one release per process, inside the oracle's venv (oracle/setup.sh).
+"""The bytes a rank holds after vLLM loads a model, counted by building the release's own model classes on PyTorch's
+meta device, on a CPU: one release per process, inside the oracle's venv (oracle/setup.sh).
 
     VENV/bin/python oracle/weights.py RELEASE_DIR < cases.json > results.json
 
-A case names a config.json folder (oracle/configs) and the serving arguments that shape the model: the GPU's arch, the
-parallel sizes, the batch and length limits, the cache dtype and the speculative method. The release builds its
-VllmConfig from them (EngineArgs.create_engine_config, on the CPU platform), then the harness turns the platform into the
-release's CUDA platform answering as the GPU (platform_cuda.cuda_platform) and builds, under torch.device("meta"):
+A case gives a model's config.json (tools/derive_weights.py reads them from oracle/configs) and the serving arguments
+that shape the model: the GPU's arch, the parallel sizes, the batch and length limits, the cache dtype and the
+speculative method. The release builds its VllmConfig from them (EngineArgs.create_engine_config, on the CPU platform),
+then the harness turns the platform into the release's CUDA platform answering as the GPU (platform_cuda.cuda_platform)
+and builds, under torch.device("meta"):
 
 - the target model, as GPUModelRunner.load_model does (vllm/model_executor/model_loader/utils.py initialize_model);
 - the drafter's model, as the proposer's load_model does, and the embeddings and LM head the proposer then shares with
   the target (vllm==0.33.0 vllm/v1/spec_decode/llm_base_proposer.py:1303-1320, 1418-1585), called on the built model.
 
 Every tensor then alive on the meta device is what the load left allocated: "Model loading took" is the CUDA
-allocator's growth across the same calls (vllm==0.33.0 vllm/v1/worker/gpu_model_runner.py:4989-5076, DeviceMemoryProfiler
-in vllm/utils/mem_utils.py:82-101). Storages are counted once (views and tied weights share one). Each is filed by what
-holds it: a routed-expert parameter (a FusedMoE module's), another parameter or buffer of decoder layer N, of the
-embedding, of the final norm and LM head, of the drafter; or no parameter at all (workspaces and index buffers the
-model's __init__ allocates).
+allocator's growth across the same calls (vllm==0.33.0 vllm/v1/worker/gpu_model_runner.py:4989-5076,
+DeviceMemoryProfiler in vllm/utils/mem_utils.py:82-101). Storages are counted once (views and tied weights share
+one). Each is filed by what holds it: a routed-expert parameter (a RoutedExperts module's), another parameter or
+buffer of decoder layer N, of the embedding, of the final norm and LM head, of the drafter; or no parameter at all
+(workspaces and index buffers the model's __init__ allocates).
 
 The attention backends are imported before the count starts, as vLLM imports them while it picks one: a buffer a
 kernel module allocates when imported (CUTLASS MLA's 128 MiB SM100 workspace) is left out.
@@ -35,8 +36,8 @@ import json
 import logging
 import os
 import re
-import tempfile
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -59,7 +60,8 @@ INSTALLED = {"is_uva_available", "has_tilelang", "has_deep_gemm", "is_deep_gemm_
 
 
 class KernelPackages(platform_cuda.GpuOnlyPackages):
-    """Stand-ins for kernel packages a GPU install has beside flashinfer (TileLang for DeepSeek-V4's mHC kernels, CUTLASS's Python DSL and cuda-python for V4.1's)."""
+    """Stand-ins for kernel packages a GPU install has beside flashinfer: TileLang for DeepSeek-V4's mHC kernels,
+    CUTLASS's Python DSL and cuda-python for V4.1's."""
 
     def find_spec(self, name, path, target=None):
         if name.split(".")[0] in KERNEL_PACKAGES:

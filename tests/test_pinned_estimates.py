@@ -12,5 +12,6 @@ GIB = 1 << 30
 def test_a_model_not_built_holds_an_eighth_of_the_checkpoint_its_basis_cites_on_tp8():
     # GLM-5.3-Flash, whose weights are not derived (oracle/configs/SOURCES.md): "about 306 GiB for the default native
     # FP8 checkpoint" (vllm-project/recipes); TP8 without expert parallelism: dense / 8 + experts / 8
-    weights = memory_terms.rank_memory(load({"model": "GLM-5.3-Flash", "gpu": "B300", "tensor-parallel-size": 8})).weights
+    recipe = load({"model": "GLM-5.3-Flash", "gpu": "B300", "tensor-parallel-size": 8})
+    weights = memory_terms.rank_memory(recipe).weights
     assert abs(weights.bytes - 306 * GIB // 8) <= 1 and weights.provenance == "estimated"

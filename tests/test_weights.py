@@ -144,7 +144,8 @@ def test_v4s_drafter_adds_its_layers_and_the_mtp_hidden_state_buffer():
         "tensor-parallel-size": 8, "enable-expert-parallel": True, "kv-cache-dtype": "fp8",
         "max-num-batched-tokens": 8192})
     mtp = weights.data()["models"]["deepseek-ai/DeepSeek-V4-Flash-0731"]["drafts"]["mtp"]
-    added = weights_of(**v4, **{"speculative-config": {"method": "mtp", "num_speculative_tokens": 1}}) - weights_of(**v4)
+    mtp_weights = weights_of(**v4, **{"speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
+    added = mtp_weights - weights_of(**v4)
     assert added == mtp["dense_bytes"]["8"] + mtp["expert_bytes"] // 8 + 268_435_456
 
 

@@ -1,5 +1,6 @@
-"""Regenerates dsa_kvcalc/weights.json: the bytes of parameters and buffers each catalog model puts on a rank, counted by
-building vLLM's own model classes on the meta device (oracle/weights.py) from the model's config.json (oracle/configs).
+"""Regenerates dsa_kvcalc/weights.json: the bytes of parameters and buffers each catalog model puts on a rank, counted
+by building vLLM's own model classes on the meta device (oracle/weights.py) from the model's config.json
+(oracle/configs).
 
     python tools/derive_weights.py [--release 0.33.0] [--only MODEL ...]
 
