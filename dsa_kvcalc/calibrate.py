@@ -48,6 +48,7 @@ class Measured:
     max_model_len: int | None = None
     max_concurrency: float | None = None
     disagreements: list[str] = field(default_factory=list)
+    lines: dict = field(default_factory=dict)  # a figure above -> the number of the log's line it was read from
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class TermRow:
     log: int | None
     plan: int | None
     source: str  # where the calibrated value comes from
+    line: int | None = None  # the number of the log's line the log's figure was read from
 
 
 @dataclass(frozen=True)
@@ -102,20 +104,30 @@ def sizing_rank(reading: LogReading) -> RankReading | None:
 def measure(reading: LogReading) -> Measured:
     rank = sizing_rank(reading)
     if rank is None:
-        found = sorted({name for r in reading.ranks for name, v in vars(r).items() if v is not None and name != "rank"})
+        found = sorted({name for r in reading.ranks for name, v in vars(r).items()
+                        if v is not None and name not in ("rank", "lines")})
         found += ["non-default args"] if reading.engine_args else []
         have = f" (found only: {', '.join(found)})" if found else ""
         raise RecipeError("log", f"no memory terms: none of {MEMORY_LINES}{have}; nothing to calibrate")
 
-    def first(name: str):
-        value = getattr(rank, name)
-        return value if value is not None else next(
-            (getattr(r, name) for r in reading.ranks if getattr(r, name) is not None), None)
+    lines = {}
 
-    weights = rank.weights_gib
-    non_torch = rank.non_torch_gib
+    def first(name: str, figure: str):
+        """The sizing rank's figure, else the first rank's that printed it; its line noted as figure's."""
+        reader = rank if getattr(rank, name) is not None else next(
+            (r for r in reading.ranks if getattr(r, name) is not None), None)
+        if reader is None:
+            return None
+        lines[figure] = reader.lines[name]
+        return getattr(reader, name)
+
+    weights = first("weights_gib", "weights_bytes") if rank.weights_gib is not None else None
+    non_torch = first("non_torch_gib", "non_torch_bytes") if rank.non_torch_gib is not None else None
     if non_torch is None and rank.consumed_gib is not None and weights is not None:
         non_torch = rank.consumed_gib - weights
+        lines["non_torch_bytes"] = rank.lines["consumed_gib"]
+    peak = first("peak_activation_gib", "peak_activation_bytes") if rank.peak_activation_gib is not None else None
+    available = first("available_kv_gib", "available_kv_bytes") if rank.available_kv_gib is not None else None
     disagreements = []
     for name, unit in (("weights_gib", "GiB"), ("available_kv_gib", "GiB"), ("peak_activation_gib", "GiB"),
                        ("kv_tokens", "tokens")):
@@ -125,13 +137,15 @@ def measure(reading: LogReading) -> Measured:
                                  f"{values[-1]:,} {unit}; using {rank.rank or 'the unprefixed process'} (least "
                                  f"Available KV) and the first KV tokens line")
     return Measured(
-        rank=rank.rank, ranks=len(reading.ranks), version=first("version"),
-        weights_bytes=gib_bytes(weights), peak_activation_bytes=gib_bytes(rank.peak_activation_gib),
-        non_torch_bytes=gib_bytes(non_torch), cudagraph_bytes=gib_bytes(first("cudagraph_estimated_gib")),
-        available_kv_bytes=gib_bytes(rank.available_kv_gib), total_memory_bytes=gib_bytes(first("total_memory_gib")),
+        rank=rank.rank, ranks=len(reading.ranks), version=first("version", "version"),
+        weights_bytes=gib_bytes(weights), peak_activation_bytes=gib_bytes(peak),
+        non_torch_bytes=gib_bytes(non_torch), cudagraph_bytes=gib_bytes(first("cudagraph_estimated_gib",
+                                                                                "cudagraph_bytes")),
+        available_kv_bytes=gib_bytes(available),
+        total_memory_bytes=gib_bytes(first("total_memory_gib", "total_memory_bytes")),
         approximate_total_memory_bytes=approximate_total(rank),
-        kv_tokens=first("kv_tokens"), max_model_len=first("max_model_len"), max_concurrency=first("max_concurrency"),
-        disagreements=disagreements)
+        kv_tokens=first("kv_tokens", "kv_tokens"), max_model_len=first("max_model_len", "max_model_len"),
+        max_concurrency=first("max_concurrency", "max_concurrency"), disagreements=disagreements, lines=lines)
 
 
 def approximate_total(rank: RankReading) -> int | None:
@@ -234,20 +248,38 @@ def gpu_from_memory(total_bytes: int | None) -> str | None:
     return next((g.name for g in GPUS if abs(g.total_memory_bytes - total_bytes) <= GPU_MATCH_BYTES), None)
 
 
-def require(raw: dict, measured: Measured) -> dict:
-    """model and gpu, or one line saying which is missing and how to give it."""
+def require(raw: dict, measured: Measured, reading: LogReading) -> dict:
+    """model and gpu (and the tensor-parallel size, where the log's ranks are tensor-parallel but no line gives it),
+    or one line naming every one that is missing and how to give it."""
     raw = dict(raw)
-    if "gpu" not in raw:
+    named = {canonical(k) for k in raw if isinstance(k, str)}
+    missing = []
+    if "gpu" not in named:
         gpu = gpu_from_memory(measured.total_memory_bytes)
         if gpu is None:
             seen = (f"its device has {measured.total_memory_bytes / GIB:.2f} GiB, no catalog GPU"
                     if measured.total_memory_bytes else "no total-memory line")
-            raise RecipeError("gpu", f"the log does not name the GPU ({seen}); give --set gpu=NAME")
-        raw["gpu"] = gpu
-    if "model" not in raw:
-        raise RecipeError("model", "the log names no model (no non-default args line); give --set model=NAME "
-                                   "or --recipe")
+            missing.append(("gpu", f"--set gpu=NAME ({seen})"))
+        else:
+            raw["gpu"] = gpu
+    if "model" not in named:
+        missing.append(("model", "--set model=NAME or --recipe (no non-default args line)"))
+    tensor_parallel = sorted({r.rank.split()[0] for r in reading.ranks if re.search(r"(^|_)TP\d", r.rank)})
+    if reading.engine_args is None and "tensor-parallel-size" not in named and tensor_parallel:
+        missing.append(("tensor-parallel-size", f"--set tensor-parallel-size=N (the log's ranks are "
+                                                f"{', '.join(tensor_parallel)}, and no line gives the size)"))
+    if missing:
+        raise RecipeError(", ".join(key for key, _ in missing), "the log does not give "
+                          + ("it" if len(missing) == 1 else "them") + ": " + "; ".join(how for _, how in missing))
     return raw
+
+
+def recipe_source(reading: LogReading) -> str:
+    """Where a recipe read from the log comes from: its non-default args line or its engine config line."""
+    args = reading.engine_args
+    if args is None:
+        return "from vLLM's defaults: the log has no non-default args or engine config line"
+    return f"from the log's {args.kind}, line {args.line}"
 
 
 def kv_target_bytes(memory: RankMemory, measured: Measured) -> tuple[int | None, bool | None]:
@@ -378,7 +410,7 @@ def logged_graphs(recipe: Recipe, estimate: capacity.Plan, measured: Measured) -
 
 def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) -> Calibration:
     measured = measure(reading)
-    raw, notes = with_log_facts(require(raw, measured), measured, reading, recipe_dir)
+    raw, notes = with_log_facts(require(raw, measured, reading), measured, reading, recipe_dir)
     recipe = load(raw, recipe_dir)
     if recipe.engine.profile_holds_decode_logits:
         raise RecipeError("engine", f"calibrate reads vLLM startup logs; this recipe runs {recipe.engine.label}")
@@ -451,15 +483,20 @@ def term_rows(recipe: Recipe, estimate: capacity.Plan, measured: Measured, sourc
               kv_per_token: int) -> list[TermRow]:
     """What the log says against what plan predicts for the same recipe, term by term."""
     memory, selected = estimate.memory, estimate.backend(recipe.topk_backend)
+    line = measured.lines.get
     return [
-        TermRow("weights", "bytes", measured.weights_bytes, memory.weights.bytes, sources["weights"]),
+        TermRow("weights", "bytes", measured.weights_bytes, memory.weights.bytes, sources["weights"],
+                line("weights_bytes")),
         TermRow("peak activation", "bytes", measured.peak_activation_bytes, memory.base_peak.bytes,
-                sources["peak_activation"]),
-        TermRow("non-torch", "bytes", measured.non_torch_bytes, memory.non_torch.bytes, sources["non_torch"]),
-        TermRow("CUDA graphs", "bytes", measured.cudagraph_bytes, selected.cudagraph.bytes, sources["cudagraph"]),
-        TermRow("KV memory", "bytes", measured.available_kv_bytes, selected.kv_cache_bytes, "log"),
+                sources["peak_activation"], line("peak_activation_bytes")),
+        TermRow("non-torch", "bytes", measured.non_torch_bytes, memory.non_torch.bytes, sources["non_torch"],
+                line("non_torch_bytes")),
+        TermRow("CUDA graphs", "bytes", measured.cudagraph_bytes, selected.cudagraph.bytes, sources["cudagraph"],
+                line("cudagraph_bytes")),
+        TermRow("KV memory", "bytes", measured.available_kv_bytes, selected.kv_cache_bytes, "log",
+                line("available_kv_bytes")),
         TermRow("KV bytes per logged token", "B/token", implied, kv_per_token, "KV-cache groups"),
-        TermRow("KV tokens", "tokens", measured.kv_tokens, selected.kv_cache_tokens, "log"),
+        TermRow("KV tokens", "tokens", measured.kv_tokens, selected.kv_cache_tokens, "log", line("kv_tokens")),
     ]
 
 

@@ -15,9 +15,9 @@ from enum import Enum
 from dsa_kvcalc import estimates
 from dsa_kvcalc.catalog import (SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES, STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS,
                                 Backend, Layout, Rows)
-from dsa_kvcalc.choices import availability, engine_backends, on_model_runner_v2
+from dsa_kvcalc.choices import availability, engine_backends, kv_spec, on_model_runner_v2
 from dsa_kvcalc.engine import VLLM_RULES, release_tuple
-from dsa_kvcalc.keys import Recipe, RecipeError
+from dsa_kvcalc.keys import Recipe, RecipeError, Refusal
 from dsa_kvcalc.kv_cache import round_up
 from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, profile_budget_bytes, rank_memory
 from dsa_kvcalc.units import GIB, MIB
@@ -325,7 +325,8 @@ def sizing(recipe: Recipe, memory: RankMemory, reserves_decode_logits: bool, res
            subtracted_graph_bytes: int) -> Sizing:
     peak = raised_peak_bytes(memory, reserved.bytes, headroom)
     kv_bytes = kv_cache_bytes(recipe, memory.requested_bytes, memory.weights.bytes, peak, memory.non_torch.bytes,
-                              subtracted_graph_bytes)
+                              subtracted_graph_bytes) if recipe.num_gpu_blocks_override is None else \
+        recipe.num_gpu_blocks_override * memory.kv.block_bytes  # the blocks given, whatever memory is left
     blocks = memory.kv.blocks(kv_bytes)
     tokens = memory.kv.tokens(kv_bytes)
     return Sizing(reserves_decode_logits, reserved, peak, kv_bytes, blocks, tokens,
@@ -442,26 +443,26 @@ def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
         auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
         if flashmla and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
             source = VLLM_RULES["v4_auto_cache_dtype_fp8"].at(release_tuple(recipe.engine.version))[1]
-            raise RecipeError("kv-cache-dtype", f"{recipe.kv_cache_dtype}: DeepSeek-V4's FlashMLA attention on "
-                                                f"{recipe.gpu.name} stores fp8_ds_mla and takes fp8 only in "
-                                                f"{recipe.engine.label} ({source}); vLLM would refuse to start: give "
-                                                f"kv-cache-dtype: fp8")
+            raise Refusal("kv-cache-dtype", f"{recipe.kv_cache_dtype}: DeepSeek-V4's FlashMLA attention on "
+                                            f"{recipe.gpu.name} stores fp8_ds_mla and takes fp8 only in "
+                                            f"{recipe.engine.label} ({source}); vLLM would refuse to start: give "
+                                            f"kv-cache-dtype: fp8")
     if recipe.model.family not in ("mla", "glm5next"):
         return
     backend = memory.sparse_mla_backend
     archs, source = SPARSE_MLA_ARCHS[backend]
     if recipe.gpu.arch not in archs:
         key = "attention-backend" if recipe.attention_backend else "gpu"
-        raise RecipeError(key, f"{recipe.gpu.name} ({recipe.gpu.arch}): {recipe.engine.label}'s sparse-MLA backend "
-                               f"{backend} runs on {', '.join(archs)} only ({source}); vLLM would refuse to start")
+        raise Refusal(key, f"{recipe.gpu.name} ({recipe.gpu.arch}): {recipe.engine.label}'s sparse-MLA backend "
+                           f"{backend} runs on {', '.join(archs)} only ({source}); vLLM would refuse to start")
     dtypes, source = SPARSE_MLA_CACHE_DTYPES[backend]
     rocm_fp8 = backend == "ROCM_AITER_MLA_SPARSE" and recipe.quantized_cache and not recipe.engine.rocm_accepts_fp8
     nvfp4 = recipe.cache_dtype == "nvfp4_ds_mla" and (recipe.gpu.arch not in ("sm100", "sm103") or release_tuple(
         recipe.engine.version) < release_tuple(NVFP4_DS_MLA_FIRST))
     if recipe.cache_dtype not in dtypes or rocm_fp8 or nvfp4:
-        raise RecipeError("kv-cache-dtype", f"{recipe.cache_dtype}: {recipe.engine.label}'s sparse-MLA backend on "
-                                            f"{recipe.gpu.name} ({backend}) takes {', '.join(dtypes)} ({source}); vLLM "
-                                            f"would refuse to start")
+        raise Refusal("kv-cache-dtype", f"{recipe.cache_dtype}: {recipe.engine.label}'s sparse-MLA backend on "
+                                        f"{recipe.gpu.name} ({backend}) takes {', '.join(dtypes)} ({source}); vLLM "
+                                        f"would refuse to start")
 
 
 def check_weights_fit(recipe: Recipe, memory: RankMemory) -> None:
@@ -511,7 +512,10 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
 
 def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = None) -> Plan:
     """Every backend of the recipe's engine through the doc's steps, or those in `only` (and auto, which the report
-    compares them with): a sweep plans just the backends it shows, with the KV-cache specs it has built so far."""
+    compares them with): a sweep plans just the backends it shows, with the KV-cache specs it has built so far. A
+    max-model-len of auto is first fitted, as vLLM fits it."""
+    if recipe.fit_max_model_len:
+        recipe = fitted(recipe, kv_specs)
     memory = rank_memory(recipe, kv_specs)
     check_cache_dtype(recipe, memory)
     check_weights_fit(recipe, memory)
@@ -525,6 +529,41 @@ def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = N
     shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
     return Plan(recipe, memory, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits, logits_then)
                                  for b in shown])
+
+
+# vLLM's fit of max-model-len -1 (auto): the profile runs at the model's maximum; where one request of that does not
+# fit the KV memory it left, the longest length whose request does, by bisection (the same in every release modelled).
+FIT_RULE = "vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:1337-1405"  # vllm==0.19.0 kv_cache_utils.py:1405-1460
+
+
+def fitted(recipe: Recipe, kv_specs: dict | None) -> Recipe:
+    """The recipe at the max-model-len vLLM fits for -1 (auto): the model's maximum where one request of it fits
+    the KV memory the profile at that length leaves (with the recipe's top-k backend, else auto), else the longest
+    length whose request fits it. Noted in the recipe, with the rule."""
+    at_most = replace(recipe, fit_max_model_len=False)
+    profiled = plan(at_most, kv_specs=kv_specs)
+    runs = [b for b in profiled.backends if b.available]
+    backend = next((b for b in runs if b.selected), next((b for b in runs if b.backend == "auto"), runs[0]))
+    available = backend.kv_cache_bytes
+    mla = profiled.memory.sparse_mla_backend
+
+    def fits(length: int) -> bool:
+        return kv_spec(replace(at_most, max_model_len=length), mla, kv_specs).request_bytes <= available
+
+    longest = recipe.max_model_len
+    if fits(longest):
+        return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: the model's maximum, {longest:,}, fits "
+                                                      f"({FIT_RULE})"))
+    if not fits(1):  # vLLM stops: "Cannot auto-fit max_model_len", and the plan refuses
+        return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: not one token fits the KV memory, so vLLM "
+                                                      f"stops ({FIT_RULE})"))
+    good, bad = 1, longest
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        good, bad = (middle, bad) if fits(middle) else (good, middle)
+    return replace(at_most, max_model_len=good, notes=(
+        *recipe.notes, f"max-model-len auto: vLLM fits it to {good:,}, the longest whose one request fits the "
+                       f"{available / GIB:.2f} GiB its profile at {longest:,} leaves ({FIT_RULE})"))
 
 
 # Defaults that can decide the answer ------------------------------------------------------------------------------

@@ -58,6 +58,11 @@ GLM5_NVFP4_CHECKPOINT = Figure(
     724_775_731_200 * 9 // 16 + 29_100_000_000 * 2, "estimated",
     "the GLM-5 shape with NVFP4 routed experts (724.8B weights at 0.5 B + a 1 B scale per 16) and the other 29.1B "
     "weights in BF16: 466 GB (a GLM-5.2-NVFP4 startup log prints 'Checkpoint size: 432.90 GiB')")
+GLM5_MXFP4_CHECKPOINT = Figure(
+    724_775_731_200 * 17 // 32 + 29_100_000_000 * 2, "estimated",
+    "the GLM-5 shape with MXFP4 routed experts (724.8B weights at 0.5 B + a 1 B scale per 32) and the other 29.1B "
+    "weights in BF16: 443 GB (vllm-project/recipes models/zai-org/GLM-5.2.yaml gives amd/GLM-5.2-MXFP4 a "
+    "vram_minimum_gb of 446)")
 GLM53_CHECKPOINT = Figure(
     756 * 10**9, "estimated",
     "about 756 GB, GLM-5's: vllm-project/recipes models/zai-org/GLM-5.3.yaml gives 743B parameters in a native FP8 "

@@ -52,14 +52,26 @@ def largest(problem, low: int, high: int) -> int | None:
 
 @dataclass(frozen=True)
 class Answer:
-    """The edge of one question for one backend: the largest value that fits, the plan there, and why one more
-    does not fit."""
+    """The edge of one question for one backend: the largest value that fits, the keys set to reach it, the plan
+    there and at the recipe itself, and why one more does not fit."""
     backend: str
     question: str  # max-model-len, concurrency or max-num-seqs
     held: dict  # the keys held fixed, as the recipe spells them
+    key: str  # the key the answer sets to its value
     largest: int | None  # None: not even the smallest value fits
-    plan: BackendPlan | None  # at largest
+    plan: Plan | None  # at largest
     above: str  # why largest + 1 (or the smallest value) does not fit
+    recipe_plan: Plan  # at the recipe as written
+
+    @property
+    def changed(self) -> dict:
+        """The keys the answer sets, each as the recipe spells it, where they differ from the recipe's."""
+        shape = self.recipe_plan.recipe.shape
+        return {key: value for key, value in (self.held | {self.key: self.largest}).items() if shape[key] != value}
+
+    @property
+    def at(self) -> BackendPlan | None:
+        return None if self.plan is None else self.plan.backend(self.backend)
 
 
 class Planner:
@@ -90,9 +102,9 @@ def answer(planner: Planner, name: str, question: str, key: str, held: dict, low
 
     edge = largest(failing, low, high)
     if edge is None:
-        return Answer(name, question, held, None, None, failing(low))
+        return Answer(name, question, held, key, None, None, failing(low), planner.at({}))
     above = top if edge == high else failing(edge + 1)
-    return Answer(name, question, held, edge, planner.backend(held | {key: edge}, name)[1], above)
+    return Answer(name, question, held, key, edge, planner.at(held | {key: edge}), above, planner.at({}))
 
 
 def longest_context(planner: Planner, name: str, concurrency: int) -> Answer:

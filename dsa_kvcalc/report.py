@@ -1,7 +1,7 @@
 """A Plan as plain data: the JSON contract of `plan --format json`, its warnings and assumptions. Every renderer and
 sweep read a plan through this module; it formats nothing for people."""
 
-from dsa_kvcalc import __version__, capacity
+from dsa_kvcalc import __version__, capacity, published
 from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved, Sizing
 from dsa_kvcalc.engine import MAIN, NEWEST_VLLM, VLLM_RULES
 from dsa_kvcalc.keys import KEYS
@@ -173,13 +173,17 @@ def summary(plan: Plan) -> dict:
     other = compared_backend(plan, b)
     deep_select = next((p for p in plan.backends if p.backend == "deep_select"), None)
     return {
+        "notes": list(plan.recipe.notes),  # what reading the recipe noted: a name planned as another checkpoint, ...
         "engine_label": plan.recipe.engine.label, "reserves_decode_logits": plan.recipe.reserves_decode_logits,
         "reservation": b.release.reservation.kind.name, "reserved": reserved_label(plan, b.release),
         "backend": b.backend,
         "instead_of": None if b.selected else plan.recipe.topk_backend,
         "refused": refusal(plan, b) if b.available else f"{b.backend} cannot run here: {b.reason}",
         "kv_cache_tokens": b.kv_cache_tokens, "kv_cache_tokens_error": error_json(plan, b),
-        "max_concurrency": b.max_concurrency, "max_model_len": plan.recipe.max_model_len, "oom": risk_json(plan, b),
+        "max_concurrency": b.max_concurrency,
+        "max_model_len": plan.recipe.max_model_len, "data_parallel_size": plan.recipe.data_parallel_size,
+        "deployment_kv_cache_tokens": b.kv_cache_tokens * plan.recipe.data_parallel_size,
+        "rules_of": NEWEST_VLLM if plan.recipe.engine.newer_than_modelled else None, "oom": risk_json(plan, b),
         "compared": None if other is None else {
             "backend": other.backend, "refused": refusal(plan, other), "kv_cache_tokens": other.kv_cache_tokens,
             "kv_cache_tokens_vs_answered": tokens_vs(other, b), "oom": risk_json(plan, other)},
@@ -343,6 +347,7 @@ def plan_json(plan: Plan) -> dict:
         "backends": [backend_json(plan, b) for b in plan.backends],
         "warnings": warnings(plan),
         "assumptions": assumptions(plan),
+        "published_gaps": [vars(gap) for gap in published.gaps(plan)],
     }
 
 

@@ -8,7 +8,7 @@ import re
 from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS
 from dsa_kvcalc.keys import KEYS, MEMORY_TERMS, MEMORY_UNITS, NESTED, Key
 from dsa_kvcalc.values import RELEASE_PATTERN
-from dsa_kvcalc.vllm_config import IGNORED_KEYS, IGNORED_NESTED
+from dsa_kvcalc.vllm_cli import IGNORED_KEYS, IGNORED_NESTED
 
 GPU_NAMES = {"type": "string", "examples": [g.name for g in GPUS]}
 NUMBER = {"type": "number", "minimum": 0}
@@ -73,7 +73,7 @@ def nested_schemas() -> dict:
                  "env": {"propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}}}
     schemas = {}
     for top, inner in nested_properties().items():
-        open_ = bool(IGNORED_NESTED[top]) or top == "env"
+        open_ = bool(IGNORED_NESTED.get(top)) or top == "env"
         mapping = {"type": "object", "properties": inner, "additionalProperties": open_} | exclusive.get(top, {})
         schemas[top] = {"anyOf": [mapping, {"type": "string", "description": "the same mapping as JSON"}]}
     return schemas

@@ -1,5 +1,5 @@
-"""What vLLM's config takes that the recipe accepts without modelling it: the closed sets of values its keys take, as
-vLLM declares them, and the arguments and nested keys that do not change memory per rank (accepted and ignored)."""
+"""The closed sets of values the recipe's keys take, as vLLM declares them. The vLLM arguments the recipe accepts
+without modelling them (they do not change memory per rank) are every release's own: vllm_cli.py."""
 
 from dsa_kvcalc import engine as engines
 
@@ -30,35 +30,3 @@ SPARSE_MLA_BACKEND_FIRST = {
     "FLASHINFER_MLA_SPARSE_DSV41": ("0.30.0", 113),
 }
 SPARSE_MLA_BACKENDS = tuple(SPARSE_MLA_BACKEND_FIRST)
-# Nested keys vLLM takes that do not change memory per rank: accepted and ignored.
-IGNORED_NESTED = {
-    "speculative-config": {"model", "draft_tensor_parallel_size", "disable_padded_drafter_batch", "quantization",
-                           "rejection_sample_method", "draft_sample_method"},
-    "compilation-config": {"level", "mode", "pass_config", "custom_ops", "compile_sizes", "use_inductor",
-                           "splitting_ops", "backend"},
-    "attention-config": {"use_prefill_decode_attention", "flash_attn_version", "use_cudnn_prefill",
-                         "use_trtllm_ragged_deepseek_prefill", "use_trtllm_attention", "disable_flashinfer_prefill",
-                         "disable_flashinfer_q_quantization", "flash_attn_max_num_splits_for_cuda_graph"},
-    "engram-config": {"dp_shared_memory"},
-    "env": set(),
-    "memory": set(),
-}
-# vLLM arguments accepted and ignored: they do not change memory per rank.
-IGNORED_KEYS = {
-    "host", "port", "api-key", "served-model-name", "trust-remote-code", "tokenizer", "tokenizer-mode", "revision",
-    "tool-call-parser", "reasoning-parser", "enable-auto-tool-choice", "chat-template", "disable-log-requests",
-    "disable-log-stats", "enable-log-requests", "uvicorn-log-level", "max-log-len", "seed", "dtype", "quantization",
-    "load-format", "download-dir", "block-size", "enable-chunked-prefill", "data-parallel-rpc-port",
-    "data-parallel-size-local", "data-parallel-address", "data-parallel-start-rank", "data-parallel-hybrid-lb",
-    "data-parallel-external-lb", "api-server-count", "distributed-executor-backend", "enable-eplb", "eplb-config",
-    "model-impl", "disable-custom-all-reduce", "stream-interval", "swap-space", "hf-overrides", "model-tag",
-    "generation-config", "override-generation-config", "enable-dbo", "kv-transfer-config", "kv-events-config",
-    "enable-sleep-mode", "max-seq-len-to-capture", "scheduling-policy", "long-prefill-token-threshold",
-    "max-num-partial-prefills", "tokenizer-pool-size", "limit-mm-per-prompt", "mm-processor-cache-gb", "task",
-    "runner", "convert", "ssl-keyfile", "ssl-certfile", "root-path", "middleware", "allowed-origins",
-    "response-role", "return-tokens-as-token-ids", "enable-server-load-tracking", "otlp-traces-endpoint",
-    "collect-detailed-traces", "structured-outputs-config", "guided-decoding-backend", "logprobs-mode",
-    "max-logprobs", "disable-cascade-attn", "safetensors-load-strategy", "enable-force-include-usage",
-    "enable-prompt-tokens-details", "calculate-kv-scales", "optimization-level", "moe-backend",
-}
-

@@ -10,7 +10,7 @@ against the real logs in tests/fixtures/vllm_logs.
 import ast
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dsa_kvcalc import inputs
@@ -88,15 +88,18 @@ class RankReading:
     max_model_len: int | None = None
     max_concurrency: float | None = None
     version: str | None = None
+    lines: dict = field(default_factory=dict)  # field -> the number of the log's line it was read from (from 1)
 
 
 @dataclass(frozen=True)
 class EngineArgs:
-    """The "non-default args: {...}" line, as far as it could be read."""
+    """The "non-default args: {...}" line (or the engine's config line), as far as it could be read."""
 
     values: dict
     unreadable: tuple[str, ...]  # keys whose values are not Python literals (e.g. AttentionConfig(...))
     truncated: bool  # the dict was cut off: its last entry is lost
+    line: int = 0  # the number of the log's line it was read from
+    kind: str = "non-default args"  # or "engine config"
 
 
 @dataclass(frozen=True)
@@ -132,8 +135,9 @@ def read_log_file(path: Path, key: str) -> LogReading:
 def read_log(lines) -> LogReading:
     """A log's text, or its lines."""
     found: dict[str, dict] = {}
+    found_lines: dict[str, dict] = {}
     engine_args, eager, stamps = None, False, {}
-    for raw_line in (lines.splitlines() if isinstance(lines, str) else lines):
+    for number, raw_line in enumerate(lines.splitlines() if isinstance(lines, str) else lines, 1):
         raw_line = raw_line.rstrip("\n")
         line = ANSI.sub("", raw_line)
         rank = ""
@@ -141,7 +145,7 @@ def read_log(lines) -> LogReading:
             rank, line = match.group(1).strip(), line[match.end():]
         args = ARGS.search(line)
         if args and engine_args is None:
-            engine_args = read_engine_args(args.group(1))
+            engine_args = replace(read_engine_args(args.group(1)), line=number)
         eager = eager or "Enforce eager set, disabling torch.compile and CUDAGraphs" in line
         for stamp in STAMP.findall(line[:200]):
             message = stamped_message(stamp, line)
@@ -149,15 +153,16 @@ def read_log(lines) -> LogReading:
                 stamps[stamp] = message
         config = CONFIG.search(line)
         if config and engine_args is None:
-            engine_args = read_engine_config(config.group(1))
+            engine_args = replace(read_engine_config(config.group(1)), line=number, kind="engine config")
         for fields, pattern in PATTERNS:
             match = pattern.search(line)
             if not match:
                 continue
-            values = found.setdefault(rank, {})
+            values, numbers = found.setdefault(rank, {}), found_lines.setdefault(rank, {})
             for name, text_value in zip(fields, match.groups()):
                 values.setdefault(name, convert(name, text_value))
-    ranks = [RankReading(rank, **values) for rank, values in found.items()]
+                numbers.setdefault(name, number)
+    ranks = [RankReading(rank, lines=found_lines[rank], **values) for rank, values in found.items()]
     return LogReading(ranks, engine_args, eager, stamps)
 
 

@@ -11,6 +11,7 @@ Sources (verbatim fixtures, tests/fixtures/vllm_logs/SOURCES.md):
 Multi-rank, ANSI and cut inputs are derived from these fixtures inside the tests, as each test says.
 """
 
+import pytest
 import json
 
 import yaml
@@ -273,3 +274,42 @@ def test_a_log_of_a_release_that_subtracts_no_graphs_calibrates_to_its_tokens(tm
     assert result.exit_code == 0, result.output
     planned = json.loads(run("plan", out, "--format", "json").output)
     assert next(b for b in planned["backends"] if b["backend"] == "auto")["kv_cache_tokens"] == 321_600
+
+
+GLM = LOGS / "glm-5.1-fp8-8xh200-tp8-v0.20.0.log"
+
+
+def test_every_missing_input_is_in_one_error():
+    # The GLM-5.1 log has no total-memory line, no non-default args line, and its ranks are Worker_TP0 (TP8 on the
+    # deployment): the gpu, the model and the tensor-parallel size all have to be given, and one run says so.
+    line = fails(run("calibrate", GLM), "gpu, model, tensor-parallel-size: the log does not give them:",
+                 "--set gpu=NAME", "--set model=NAME", "--set tensor-parallel-size=N", "Worker_TP0")
+    assert line.count("--set") == 3
+    fails(run("calibrate", GLM, "--set", "gpu=H200"), "model, tensor-parallel-size: ")
+    result = run("calibrate", GLM, "--set", "gpu=H200", "--set", "model=zai-org/GLM-5.1-FP8", "--set",
+                 "tensor-parallel-size=8", "-f", "json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["kv_tokens_calibrated"] == 373_696  # the log's
+
+
+@pytest.mark.parametrize("log, sets, source", [
+    ("deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log", ["gpu=RTX PRO 6000"], "non-default args: "),
+    ("glm-5.2-nvfp4-4xgb200-tp4-ep-v0.26.0.log", [], "Initializing a V1 LLM engine (v0.26.0) with config: "),
+])
+def test_each_figure_names_the_log_line_it_came_from(log, sets, source):
+    lines = (LOGS / log).read_text().splitlines()
+
+    def number(text: str) -> int:
+        return next((i for i, line in enumerate(lines, 1) if text in line), None)
+
+    data = json.loads(run("calibrate", LOGS / log, *(a for s in sets for a in ("--set", s)), "-f", "json").stdout)
+    kind = "non-default args" if "non-default" in source else "engine config"
+    assert data["recipe_source"].startswith(f"from the log's {kind}, line {number(source)}")
+    terms = {t["term"]: t for t in data["terms"]}
+    gib = {name: f"{terms[name]['log'] / GIB:.2f} GiB" for name in ("weights", "KV memory")}
+    assert terms["weights"]["log_line"] in (number(f"Model loading took {gib['weights']}"),
+                                           number(f"Actual usage is {gib['weights']}"))
+    assert terms["KV memory"]["log_line"] == number(f"Available KV cache memory: {gib['KV memory']}")
+    assert terms["KV tokens"]["log_line"] == number(f"GPU KV cache size: {terms['KV tokens']['log']:,} tokens")
+    assert terms["KV bytes per logged token"]["log_line"] is None  # derived from two lines
+    text = run("calibrate", LOGS / log, *(a for s in sets for a in ("--set", s))).stdout
+    assert f"log, line {terms['KV tokens']['log_line']}" in text

@@ -160,3 +160,31 @@ def test_recommend_json_holds_the_tables_pick():
 def test_the_readme_gives_verifys_install_line():
     line = verify.INSTALL.split("in the checkout: ")[1].replace("pip install", ".venv/bin/pip install")
     assert line in (ROOT / "README.md").read_text()
+
+
+V32 = RECIPES / "deepseek-v3.2-8xb200-tp8.yaml"
+V4 = RECIPES / "deepseek-v4-flash-4xh200-dep4.yaml"
+
+
+@pytest.mark.parametrize("recipe, sets, key, why", [
+    # DeepSeek-V3.2 has 128 attention heads: TP3 does not divide them (vllm==0.33.0 vllm/config/model.py:1557-1564)
+    (V32, ["tensor-parallel-size=3"], "tensor-parallel-size", "does not divide deepseek-ai/DeepSeek-V3.2's 128"),
+    # DeepSeek-V4's FlashMLA attention on SM90 stores fp8_ds_mla and takes fp8 only (vllm==0.33.0
+    # vllm/models/deepseek_v4/attention.py:107-117)
+    (V4, ["kv-cache-dtype=bfloat16"], "kv-cache-dtype", "takes fp8 only"),
+    # compilation-config.max_cudagraph_capture_size 0 with graphs on (vllm==0.33.0 vllm/config/vllm.py:2551-2626)
+    (V32, ["compilation-config.max_cudagraph_capture_size=0"], "compilation-config.max_cudagraph_capture_size",
+     "captures no CUDA graph"),
+], ids=["heads", "v4-cache-dtype", "capture-size-0"])
+@pytest.mark.parametrize("command", ["plan", "fit"])
+def test_every_refusal_vllm_would_make_exits_4_in_one_line(command, recipe, sets, key, why):
+    result = run(command, recipe, *(a for s in sets for a in ("--set", s)))
+    assert result.exit_code == 4, result.output
+    assert result.stdout == "" and result.stderr.count("\n") == 1 and result.stderr.startswith(f"error: {key}: ")
+    assert why in result.stderr
+
+
+def test_a_refusal_found_while_sweeping_is_its_points_row():
+    result = run("sweep", V32, "--vary", "tensor-parallel-size=3,8", "--format", "jsonl")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert result.exit_code == 0 and "does not divide" in rows[0]["error"] and "error" not in rows[1]

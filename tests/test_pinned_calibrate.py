@@ -149,13 +149,25 @@ def test_the_recipes_version_stands_over_the_logs():
 
 
 def test_a_log_without_a_model_needs_one():
-    with pytest.raises(RecipeError, match="the log names no model"):
-        cal.require({"gpu": "H200"}, cal.Measured("", 1))
+    with pytest.raises(RecipeError, match=r"^model: the log does not give it: --set model=NAME or --recipe"):
+        cal.require({"gpu": "H200"}, cal.Measured("", 1), read_log(""))
 
 
 def test_a_device_of_no_catalog_gpu_is_named_by_its_memory():
-    with pytest.raises(RecipeError, match=r"does not name the GPU \(its device has 16.00 GiB, no catalog GPU\)"):
-        cal.require({"model": "DeepSeek-V3.2"}, cal.Measured("", 1, total_memory_bytes=16 * GIB))
+    with pytest.raises(RecipeError, match=r"^gpu: the log does not give it: --set gpu=NAME \(its device has "
+                                          r"16.00 GiB, no catalog GPU\)$"):
+        cal.require({"model": "DeepSeek-V3.2"}, cal.Measured("", 1, total_memory_bytes=16 * GIB), read_log(""))
+
+
+def test_tensor_parallel_ranks_without_a_size_need_one_and_a_named_gpu_needs_none():
+    reading = read_log("(Worker_TP0 pid=9) INFO [gpu_worker.py:440] Available KV cache memory: 34.86 GiB\n")
+    with pytest.raises(RecipeError, match=r"^tensor-parallel-size: the log does not give it: --set "
+                                          r"tensor-parallel-size=N \(the log's ranks are Worker_TP0"):
+        cal.require({"gpu": "H200", "model": "GLM-5.1-FP8"}, cal.measure(reading), reading)
+    # a log of the total memory names the GPU (within 0.05 GiB: the H200's 139.80 GiB)
+    raw = cal.require({"model": "GLM-5.1-FP8", "tensor-parallel-size": 8},
+                      cal.Measured("", 1, total_memory_bytes=round(139.8 * GIB)), reading)
+    assert raw["gpu"] == "H200"
 
 
 def test_the_kv_target_is_the_logged_tokens_or_the_logged_memory():

@@ -41,7 +41,7 @@ def test_vary_values(text, values):
     ("max-num-seqs=", ["no values"]),
     ("max-num-seqs=1,,2", ["empty value"]),
     ("max-num-seqs", ["KEY=SPEC"]),
-    ("max-num-seq=1,2", ["unknown recipe key", "max-num-seq"]),
+    ("max-num-seq=1,2", ["unknown key", "max-num-seq", "(did you mean max-num-seqs?)"]),
     ("speculative-config.num_tokens=1,2", ["unknown key", "speculative-config.num_tokens"]),
     ("memory.weights_gib.auto=40", ["unknown key"]),
     ("max-num-seqs.x=1", ["no nested keys"]),

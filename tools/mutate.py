@@ -51,9 +51,9 @@ EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
 RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all;
 # vLLM's own planner (about 60 s, where oracle/setup.sh set it up), capture sizes (about 100 s) and argument parser
-# (about 35 s) as well.
+# (about 35 s) as well, and the corpus of real launch commands (about 15 s).
 SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_files_and_streams.py",
-              "test_vllm_oracle.py", "test_vllm_args.py", "test_vllm_capture_sizes.py")
+              "test_vllm_oracle.py", "test_vllm_args.py", "test_vllm_capture_sizes.py", "test_command_corpus.py")
 # The files that pin each module's rules (tests/test_pinned_MODULE.py first), run first so that most mutants die
 # within a second or two.
 FIRST_TESTS = {

@@ -59,11 +59,22 @@ def summary(c: Calibration) -> list[str]:
     return lines
 
 
-def render_text(c: Calibration) -> str:
+def calibrated_from(row: TermRow) -> str:
+    return f"{row.source}, line {row.line}" if row.line is not None and row.source == "log" else row.source
+
+
+def render_text(c: Calibration, width: int | None = None) -> str:
+    """The summary, the terms as a table (one line a term, "header: value" pairs, where the table is wider than
+    width), then the notes."""
     header = ("term", "log", "plan (same recipe)", "plan - log", "calibrated from")
-    rows = [(row.term, cell(row, row.log), cell(row, row.plan), difference(row), row.source) for row in c.rows]
+    rows = [(row.term, cell(row, row.log), cell(row, row.plan), difference(row), calibrated_from(row))
+            for row in c.rows]
     widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
-    table = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
+    if width is not None and sum(widths) + 2 * (len(widths) - 1) > width:
+        table = [f"{line[0]}: " + "; ".join(f"{label} {value}" for label, value in zip(header[1:], line[1:])
+                                            if value not in ("", "-")) for line in rows]
+    else:
+        table = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in [header, *rows]]
     notes = [f"note: {n}" for n in c.notes] + [f"warning: {w}" for w in c.warnings] + [f"note: {CARRIED}"]
     return "\n".join(summary(c) + [""] + table + [""] + notes) + "\n"
 
@@ -81,7 +92,7 @@ def calibration_json(c: Calibration) -> dict:
         "recipe_source": c.recipe_source,
         "terms": [{"term": row.term, "unit": row.unit, "log": row.log, "plan": row.plan,
                    "difference": None if row.log is None or row.plan is None else row.plan - row.log,
-                   "calibrated_from": row.source} for row in c.rows],
+                   "calibrated_from": row.source, "log_line": row.line} for row in c.rows],
         "memory_bytes": c.memory,
         "kv_bytes_per_token_implied": c.kv_bytes_per_token_implied,
         "kv_tokens_calibrated": c.kv_tokens_calibrated,
