@@ -16,11 +16,12 @@ from dsa_kvcalc.catalog import GPUS
 from dsa_kvcalc.choices import draft_layers, kv_spec, sparse_mla_backend
 from dsa_kvcalc.memory_terms import RankMemory, rank_memory
 from dsa_kvcalc.engine import RELEASES, build_of
-from dsa_kvcalc.units import GIB
+from dsa_kvcalc.kv_cache import round_up
+from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.keys import KEYS, Recipe, RecipeError, canonical, memory_unit
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.values import check_value
-from dsa_kvcalc.vllm_log import LogReading, RankReading
+from dsa_kvcalc.vllm_log import LogReading, OomReading, RankReading
 
 # Engine arguments of the non-default args line that the recipe takes (vLLM's spelling): the keys declared args_line.
 RECIPE_ARGS = {k.name.split(".")[0].replace("-", "_") for k in KEYS.values() if k.args_line}
@@ -74,6 +75,23 @@ class Headroom:
 
 
 @dataclass(frozen=True)
+class OomMeasure:
+    """A CUDA out-of-memory message read against the recipe's plan: which decode-logits allocation failed, at how many
+    decodes, and the room the step had for them."""
+    backend: str
+    allocation: str  # what failed: the logits, or their FP32 copy
+    decodes: int
+    allocation_bytes: int  # that allocation as plan sizes it at those decodes, in 2 MiB segments
+    free_bytes: int  # the message's free memory, at the low end of its rounding
+    live_bytes: int  # the same call's BF16 logits, live when their FP32 copy failed
+    room_bytes: int  # free + live: what the step had for the decode logits
+    unprofiled_bytes: int  # total - held - KV-init buffers - room (capacity.oom)
+    max_decodes: int  # re-planned with it: the edge
+    safe_decodes: int  # and the margin below it
+    margin_bytes: int
+
+
+@dataclass(frozen=True)
 class Calibration:
     recipe: Recipe
     raw_recipe: dict  # the recipe as read (--recipe, or the log's engine arguments) with the calibrated memory block
@@ -87,6 +105,7 @@ class Calibration:
     notes: list[str]
     headroom: Headroom | None = None
     warnings: list[str] = field(default_factory=list)
+    oom: OomMeasure | None = None
 
 
 def gib_bytes(value: float | None) -> int | None:
@@ -448,12 +467,28 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     if graphs_source == "log" or recipe.cudagraph_mode == "NONE":
         kept.add("cudagraph")
     calibrated_raw = with_memory(raw, {t: v for t, v in memory.items() if t in kept}, recipe.gpu.name, rest)
+    oom = None
+    if reading.oom is not None:  # the same deployment died later in the log: the room it had at run time
+        calibrated_raw, oom = oom_measure(reading.oom, calibrated_raw, recipe_dir)
+        memory["unprofiled"] = oom.unprofiled_bytes
     calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
     return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
                        measured=measured, rows=term_rows(recipe, estimate, measured, sources, implied, kv_per_token),
                        memory=memory, kv_tokens_calibrated=calibrated.backend(recipe.topk_backend).kv_cache_tokens,
                        block_tokens=math.ceil(recipe.max_model_len / estimate.memory.kv.pages_per_request),
-                       kv_bytes_per_token_implied=implied, notes=notes, warnings=measured.disagreements)
+                       kv_bytes_per_token_implied=implied, notes=notes, warnings=measured.disagreements, oom=oom)
+
+
+def calibrate_oom(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) -> Calibration:
+    """A log that holds an out-of-memory message and no memory lines (the seed's traceback): the recipe says the
+    deployment, the message the room its step had."""
+    calibrated_raw, oom = oom_measure(reading.oom, raw, recipe_dir)
+    calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
+    return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
+                       measured=Measured(reading.oom.rank, 1), rows=[], memory={"unprofiled": oom.unprofiled_bytes},
+                       kv_tokens_calibrated=calibrated.backend(oom.backend).kv_cache_tokens,
+                       block_tokens=math.ceil(calibrated.recipe.max_model_len / calibrated.memory.kv.pages_per_request),
+                       kv_bytes_per_token_implied=None, notes=[], oom=oom)
 
 
 def logged_weights(recipe: Recipe, estimate: capacity.Plan, measured: Measured, graphs: int,
@@ -569,3 +604,53 @@ def measure_kv(reading: LogReading) -> Measured:
     return Measured(rank=rank.rank, ranks=len(reading.ranks), version=version,
                     available_kv_bytes=gib_bytes(rank.available_kv_gib), kv_tokens=tokens,
                     max_model_len=rank.max_model_len, max_concurrency=rank.max_concurrency)
+
+
+# An out-of-memory message: the room a step had for the decode logits ---------------------------------------------
+
+SEGMENT_BYTES = 2 * MIB  # PyTorch rounds a large request up to 2 MiB segments before it prints it (capacity.py)
+
+
+def failed_allocation(oom: OomReading, b: capacity.BackendPlan, per_seq: int) -> tuple[str, int, int]:
+    """(what failed, decodes, live bytes): the decode-logits allocation of the backend whose size, at a whole number of
+    decodes up to the worst step, prints as the message's "Tried to allocate". Where several match, the fewest
+    decodes (the least room)."""
+    dl = b.decode_logits
+    kinds = [("the FP32 copy", 4, dl.logits_bytes_per_element)] if dl.copy_bytes_per_element else []
+    kinds.append((f"the {dl.logits_dtype.upper()} logits", dl.logits_bytes_per_element, 0))
+    matches = []
+    for name, element_bytes, live_element_bytes in kinds:
+        per_decode = per_seq * dl.padded_columns * element_bytes
+        low, high = oom.tried.bytes - oom.tried.rounding_bytes, oom.tried.bytes + oom.tried.rounding_bytes
+        for decodes in range(max(low // per_decode - 1, 1), min(high // per_decode + 2, b.oom.worst_decodes + 1)):
+            if low <= round_up(decodes * per_decode, SEGMENT_BYTES) <= high:
+                matches.append((decodes, name, decodes * per_seq * dl.padded_columns * live_element_bytes))
+    if not matches:
+        raise RecipeError("log", f"its out-of-memory message tried to allocate {oom.tried.bytes / GIB:.2f} GiB: no "
+                                 f"decode logits of this recipe ({b.backend}, {dl.padded_columns:,} columns, up to "
+                                 f"{b.oom.worst_decodes} decodes of {per_seq} rows) take that; is it this deployment's?")
+    decodes, name, live = min(matches)
+    return name, decodes, live
+
+
+def oom_measure(oom: OomReading, raw: dict, recipe_dir) -> tuple[dict, OomMeasure]:
+    """The memory block's unprofiled term from the message: the step had free (the low end of its rounding) plus the
+    logits live in the same call, so unprofiled = total - held - KV-init buffers - that room (capacity.oom's room
+    formula, solved for its one unknown). The recipe with it and what plan then says."""
+    recipe = load(raw, recipe_dir)
+    if abs(oom.total.bytes - recipe.gpu.total_memory_bytes) > oom.total.rounding_bytes:
+        raise RecipeError("gpu", f"the out-of-memory message's GPU has {oom.total.bytes / GIB:.2f} GiB; "
+                                 f"{recipe.gpu.name} has {recipe.gpu.total_memory_bytes / GIB:.2f} GiB")
+    plan = capacity.plan(recipe)
+    b = plan.backend(recipe.topk_backend)
+    if not b.available:
+        raise RecipeError("sparse-indexer-topk-backend", f"{b.backend} cannot run here: {b.reason}")
+    allocation, decodes, live = failed_allocation(oom, b, 1 + recipe.num_speculative_tokens)
+    free = oom.free.bytes - oom.free.rounding_bytes
+    room = free + live
+    held = capacity.held_bytes(plan.memory, b.kv_cache_bytes, b.cudagraph.bytes)
+    unprofiled = recipe.gpu.total_memory_bytes - held - b.oom.kv_init_buffers.bytes - room
+    calibrated_raw = with_memory(raw, {"unprofiled": unprofiled}, recipe.gpu.name)
+    replanned = capacity.plan(load(calibrated_raw, recipe_dir)).backend(b.backend).oom
+    return calibrated_raw, OomMeasure(b.backend, allocation, decodes, oom.tried.bytes, free, live, room, unprofiled,
+                                      replanned.max_decodes, replanned.safe_decodes, replanned.margin_bytes)

@@ -19,7 +19,8 @@ from dsa_kvcalc.choices import availability, engine_backends, kv_spec, on_model_
 from dsa_kvcalc.engine import VLLM_RULES, release_tuple
 from dsa_kvcalc.keys import Recipe, RecipeError, Refusal
 from dsa_kvcalc.kv_cache import round_up
-from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, profile_budget_bytes, rank_memory
+from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
+from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, peak_budget_bytes, profile_budget_bytes, rank_memory
 from dsa_kvcalc.units import GIB, MIB
 
 DTYPE_BYTES = {"bf16": 2, "fp32": 4}
@@ -171,13 +172,13 @@ def indexer_headroom(recipe: Recipe, logits: dict[str, DecodeLogits], backend: s
     """How far the run's global peak sits above what is live inside the indexer when the reservation is made
     (global_peak - indexer_live): the reservation raises the peak only by what it adds beyond that. Measured for this
     backend, or for one with the same bytes per element (the same working set), or for every backend ("*"); else the
-    prefill budget, so that the reservation raises the peak by all it adds beyond the budget. Never below the budget:
-    the base peak already holds it."""
+    prefill budget the base peak holds, so that the reservation raises the peak by all it adds beyond that budget.
+    Never below it: the base peak already holds it."""
     measured = recipe.indexer_headroom_bytes
     same_working_set = [bytes_ for name, bytes_ in measured.items()
                         if name in logits and logits[name].bytes_per_element == logits[backend].bytes_per_element]
     headroom = measured.get(backend, same_working_set[0] if same_working_set else measured.get("*", 0))
-    return max(headroom, recipe.prefill_budget_bytes)
+    return max(headroom, peak_budget_bytes(recipe))
 
 
 def raised_peak_bytes(memory: RankMemory, reserved: int, headroom: int) -> int:
@@ -333,48 +334,61 @@ def sizing(recipe: Recipe, memory: RankMemory, reserves_decode_logits: bool, res
                   round(tokens / recipe.max_model_len, 2))
 
 
-# The out-of-memory risk, and what a release without the fix lets the user do ------------------------------------
+# The out-of-memory risk: the room a step has for the decode logits at run time ------------------------------------
+
+# PyTorch's caching allocator rounds every request above 10 MiB up to whole 2 MiB segments (kRoundLarge,
+# c10/cuda/CUDACachingAllocator.cpp; vLLM sets no allocator option at run time, vllm==0.33.0
+# vllm/v1/worker/gpu_worker.py:420-446 restores its own after loading and profiling): two such requests a decode step,
+# the logits and their FP32 copy.
+ALLOCATOR_ROUNDING_BYTES = 2 * 2 * MIB
+
 
 @dataclass(frozen=True)
 class OomRisk:
-    """Where the profile run does not hold the decode logits, eager, piecewise and mixed steps allocate them from what
-    the KV cache left; where it reserves less than they take, the rest."""
-    free_bytes: int  # assumed: total x (1 - gpu-memory-utilization)
+    """Where the profile run does not hold the decode logits, eager, piecewise and mixed steps allocate them at run
+    time, from what the KV cache, the CUDA graphs and the buffers made after sizing leave:
+
+        room = total - (KV + weights + base peak + non-torch + graph pool) - KV-init buffers - unprofiled
+
+    In a profiled start KV = requested - weights - (base peak + the reservation's rise) - non-torch - the graph memory
+    subtracted, so room = total - requested + rise - (pool - subtracted) - KV-init buffers - unprofiled; with
+    kv-cache-memory-bytes the pinned KV takes its place. The edge is room // one decode's logits; the safe count
+    keeps a margin below it: the allocator's rounding and the uncertainty of the unprofiled term."""
+    room_bytes: int
+    kv_init_buffers: Term  # buffers the model runner makes after the KV bytes are fixed (kv_init_buffers.py)
+    unprofiled: Term  # what else a step finds taken, net of the profile's unused peak: measured from an OOM, or fitted
+    margin_bytes: int  # ALLOCATOR_ROUNDING_BYTES + the unprofiled term's uncertainty
     bytes_per_decode: int  # one sequence's (1 + k) rows at the padded width, FP32 copy included
-    max_decodes: int  # the decodes whose logits fit in free_bytes alone
-    at_risk: bool  # on this release, the decode worst case does not fit
-    shortfall_bytes: int  # what the worst case takes beyond the profile run's reservation, where it reserves one
+    worst_decodes: int  # the most decodes one step holds: min(max_num_seqs, max_num_batched_tokens // (1 + k))
+    max_decodes: int  # the edge: the decodes whose logits fit in the room (OOM above it)
+    safe_decodes: int  # those that fit with the margin to spare
+    at_risk: bool  # the worst step holds more decodes than fit with the margin; never where the profile holds them
 
 
-def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, reserved: Reservation) -> OomRisk:
-    """Decodes that fit = free at run time // one decode's logits; free = total x (1 - utilisation), assumed. A release
-    that holds the decode logits in its profile run is at risk only where the worst case takes more than it reserved
-    (the kpool indexer reserves 4 B an element over the unpadded width: on SM100 with DeepGEMM 2.8 they run as BF16 +
-    an FP32 copy, 6 B an element over DeepGEMM's padded width) and the rest exceeds what is free."""
-    free_bytes = recipe.gpu.total_memory_bytes - memory.requested_bytes
+def worst_decodes(recipe: Recipe) -> int:
+    """One step schedules at most max_num_seqs requests and max_num_batched_tokens tokens, 1 + k a decode."""
+    return min(recipe.max_num_seqs, recipe.max_num_batched_tokens // (1 + recipe.num_speculative_tokens))
+
+
+def held_bytes(memory: RankMemory, kv_bytes: int, graph_pool_bytes: int) -> int:
+    """What a rank holds at run time outside a step's transients, as vLLM sized it."""
+    return kv_bytes + memory.weights.bytes + memory.base_peak.bytes + memory.non_torch.bytes + graph_pool_bytes
+
+
+def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, reserved: Reservation, kv_bytes: int,
+        graph_pool_bytes: int) -> OomRisk:
+    kv_init = kv_init_buffer_bytes(recipe, memory.kv)
+    unprofiled = memory.unprofiled
+    room = recipe.gpu.total_memory_bytes - held_bytes(memory, kv_bytes, graph_pool_bytes) - kv_init.bytes \
+        - unprofiled.bytes
+    margin = ALLOCATOR_ROUNDING_BYTES + unprofiled.uncertainty_bytes
     per_decode = (1 + recipe.num_speculative_tokens) * logits.padded_columns * logits.bytes_per_element
-    max_decodes = free_bytes // per_decode
-    if reserved.kind in (Reserved.HELD, Reserved.WORKSPACE):
-        return OomRisk(free_bytes, per_decode, max_decodes, False, 0)
-    if reserved.kind is Reserved.BUDGET:
-        return OomRisk(free_bytes, per_decode, max_decodes, max_decodes < recipe.max_num_seqs, 0)
-    shortfall = max(0, logits.bytes - reserved.bytes)
-    return OomRisk(free_bytes, per_decode, max_decodes, shortfall > free_bytes, shortfall)
-
-
-@dataclass(frozen=True)
-class Workaround:
-    """What a release without #62860 lets the user do: raise the prefill logits budget, which its profile run
-    reserves, until it covers the decode worst case."""
-    prefill_budget_mb: int  # env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB
-    sizing: Sizing
-
-
-def workaround(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, headroom: int,
-               subtracted_graph_bytes: int) -> Workaround:
-    budget_mb = -(-logits.bytes // MIB)
-    budget = Reservation(Reserved.BUDGET, budget_mb * MIB, 0, budget_mb * MIB)
-    return Workaround(budget_mb, sizing(recipe, memory, False, budget, headroom, subtracted_graph_bytes))
+    worst = worst_decodes(recipe)
+    max_decodes = max(room, 0) // per_decode
+    safe_decodes = max(room - margin, 0) // per_decode
+    held_by_profile = reserved.kind in (Reserved.HELD, Reserved.WORKSPACE)
+    return OomRisk(room, kv_init, unprofiled, margin, per_decode, worst, max_decodes, safe_decodes,
+                   not held_by_profile and worst > safe_decodes)
 
 
 # The plan: every step for each top-k backend ---------------------------------------------------------------------
@@ -395,7 +409,6 @@ class BackendPlan:
     release: Sizing  # this vLLM's own: what its profile reserves and its log prints
     other: Sizing  # the other side of the fix, for comparison
     oom: OomRisk
-    workaround: Workaround | None  # where this release is at risk
 
     @property
     def with_fix(self) -> Sizing:
@@ -497,7 +510,7 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
     sides = {reserves: sizing(recipe, memory, reserves, reservation(recipe, dl, reserves), headroom, subtracted)
              for reserves in (True, False)}
     release = sides[recipe.reserves_decode_logits]
-    risk = oom(recipe, memory, dl, release.reservation)
+    risk = oom(recipe, memory, dl, release.reservation, release.kv_cache_bytes, graphs.bytes)
     reason = availability(recipe, backend)
     note = backend.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows)
     return BackendPlan(
@@ -507,7 +520,7 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
         cudagraph_logits_rows=graph_rows, cudagraph_logits_bytes=graph_logits[backend.name], cudagraph=graphs,
         cudagraph_subtracted_bytes=subtracted, indexer_headroom_bytes=headroom,
         release=release, other=sides[not recipe.reserves_decode_logits],
-        oom=risk, workaround=workaround(recipe, memory, dl, headroom, subtracted) if risk.at_risk else None)
+        oom=risk)
 
 
 def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = None) -> Plan:

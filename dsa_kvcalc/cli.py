@@ -45,6 +45,13 @@ def options(version: bool = typer.Option(False, "--version", callback=show_versi
     """Capacity calculator for DeepSeek-Sparse-Attention models on vLLM."""
 
 
+class FixChoice(str, Enum):  # fixes.Fix.name
+    seqs = "seqs"
+    budget = "budget"
+    deep_select = "deep_select"
+    kv = "kv"
+
+
 class Format(str, Enum):
     table = "table"
     json = "json"
@@ -186,14 +193,18 @@ def plan(
                                          "(.json, .md, .csv, .sh serve, .yaml vllm-config), else table"),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE (atomically) instead of stdout"),
     explain: bool = typer.Option(False, "--explain", help="Print every quantity with its formula and numbers"),
+    fix: FixChoice | None = typer.Option(None, "--fix", help="Plan with this fix of the OOM verdict applied (the "
+                                         "value plan offers): seqs, budget, deep_select or kv"),
 ):
     """The answer first, then decode-logits memory per top-k backend, the #62860 reservation, KV-cache tokens per
-    rank and the OOM risk. --format serve prints the vllm serve command that deploys it. Exits 4 when vLLM would
-    refuse to start it."""
+    rank and the OOM risk. --format serve prints the vllm serve command that deploys it (with --fix, fixed). Exits 4
+    when vLLM would refuse to start it."""
     from dsa_kvcalc import capacity
-    from dsa_kvcalc.recipe import load_recipes
+    from dsa_kvcalc.fixes import fixes
+    from dsa_kvcalc.recipe import load_recipe, load_recipes
     from dsa_kvcalc.render import plan as render
-    from dsa_kvcalc.report import selected_refusal
+    from dsa_kvcalc.report import answered_backend, selected_refusal
+    from dsa_kvcalc.sweep import load_base
 
     one_source("plan", recipe, command)
     if explain and format not in (None, Format.table):
@@ -204,24 +215,36 @@ def plan(
         plan_servers(recipes, format, output, explain)
         return
     result = guarded(lambda: capacity.plan(recipes[0][1]))
+    found = guarded(lambda: fixes(load_base(recipe, set_, command), result, answered_backend(result)))
+    if fix is not None:
+        applied = next((f for f in found if f.name == fix.value), None)
+        if applied is None:
+            offered = ", ".join(f.name for f in found)
+            fail(f"--fix {fix.value}: " + (f"not a fix of this verdict; it offers {offered}" if found else
+                                           "the plan has no OOM risk to fix"))
+        set_ = [*set_, f"{applied.key}={applied.value}"]
+        result, found = guarded(lambda: capacity.plan(load_recipe(recipe, set_, command))), []
     check_outputs({"--output": output}, [result.recipe.model.config_path])
     format = Format.table if explain else chosen(format, output, SUFFIX_FORMATS, Format.table)
     if format in (Format.serve, Format.vllm_config):
+        risk = oom_comment(result, found)
+        if risk:
+            sys.stderr.write(f"warning: {risk}\n")
         text = guarded(lambda: deployment_text(result.recipe, format, f"planned by dsa-kvcalc {__version__} from "
-                                                                        f"{recipe or 'the command'}"))
+                                                                        f"{recipe or 'the command'}", risk))
     elif explain:
         text = render.explain(result)
     elif format is Format.json:
-        text = render.render_json(result)
+        text = render.render_json(result, found)
     elif format is Format.markdown:
-        text = render.render_markdown(result)
+        text = render.render_markdown(result, found)
     elif format is Format.csv:
         text = render.render_csv(result)
     elif output is None:
         text = None
-        render.render_table(result, console())
+        render.render_table(result, console(), found)
     else:
-        text = console_text(lambda c: render.render_table(result, c))
+        text = console_text(lambda c: render.render_table(result, c, found))
     if text is not None:
         emit([for_terminal(text) if explain and output is None else text], output)
     refused = selected_refusal(result)
@@ -255,15 +278,30 @@ def plan_servers(recipes: list, format: Format | None, output: Path | None, expl
         raise typer.Exit(REFUSED)
 
 
-def deployment_text(recipe, format: Enum, source: str) -> str:
-    """The recipe as the vllm serve line (or config file) that deploys it."""
+def oom_comment(plan, found: list) -> str | None:
+    """The verdict a deployment file carries when it deploys the risk."""
+    from dsa_kvcalc.report import answered_backend
+
+    o = answered_backend(plan).oom
+    if not o.at_risk:
+        return None
+    offered = [fix.name for fix in found]
+    return (f"this deployment runs out of memory above {o.max_decodes} concurrent decodes (max-num-seqs "
+            f"{plan.recipe.max_num_seqs}; safe up to {o.safe_decodes}): write it with --fix "
+            f"{'|'.join(offered) or '(none offered: see plan)'}")
+
+
+def deployment_text(recipe, format: Enum, source: str, risk: str | None = None) -> str:
+    """The recipe as the vllm serve line (or config file) that deploys it, the OOM verdict on top where it is at
+    risk."""
     from dsa_kvcalc.render import serve as render
     from dsa_kvcalc.vllm_args import deployment
 
     sets = [f"gpu={recipe.gpu.name}", f"vllm-version={recipe.vllm_version}"] + [
         f"memory.{key}={json.dumps(value) if isinstance(value, dict) else value}"
         for key, value in recipe.memory_block().items() if value is not None]
-    comments = [f"{recipe.engine.label} on {recipe.gpu.name}, {source}",
+    comments = [*(render.laid_out(["WARNING:", *risk.split()]) if risk else []),
+                f"{recipe.engine.label} on {recipe.gpu.name}, {source}",
                 *render.laid_out(["plan it again: dsa-kvcalc plan FILE", *(f"--set {shlex.quote(s)}" for s in sets)])]
     draw = render.serve_line if format.value == "serve" else render.vllm_config
     return draw(deployment(recipe), comments)
@@ -328,6 +366,9 @@ def calibrate(
     reading = read_log_file(log, "log")
 
     def work():
+        if reading.oom is not None and calibration.sizing_rank(reading) is None and recipe is None:
+            raise RecipeError("--recipe", "the log holds an out-of-memory message and no startup lines: give the "
+                                          "deployment's recipe")
         if recipe is None:
             raw, notes = calibration.recipe_from_log(reading)
             for assignment in set_:
@@ -338,7 +379,9 @@ def calibrate(
             source, recipe_dir = str(recipe), recipe.parent
         if set_:
             source += " and --set"
-        if after is None:
+        if reading.oom is not None and calibration.sizing_rank(reading) is None:
+            result = calibration.calibrate_oom(reading, raw, source, recipe_dir)
+        elif after is None:
             result = calibration.calibrate(reading, raw, source, recipe_dir)
         else:
             result = calibration.calibrate_pair(reading, read_log_file(after, "--after"), raw, source, recipe_dir)

@@ -54,10 +54,11 @@ def oom_above(j: dict) -> int | bool:
     return risk["at_risk"] and risk["max_decodes"]
 
 
-def fix(j: dict) -> dict | None:
+def safe_decodes(j: dict) -> int | None:
+    """The decodes plan calls safe, a margin below the edge, where the release is at risk (plan's fixes for one
+    column: `plan --set` the column's values)."""
     risk = j["summary"]["oom"]
-    return {"max_num_seqs": risk["max_decodes"], "env": risk["workaround_env"],
-            "kv_cache_tokens_cost": risk["workaround_cost_tokens"]} if risk["at_risk"] else None
+    return risk["safe_decodes"] if risk["at_risk"] else None
 
 
 def compared(j: dict) -> dict | None:
@@ -76,7 +77,7 @@ ANSWER_ROWS = (
     ("max_concurrency", lambda j, b: j["summary"]["max_concurrency"]),
     ("deployment_kv_cache_tokens", lambda j, b: j["summary"]["deployment_kv_cache_tokens"]),
     ("oom_above_decodes", lambda j, b: oom_above(j)),
-    ("fix", lambda j, b: fix(j)),
+    ("safe_decodes", lambda j, b: safe_decodes(j)),
     ("compared", lambda j, b: compared(j)),
     ("reservation", lambda j, b: b["reservation"]),
     ("reserved_bytes", lambda j, b: b["reserved_bytes"]),

@@ -18,6 +18,7 @@ class Figure:
     value: int | float
     provenance: str  # estimated or fitted
     basis: str  # the data points of a fit, or what an estimate rests on
+    uncertainty: int = 0  # how far off it may be, either way, where that is stated
 
 
 # The profile run's peak and non-torch memory, per rank: fitted to real startup records in the open (fits.py,
@@ -83,3 +84,17 @@ V41_FLASH_CHECKPOINT = Figure(
     "259.5 GiB (MXFP4), Engram tables 183.1 GiB, attention, dense and routers 6.9 GiB, embeddings and LM head 3.9 GiB, "
     "scales 21.9 GiB (of which about 16.2 GiB the experts' and 5.7 GiB the Engram tables', one byte per 32 weights); "
     "an 8 x B300 DP8 log's 'Model loading took 45.11 GiB' is its replicated 10.8 GiB + experts / 8")
+
+# The run time: what a step finds taken besides the terms plan derives ----------------------------------------------
+
+# The unprofiled term of capacity.oom's room: memory used before vLLM's start snapshot (CUDA context, NCCL groups and
+# cuBLAS handles: vllm==0.33.0 vllm/v1/worker/gpu_worker.py:504-541), the graph pool beyond what was subtracted for it,
+# growth after profiling and fragmentation, net of the profile's peak that a step does not use (a credit). One data
+# point fixes only their sum; where it is carried to another deployment it may be off by as much as itself.
+UNPROFILED = Figure(
+    -515_435_401, "fitted",
+    "fitted to the seed's death (vLLM PR #62860: DeepSeek-V4.1-Flash on 4 x B200 DEP4, vLLM 0.33.0's code, rank 0 "
+    "out of memory at 131 decodes allocating the FP32 logits copy with 3.04 GiB free and 1.54 GiB of BF16 logits "
+    "live): total - held - KV-init buffers - (free - its rounding + live) = -0.48 GiB; "
+    "`dsa-kvcalc calibrate LOG --recipe R` measures it on your deployment",
+    515_435_401)

@@ -123,10 +123,19 @@ def most_sequences(planner: Planner, name: str, length: int) -> Answer:
                   seqs_top(r), lambda plan, b: shortfall(plan, b, plan.recipe.max_num_seqs))
 
 
+def starts_safely(plan: Plan, b: BackendPlan) -> str | None:
+    """Why vLLM would not start it, or where plan calls it at risk of running out of memory (the margin kept)."""
+    if b.oom.at_risk:
+        return (f"OOM risk: room for the decode logits of {b.oom.safe_decodes:,} decodes with the margin kept "
+                f"({b.oom.max_decodes:,} at the edge)")
+    return refusal(plan, b)
+
+
 def largest_start(planner: Planner, name: str) -> Answer:
-    """The largest max-num-seqs vLLM would start with at the recipe's max-model-len."""
+    """The largest max-num-seqs vLLM would start with at the recipe's max-model-len and plan calls safe: never a value
+    at the OOM edge."""
     r = planner.base.recipe
-    return answer(planner, name, "max-num-seqs", "max-num-seqs", {}, 1, seqs_ceiling(r), seqs_top(r), refusal)
+    return answer(planner, name, "max-num-seqs", "max-num-seqs", {}, 1, seqs_ceiling(r), seqs_top(r), starts_safely)
 
 
 def seqs_ceiling(r: Recipe) -> int:

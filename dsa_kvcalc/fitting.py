@@ -4,7 +4,7 @@ of the activation peak and non-torch memory: what tools/fit_terms.py fits and be
 from dataclasses import dataclass
 
 from dsa_kvcalc import capacity, fits
-from dsa_kvcalc.memory_terms import collectives, hidden_bytes, prefill_workspace_bytes, profile_budget_bytes
+from dsa_kvcalc.memory_terms import collectives, hidden_bytes, peak_budget_bytes, prefill_workspace_bytes
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.records import Record
 
@@ -27,7 +27,7 @@ def point(record: Record) -> fits.Point:
     peak = None if record.peak_activation_gib is None else round(record.peak_activation_gib * fits.GIB)
     non_torch = None if record.non_torch_gib is None else round(record.non_torch_gib * fits.GIB)
     return fits.Point(record.name, record.deployment, recipe.gpu.name, hidden_bytes(recipe), collectives(recipe),
-                      profile_budget_bytes(recipe) + prefill_workspace_bytes(recipe), rest, peak, non_torch)
+                      peak_budget_bytes(recipe) + prefill_workspace_bytes(recipe), rest, peak, non_torch)
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def plan_with(record: Record, fit: fits.Fit) -> Planned:
     plan = planned(record)
     recipe, memory = plan.recipe, plan.memory
     selected = plan.backend(recipe.topk_backend)
-    peak = profile_budget_bytes(recipe) + prefill_workspace_bytes(recipe) + fit.peak_bytes(hidden_bytes(recipe))
+    peak = peak_budget_bytes(recipe) + prefill_workspace_bytes(recipe) + fit.peak_bytes(hidden_bytes(recipe))
     kv_bytes = capacity.kv_cache_bytes(recipe, memory.requested_bytes, memory.weights.bytes, peak,
                                        fit.non_torch_bytes(collectives(recipe)), selected.cudagraph_subtracted_bytes)
     return Planned(record, kv_bytes, memory.kv.tokens(kv_bytes))

@@ -23,8 +23,13 @@ class Unreadable(Exception):
     """A file that is not read; str() is one line: the file and why."""
 
 
+PIPES_READ: dict[str, bytes] = {}  # a pipe gives its bytes once: a command that reads its recipe twice gets them here
+
+
 def read_bytes(path: Path, limit: int, what: str) -> bytes:
     """The whole of a regular file or a pipe, of at most limit bytes."""
+    if str(path) in PIPES_READ:
+        return PIPES_READ[str(path)]
     try:
         with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as file:
             mode = os.fstat(file.fileno()).st_mode
@@ -36,6 +41,8 @@ def read_bytes(path: Path, limit: int, what: str) -> bytes:
         raise Unreadable(f"cannot read {path}: {error.strerror}") from None
     if len(data) > limit:
         raise Unreadable(f"{path} is over {limit // MIB} MiB: not a {what}")
+    if stat.S_ISFIFO(mode):
+        PIPES_READ[str(path)] = data
     return data
 
 

@@ -203,6 +203,10 @@ class Recipe:
                                        "sits above what is live inside the indexer: the #62860 reservation raises "
                                        "the peak only beyond it (a number for every backend, or one per backend)",
                                        per_backend=True)
+    unprofiled_bytes: int | None = key("memory.unprofiled", "memory", None,
+                                       "What a step finds taken at run time besides the terms plan derives, net of "
+                                       "the profile's unused peak (negative: a credit); calibrate measures it from a "
+                                       "CUDA out-of-memory message", minimum=-(1 << 50))
     memory_gpu: str | None = key("memory.gpu", "str", None, "The GPU the memory terms were measured on (default: "
                                  "the recipe file's gpu)")
     memory_rest: str | None = key("memory.rest", "choice", None, "The one term that is not measured itself but what a "

@@ -2,12 +2,15 @@
 the recipe's memory block gives them or as plan estimates them (estimates.py), each with its provenance."""
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dsa_kvcalc import estimates, kv_cache, weights
 from dsa_kvcalc.choices import kv_spec, sparse_mla_backend
 from dsa_kvcalc.kv_cache import KvSpec
-from dsa_kvcalc.keys import Recipe
+from dsa_kvcalc.keys import KEYS, Recipe
+
+
+DEFAULT_BUDGET_MB = KEYS["prefill_budget_mb"].default
 
 
 @dataclass(frozen=True)
@@ -17,6 +20,7 @@ class Term:
     # term carried over), fitted or estimated (estimates.py)
     source: str
     carried_bytes: int = 0  # what plan's estimate of the change adds to a figure measured at another shape
+    uncertainty_bytes: int = 0  # how far off it may be, either way, where that is stated
 
 
 def term(recipe: Recipe, name: str, estimate) -> Term:
@@ -39,7 +43,7 @@ def term(recipe: Recipe, name: str, estimate) -> Term:
 
 
 def estimated(value: int, figure: estimates.Figure) -> Term:
-    return Term(value, figure.provenance, figure.basis)
+    return Term(value, figure.provenance, figure.basis, uncertainty_bytes=figure.uncertainty)
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class RankMemory:
     weights: Term
     base_peak: Term  # the dummy run's torch peak with only the prefill logits budget reserved
     non_torch: Term
+    unprofiled: Term  # what a step finds taken at run time besides the derived terms (capacity.oom)
     kv: KvSpec
     sparse_mla_backend: str
 
@@ -85,6 +90,15 @@ def profile_budget_bytes(recipe: Recipe) -> int:
     return recipe.prefill_budget_bytes
 
 
+def peak_budget_bytes(recipe: Recipe) -> int:
+    """The prefill logits budget the base peak holds: that of the recipe its peak was measured on, or vLLM's default
+    (vllm==0.33.0 vllm/envs.py:62) where plan estimates the peak. A budget above it raises the peak as a reservation
+    does (capacity.raised_peak_bytes)."""
+    if recipe.peak_activation_bytes is None:
+        return profile_budget_bytes(replace(recipe, prefill_budget_mb=DEFAULT_BUDGET_MB))
+    return profile_budget_bytes(recipe.measured_on or recipe)
+
+
 def prefill_workspace_bytes(recipe: Recipe) -> int:
     """What the sparse-MLA prefill workspace grows by in the profile run: one buffer that its largest user sizes
     (vllm/v1/worker/workspace.py), here the indexer's K gather, 8 x factor x max_model_len / compress ratio entries of
@@ -117,7 +131,7 @@ def base_peak_estimate(recipe: Recipe) -> Term:
     max_num_batched_tokens x hidden x 2 B (fitted, fits.py)."""
     copies = estimates.ACTIVATION_HIDDEN_COPIES
     fitted = round(copies.value * hidden_bytes(recipe))
-    return Term(profile_budget_bytes(recipe) + prefill_workspace_bytes(recipe) + fitted, copies.provenance,
+    return Term(peak_budget_bytes(recipe) + prefill_workspace_bytes(recipe) + fitted, copies.provenance,
                 f"the prefill logits budget and the sparse-MLA workspace's growth (derived), and {copies.basis}")
 
 
@@ -136,4 +150,5 @@ def rank_memory(recipe: Recipe, kv_specs: dict | None = None) -> RankMemory:
         weights=term(recipe, "weights", weights_estimate),
         base_peak=term(recipe, "peak_activation", base_peak_estimate),
         non_torch=term(recipe, "non_torch", non_torch_estimate),
+        unprofiled=term(recipe, "unprofiled", lambda _: estimated(estimates.UNPROFILED.value, estimates.UNPROFILED)),
         kv=kv_spec(recipe, backend, kv_specs), sparse_mla_backend=backend)

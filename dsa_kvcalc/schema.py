@@ -59,7 +59,8 @@ def nested_properties() -> dict:
         top, _, inner = k.name.partition(".")
         if k.kind == "memory":
             for unit in MEMORY_UNITS:
-                nested[top][f"{inner}_{unit}"] = PER_BACKEND if k.per_backend else NUMBER
+                nested[top][f"{inner}_{unit}"] = PER_BACKEND if k.per_backend else NUMBER if k.minimum >= 0 else {
+                    "type": "number"}
         elif inner:
             nested[top][inner] = described(k)
     return nested

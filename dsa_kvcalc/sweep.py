@@ -318,12 +318,9 @@ def shortfalls(recipe: Recipe, b: capacity.BackendPlan, min_kv_tokens: int) -> l
         missed.append(f"above max-num-batched-tokens {recipe.max_num_batched_tokens:,} (vLLM refuses to start)")
     if b.kv_cache_tokens < min_kv_tokens:
         missed.append(f"KV cache {b.kv_cache_tokens:,} tokens per rank < {min_kv_tokens:,}")
-    if b.oom.at_risk and b.release.reserves_decode_logits:
-        missed.append(f"OOM risk on {recipe.engine.label}: the decode logits take {b.oom.shortfall_bytes / GIB:.2f} "
-                      f"GiB beyond its profile run's reservation, more than the {b.oom.free_bytes / GIB:.2f} GiB free")
-    elif b.oom.at_risk:
-        missed.append(f"OOM risk on {recipe.engine.label} (no #62860): {b.oom.free_bytes / GIB:.2f} GiB free holds the "
-                      f"decode logits of {b.oom.max_decodes} decodes")
+    if b.oom.at_risk:
+        missed.append(f"OOM risk on {recipe.engine.label}: room for the decode logits of {b.oom.safe_decodes} decodes "
+                      f"with the margin kept ({b.oom.max_decodes} at the edge)")
     return missed
 
 

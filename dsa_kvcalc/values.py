@@ -132,15 +132,15 @@ def check_value(name: str, k: Key, value):
     return CHECKS.get(k.kind, a_name)(name, k, value)
 
 
-def memory_bytes(name: str, value, unit: str) -> int:
+def memory_bytes(name: str, value, unit: str, signed: bool = False) -> int:
     whole = isinstance(value, int) and not isinstance(value, bool)
     if not whole and not (isinstance(value, float) and math.isfinite(value)):
         raise RecipeError(name, f"expected a number of {'GiB' if unit == 'gib' else 'bytes'}, got {value!r}")
     if unit == "bytes" and not whole:
         raise RecipeError(name, f"bytes must be a whole number, got {value!r}")
-    if not 0 <= value <= (1 << 50 if unit == "bytes" else 1 << 20):
-        raise RecipeError(name, f"must be between 0 and {'2^50 bytes' if unit == 'bytes' else '2^20 GiB'}, "
-                                f"got {value}")
+    most, spelled = (1 << 50, "2^50 bytes") if unit == "bytes" else (1 << 20, "2^20 GiB")
+    if not (-most if signed else 0) <= value <= most:
+        raise RecipeError(name, f"must be between {'-' + spelled if signed else 0} and {spelled}, got {value}")
     return round(value * MEMORY_UNITS[unit]) if unit == "gib" else value
 
 
@@ -153,7 +153,7 @@ def memory_term(name: str, value, k: Key, unit: str):
                 raise RecipeError(f"{name}.{shown(backend)}", f"unknown backend; expected one of "
                                                               f"{', '.join(sorted(backends))}")
         return {b: memory_bytes(f"{name}.{b}", v, unit) for b, v in value.items() if v is not None}  # null: estimate
-    number = memory_bytes(name, value, unit)
+    number = memory_bytes(name, value, unit, k.minimum < 0)
     return {"*": number} if k.per_backend else number
 
 

@@ -276,6 +276,42 @@ def test_a_log_of_a_release_that_subtracts_no_graphs_calibrates_to_its_tokens(tm
     assert next(b for b in planned["backends"] if b["backend"] == "auto")["kv_cache_tokens"] == 321_600
 
 
+# An out-of-memory message: the seed's own (vLLM PR #62860, "OOM"), verbatim
+SEED_OOM = """File "vllm/model_executor/layers/sparse_attn_indexer.py", line 312, in as_fp32_logits
+    out = torch.empty_strided(
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.07 GiB. GPU 0 has a total capacity of 178.35 GiB of \
+which 3.04 GiB is free.
+"""
+
+
+def test_calibrate_reads_the_seeds_oom_message_and_bounds_the_decodes_at_or_below_131(tmp_path):
+    # "Tried to allocate 3.07 GiB": 786 rows x 1,049,088 x 4 B = 3,298,332,672 B, 3,298,820,096 in 2 MiB segments,
+    # prints 3.07 GiB; 131 decodes of 6 rows, the FP32 copy while the BF16 logits (786 x 1,049,088 x 2 B =
+    # 1,649,166,336 B) were live. The step had 3.04 GiB - 0.005 GiB of rounding (3,258,806,436 B) + those:
+    # 4,907,972,772 B, 129.95 decodes of 37,767,168 B: OOM above 129.
+    log, out = tmp_path / "seed-oom.txt", tmp_path / "seed-calibrated.yaml"
+    log.write_text(SEED_OOM)
+    result = calibrate(log, "--recipe", SEED, "--format", "json", "--output", out)
+    assert result.exit_code == 0, result.output
+    oom = json.loads(result.stdout)["oom"]
+    assert (oom["allocation"], oom["decodes"], oom["live_bytes"], oom["room_bytes"]) == (
+        "the FP32 copy", 131, 1_649_166_336, 4_907_972_772)
+    assert oom["max_decodes"] == 129 <= 131 and oom["safe_decodes"] == 129
+    written = yaml.safe_load(out.read_text())["memory"]["unprofiled_bytes"]
+    # the bundled seed recipe carries this measurement, and plan's fitted default is this data point
+    assert written == yaml.safe_load(SEED.read_text())["memory"]["unprofiled_bytes"] == estimates.UNPROFILED.value
+    assert estimates.UNPROFILED.uncertainty == abs(written)
+    assert capacity.plan(load_recipe(out)).backend("auto").oom.max_decodes == 129
+
+
+def test_an_oom_message_alone_needs_the_recipe_and_one_of_its_decode_counts(tmp_path):
+    log = tmp_path / "seed-oom.txt"
+    log.write_text(SEED_OOM)
+    fails(calibrate(log), "error: --recipe:", "out-of-memory message")
+    log.write_text(SEED_OOM.replace("3.07 GiB", "3.30 GiB"))  # 844.4 rows of the copy (1,689 of BF16): no whole number of 6-row decodes
+    fails(calibrate(log, "--recipe", SEED), "error: log:", "tried to allocate 3.30 GiB")
+    log.write_text(SEED_OOM.replace("178.35 GiB", "139.80 GiB"))  # an H200's
+    fails(calibrate(log, "--recipe", SEED), "error: gpu:", "139.80 GiB")
 GLM = LOGS / "glm-5.1-fp8-8xh200-tp8-v0.20.0.log"
 
 

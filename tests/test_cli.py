@@ -75,7 +75,7 @@ def test_json_contract(tmp_path):
     assert data["recipe"]["max-num-seqs"] == 256 and data["recipe"]["max-model-len"] == 1_048_576
     fields = {"backend", "available", "reason", "decode_logits", "prefill_budget_bytes", "reserved_bytes",
               "cudagraph_logits_bytes", "kv_cache_bytes", "kv_cache_tokens", "max_concurrency", "other_side_of_fix",
-              "oom", "workaround"}
+              "oom"}
     for backend in data["backends"]:
         assert fields <= set(backend)
         if backend["available"]:

@@ -12,7 +12,7 @@ from dsa_kvcalc.engine import VLLM_RULES, release_tuple
 
 V32_H200 = RECIPES / "deepseek-v3.2-8xh200-tp8.yaml"
 V32_B200 = RECIPES / "deepseek-v3.2-8xb200-tp8.yaml"
-ANSWER_KEYS = ("kv_cache_tokens", "max_concurrency", "oom_above_decodes", "fix", "compared", "reserved_bytes",
+ANSWER_KEYS = ("kv_cache_tokens", "max_concurrency", "oom_above_decodes", "safe_decodes", "compared", "reserved_bytes",
                "cudagraph_bytes", "weights_bytes", "kv_cache_bytes")
 
 
@@ -36,8 +36,7 @@ def as_plan_says(plan: dict) -> dict:
     oom = s["oom"]
     return {"kv_cache_tokens": s["kv_cache_tokens"], "max_concurrency": s["max_concurrency"],
             "oom_above_decodes": oom["max_decodes"] if oom["at_risk"] else False,
-            "fix": {"max_num_seqs": oom["max_decodes"], "env": oom["workaround_env"],
-                    "kv_cache_tokens_cost": oom["workaround_cost_tokens"]} if oom["at_risk"] else None,
+            "safe_decodes": oom["safe_decodes"] if oom["at_risk"] else None,
             "compared": None if s["compared"] is None else {
                 key: s["compared"][key] for key in ("backend", "kv_cache_tokens", "kv_cache_tokens_vs_answered")},
             "reserved_bytes": b["reserved_bytes"], "cudagraph_bytes": b["cudagraph_bytes"],

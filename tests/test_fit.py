@@ -25,8 +25,8 @@ def fits(b: dict, seqs: int, length: int) -> bool:
     return b["refused"] is None and b["kv_cache_tokens"] >= seqs * length
 
 
-def starts(b: dict) -> bool:
-    return b["refused"] is None
+def starts_safely(b: dict) -> bool:
+    return b["refused"] is None and not b["oom"]["at_risk"]
 
 
 def check_edge(recipe, sets, a: dict, length: int, top: int):
@@ -40,7 +40,7 @@ def check_edge(recipe, sets, a: dict, length: int, top: int):
         at = lambda value: fits(backend(recipe, sets + [f"max-num-seqs={value}", f"max-model-len={held['max-model-len']}"],
                                         name), value, held["max-model-len"])
     else:
-        at = lambda value: starts(backend(recipe, sets + [f"max-num-seqs={value}"], name))
+        at = lambda value: starts_safely(backend(recipe, sets + [f"max-num-seqs={value}"], name))
     assert largest is not None and at(largest), a
     if largest < top:
         assert not at(largest + 1), a
@@ -109,11 +109,13 @@ def test_the_seeds_answers_say_what_they_set_and_flag_the_oom_risk():
     plan_256 = backend(SEED, [], "auto")
     assert "most requests of 1,048,576 tokens: max-num-seqs 44;" in text
     assert f"at the recipe's max-num-seqs 256 plan gives 56.96 GiB, {plan_256['max_concurrency']:.2f} requests" in text
-    # 8,192 sequences start (max-num-batched-tokens), but plan calls them at risk: say so in the cell and the line
-    plan_8192 = backend(SEED, ["max-num-seqs=8192"], "auto")
-    assert plan_8192["oom"]["at_risk"] and "8,192 (OOM risk)" in text
-    assert (f"largest max-num-seqs that starts: max-num-seqs 8,192; at risk there: OOM above "
-            f"{plan_8192['oom']['max_decodes']:,} concurrent decodes") in text
+    # 8,192 sequences start (max-num-batched-tokens), but plan calls them at risk: fit answers the largest it calls
+    # safe, plan's own seqs fix, and says why one more is not
+    fix = next(f for f in json.loads(run("plan", SEED, "-f", "json").output)["summary"]["oom"]["fixes"]
+               if f["name"] == "seqs")
+    assert backend(SEED, ["max-num-seqs=8192"], "auto")["oom"]["at_risk"] and "8,192" not in text
+    assert f"largest max-num-seqs that starts with no OOM risk: max-num-seqs {fix['value']:,};" in text
+    assert f"one more, {fix['value'] + 1:,}: OOM risk: room for the decode logits of" in text
 
 
 def test_a_context_bound_by_window_pages_says_so():

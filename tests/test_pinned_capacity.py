@@ -8,7 +8,9 @@ import pytest
 from conftest import SEED
 from dsa_kvcalc import capacity, choices, estimates, memory_terms, report, weights
 from dsa_kvcalc.catalog import LAYOUTS
+from dsa_kvcalc.fixes import fixes
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
+from dsa_kvcalc.sweep import load_base
 from dsa_kvcalc.units import GIB
 
 V32_H200 = {"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8}
@@ -375,14 +377,18 @@ def test_releases_that_estimate_no_graphs_size_the_kv_cache_without_them():
     assert capacity.plan(recipe).backend("auto").kv_cache_bytes == 36_314_644_480
 
 
-def test_the_seeds_concurrency_and_workaround():
-    # 41,050,274 tokens / 1,048,576 = 39.149 -> 39.15 (vLLM prints two decimals). 0.33.0 is at risk: the workaround
-    # budget is cdiv(9,668,395,008, 2^20) = 9,221 MiB (9,220.5 rounded up), which its profile reserves as the prefill
-    # budget, not as #62860's decode reservation
-    auto = capacity.plan(load_recipe(SEED)).backend("auto")
+def test_the_seeds_concurrency_and_its_budget_fix():
+    # 41,050,274 tokens / 1,048,576 = 39.149 -> 39.15 (vLLM prints two decimals). 0.33.0 is at risk; the budget that
+    # clears it, by hand: the seed's step had 3.04 GiB (less 0.005 GiB of rounding: 3,258,806,436 B) + 786 x 1,049,088
+    # x 2 B of live BF16 logits (1,649,166,336 B) = 4,907,972,772 B; 256 decodes need 256 x 37,767,168 B + the 4 MiB
+    # margin = 9,672,589,312 B; the budget raises the room by what it reserves beyond the seed's 3,091,880,448 B of
+    # headroom, so it takes 9,672,589,312 - 4,907,972,772 + 3,091,880,448 = 7,856,496,988 B: 7,493 MiB (7,492.5 up)
+    base = load_base(SEED)
+    plan = capacity.plan(load_recipe(SEED))
+    auto = plan.backend("auto")
     assert auto.max_concurrency == 39.15 and auto.selected
-    assert auto.workaround.prefill_budget_mb == 9221
-    assert auto.workaround.sizing.reserved_bytes == 9221 * 2**20 and not auto.workaround.sizing.reserves_decode_logits
+    budget = next(f for f in fixes(base, plan, auto) if f.name == "budget")
+    assert (budget.key, budget.value) == ("env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB", 7493) and not budget.plan.oom.at_risk
     assert not any(b.selected for b in capacity.plan(load_recipe(SEED)).backends if b.backend != "auto")
 
 
@@ -443,16 +449,7 @@ def test_rocms_locked_workspace_leaves_no_decode_logits_to_allocate_at_run_time(
                                "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}))
     auto = plan.backend("auto")
     assert auto.release.reservation.bytes == 1_207_959_552
-    assert (auto.oom.at_risk, auto.oom.shortfall_bytes) == (False, 0)
-
-
-def test_a_release_without_the_fix_reports_no_reservation_shortfall():
-    # vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:483-512: without #62860 the profiling branch
-    # reserves the prefill budget and no decode term, so there is no reservation for the decode logits to fall short
-    # of: the risk is the decodes that fit in what is free, and no "reserves ... for the decode logits" warning
-    plan = capacity.plan(load(V32_H200 | {"vllm-version": "0.33.0"}))
-    assert {b.oom.shortfall_bytes for b in plan.backends} == {0}
-    assert report.reservation_warnings(plan) == []
+    assert not auto.oom.at_risk
 
 
 def test_a_graph_pool_measured_for_a_backend_this_engine_does_not_run_is_not_checked():

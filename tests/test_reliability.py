@@ -400,7 +400,7 @@ def test_a_memory_key_with_a_line_break_is_an_unknown_term(tmp_path):
     # A memory key holding a line break ("a\nb") crashed the term's pattern (AttributeError) instead of being refused.
     fails(cli("plan", write(tmp_path, BASE + 'memory: {"a\\nb_gib": 1}\n')),
           "error: memory.'a\\nb_gib': unknown memory term; expected one of weights_gib, peak_activation_gib, "
-          "non_torch_gib, cudagraph_gib, indexer_headroom_gib (or _bytes)")
+          "non_torch_gib, cudagraph_gib, indexer_headroom_gib, unprofiled_gib (or _bytes)")
 
 
 @pytest.mark.parametrize("command", [["verify", SEED, "--gpu"], ["calibrate", RTX]])

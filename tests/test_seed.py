@@ -10,7 +10,9 @@ import pytest
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import LAYOUTS
 from dsa_kvcalc.units import GIB, MIB
+from dsa_kvcalc.fixes import fixes, prefill_overshoot
 from dsa_kvcalc.recipe import load_recipe
+from dsa_kvcalc.sweep import load_base
 
 SEED = Path(__file__).parent.parent / "recipes" / "deepseek-v4.1-flash-4xb200-dep4.yaml"
 
@@ -98,15 +100,47 @@ def test_main_after_the_fix_gives_the_seed_after_fix_figures_as_its_own():
     auto = fixed.backend("auto")
     assert (auto.reserved_bytes, auto.kv_cache_tokens, auto.other.kv_cache_tokens) == (
         9_668_395_008, 36_636_372, 41_050_274)
-    assert not auto.oom.at_risk and auto.workaround is None
+    assert not auto.oom.at_risk
 
 
-def test_unfixed_vllm_runs_out_near_the_seed_decode_count(seed_plan):
+def test_unfixed_vllm_runs_out_where_the_seeds_rank_died(seed_plan):
+    """Rank 0 died at 131 decodes: "Tried to allocate 3.07 GiB ... of which 3.04 GiB is free", the FP32 copy of
+    786 rows while their BF16 logits were live. The step had 3.04 GiB (less the message's 0.005 GiB rounding:
+    3,258,806,436 B) + 786 x 1,049,088 x 2 B = 1,649,166,336 B = 4,907,972,772 B; a decode takes 6 x 1,049,088 x 6 B =
+    37,767,168 B: 129.95 fit, so OOM above 129 decodes, and 131 does not fit. The 4 MiB margin keeps 129 safe."""
     oom = seed_plan.backend("auto").oom
-    # 0.03 x 178.35 GiB = 5.35 GiB free, 6 rows x 1,049,088 x 6 B = 36 MiB a decode -> 152 decodes; the seed's rank
-    # died at 131 with 3.04 GiB free after 1.54 GiB of BF16 logits (4.58 GiB): the assumption is stated, not fitted.
-    assert oom.at_risk and 131 <= oom.max_decodes <= 160
+    assert (oom.room_bytes, oom.bytes_per_decode, oom.max_decodes, oom.safe_decodes) == (
+        4_907_972_772, 37_767_168, 129, 129)
+    assert oom.at_risk and oom.worst_decodes == 256
+    # deep_select: 6 x 1,049,088 x 2 B = 12,589,056 B a decode, 389 fit in the same room: 256 are safe
     assert not seed_plan.backend("deep_select").oom.at_risk
+
+
+def test_every_fix_plan_offers_clears_its_own_verdict_at_the_cost_it_printed():
+    """Each fix, set as a user would with --set, re-plans to no OOM risk and the KV tokens the fix said."""
+    plan = capacity.plan(load_recipe(SEED))
+    offered = fixes(load_base(SEED), plan, plan.backend("auto"))
+    assert {f.name for f in offered} == {"seqs", "budget", "deep_select", "kv"}
+    for fix in offered:
+        fixed = capacity.plan(load_recipe(SEED, [f"{fix.key}={fix.value}"]))
+        b = fixed.backend(fix.plan.backend)
+        assert not b.oom.at_risk, fix
+        assert b.kv_cache_tokens - plan.backend("auto").kv_cache_tokens == fix.tokens_change, fix
+
+
+def test_the_budget_the_seed_thread_would_set_moves_the_risk_to_prefill_chunks():
+    """9,221 MiB covers 1536 rows of decode logits (the old advice); on SM100 a prefill chunk that budget sizes holds
+    BF16 + FP32 = 1.5 x 9,221 MiB, 4,610 MiB beyond the reservation (vllm==0.33.0 sparse_attn_indexer.py:727-737),
+    where the room without the reservation's rise and the fitted credit is 4,907,972,772 - 515,435,401 - 4 MiB =
+    4,388,343,067 B (4,185 MiB)."""
+    base = load_base(SEED, ["env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=9221"])
+    plan = capacity.plan(load_recipe(SEED))
+    fixed = capacity.plan(load_recipe(SEED, ["env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=9221"])).backend("auto")
+    assert not fixed.oom.at_risk
+    assert "4,610 MiB beyond the reservation" in prefill_overshoot(plan.backend("auto"), fixed, 9221 * MIB)
+    assert "4,185 MiB is free" in prefill_overshoot(plan.backend("auto"), fixed, 9221 * MIB)
+    assert prefill_overshoot(plan.backend("auto"), fixed, 7493 * MIB) is None  # 3,746 MiB fits
+    assert base.recipe.prefill_budget_mb == 9221
 
 
 def test_same_recipe_on_h200_is_fp32_256_padded_without_copy():

@@ -100,6 +100,7 @@ def test_a_flat_reservation_has_no_panel_and_a_moving_one_has():
 def synthetic(values: int, points: int):
     """A series of 2 backends x `values` of the second key x `points` of max-num-seqs, without planning."""
     plot = pytest.importorskip("dsa_kvcalc.plot")
+    pytest.importorskip("matplotlib")
     series = plot.Series(["max-num-seqs", "speculative-config.num_speculative_tokens"], "a title")
     for k in range(values):
         for backend, tokens in (("auto", 40e6), ("deep_select", 45e6)):

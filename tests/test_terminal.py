@@ -47,15 +47,15 @@ def joined(lines: list[str]) -> str:
     return " ".join(" ".join(lines).split())
 
 ANSWERS = ("vLLM 0.33.0 starts", "41,050,274 KV tokens", "39.15 requests of max-model-len 1,048,576",
-           "the deployment, DP4, holds 4 x that", "OOM above 152 concurrent decodes", "deep_select instead:",
-           "KV tokens (+", "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=")
+           "the deployment, DP4, holds 4 x that", "OOM above 129 concurrent decodes", "--fix seqs: 1",
+           "--fix budget: 7,493 MiB", "deep_select instead:")
 
 
 def test_the_seeds_first_screen_answers_the_four_questions():
     screen = ANSI.sub("", on_terminal("plan", SEED)).splitlines()
     first = " ".join(screen[:6])
     # vLLM 0.33.0, without #62860, logs the seed's "main" KV cache: 41,050,274 tokens for auto (vLLM PR #62860's
-    # table); 1M tokens a request. By hand: 5.35 GiB free / (6 rows x 1,049,088 x 6 B) = 152 decodes fit. The seed's
+    # table); 1M tokens a request. The seed's rank died at 131 decodes (tests/test_seed.py: 129 fit). The seed's
     # deployment is DP4: four engines, each with its own KV cache.
     for answer in ANSWERS:
         assert answer in first, (answer, screen[:6])
@@ -96,7 +96,8 @@ def test_the_answer_is_not_repeated_in_a_pipe():
 def test_every_reference_in_plan_can_be_followed():
     lines = in_a_pipe("plan", SEED, columns=1000).splitlines()
     text = "\n".join(lines)
-    assert "(assumed: see assumptions)" in text and any(line.startswith("assumption: ") for line in lines)
+    assert "(see the warning)" in text and any(line.startswith("warning: vLLM 0.33.0, with auto") for line in lines)
+    assert "fitted to the seed's death" in text and any(line.startswith("assumption: out-of-memory room") for line in lines)
     note = next(i for i, line in enumerate(lines) if "(why: the published line below)" in line)
     assert any(line.startswith("published: vLLM PR #62860 measured deep_select at 48,253,887") for line in lines[note:])
     recipe_line = next(line for line in lines if line.startswith("deepseek-ai/DeepSeek-V4.1-Flash on B200"))
@@ -140,8 +141,8 @@ def test_help_never_breaks_a_key_at_its_hyphens():
 def test_markdown_gives_each_answer_one_bullet_and_no_stray_list_item():
     text = in_a_pipe("plan", SEED, "--format", "markdown")
     bullets = [line for line in text.splitlines() if line.startswith("- ")]
-    oom = [line for line in bullets if "OOM above 152" in line]
-    assert len(oom) == 1 and "Fix: max-num-seqs 152, or VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=" in oom[0]
+    oom = [line for line in bullets if "OOM above 129" in line]
+    assert len(oom) == 1 and "--fix seqs: " in oom[0] and "--fix budget: 7,493 MiB" in oom[0]
     assert not [line for line in text.splitlines() if line.startswith(("* ", "+ "))]  # the caption is no list item
 
 

@@ -212,7 +212,7 @@ def as_planned(raw: dict, gpu: str, release: str, env: dict) -> dict:
 def test_vllms_parser_takes_the_serve_line_of_every_bundled_recipe_with_the_same_values(tmp_path, release):
     lines, configs = {}, {}
     for recipe in BUNDLED:
-        lines[recipe.stem] = run("plan", recipe, "--set", f"vllm-version={release}", "-f", "serve").output
+        lines[recipe.stem] = run("plan", recipe, "--set", f"vllm-version={release}", "-f", "serve").stdout
         configs[recipe.stem] = tmp_path / f"{recipe.stem}.yaml"
         assert run("plan", recipe, "--set", f"vllm-version={release}", "-o", configs[recipe.stem]).exit_code == 0
     cases = [{"argv": ["x"]}] + [{"argv": serve_words(lines[r.stem])[1]} for r in BUNDLED] + [

@@ -7,7 +7,7 @@ import yaml
 
 from dsa_kvcalc.calibrate import Calibration, TermRow
 from dsa_kvcalc.keys import shown
-from dsa_kvcalc.units import GIB
+from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.report import TOOL
 
 CARRIED = ("at this recipe the memory block is the log's; at another shape (--set, a sweep) plan keeps each measured "
@@ -33,9 +33,10 @@ def difference(row: TermRow) -> str:
 def summary(c: Calibration) -> list[str]:
     m, r = c.measured, c.recipe
     log_tokens = m.kv_tokens
+    read = (f"{m.ranks} process(es) printed memory lines; sizing rank {m.rank or '(unprefixed)'}" if c.rows else
+            f"an out-of-memory message (rank {m.rank or 'unprefixed'}), no memory lines")
     lines = [
-        f"log: vLLM {m.version or 'version not printed'}; {m.ranks} process(es) printed memory lines; sizing rank "
-        f"{m.rank or '(unprefixed)'}",
+        f"log: vLLM {m.version or 'version not printed'}; {read}",
         f"recipe ({c.recipe_source}): {r.model.name} on {r.gpu.name}, TP{r.tensor_parallel_size} "
         f"DP{r.data_parallel_size}{' EP' if r.enable_expert_parallel else ''}, max-num-seqs {r.max_num_seqs}, "
         f"max-model-len {r.max_model_len:,}, {r.num_speculative_tokens} spec tokens, gpu-memory-utilization "
@@ -56,7 +57,20 @@ def summary(c: Calibration) -> list[str]:
         if h.after_tokens_log is not None:
             lines.append(f"calibrated plan after #62860: {h.after_tokens_plan:,} KV tokens vs the after log's "
                          f"{h.after_tokens_log:,} ({h.after_tokens_plan - h.after_tokens_log:+,})")
+    if c.oom:
+        lines += oom_lines(c)
     return lines
+
+
+def oom_lines(c: Calibration) -> list[str]:
+    o = c.oom
+    live = f" + {o.live_bytes / GIB:.2f} GiB of logits live in the same call" if o.live_bytes else ""
+    return [f"out of memory ({o.backend}): {o.allocation} of {o.decodes} decodes ({o.allocation_bytes / GIB:.2f} GiB) "
+            f"failed with {o.free_bytes / GIB:.2f} GiB free (the message's, less its rounding){live}: the step had "
+            f"{o.room_bytes / GIB:.3f} GiB for the decode logits",
+            f"unprofiled = total - held - KV-init buffers - that room = {o.unprofiled_bytes / GIB:+.3f} GiB (memory."
+            f"unprofiled_bytes); plan now says OOM above {o.max_decodes} decodes, safe at {o.safe_decodes} (margin "
+            f"{o.margin_bytes / MIB:.0f} MiB)"]
 
 
 def calibrated_from(row: TermRow) -> str:
@@ -76,7 +90,7 @@ def render_text(c: Calibration, width: int | None = None) -> str:
     else:
         table = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in [header, *rows]]
     notes = [f"note: {n}" for n in c.notes] + [f"warning: {w}" for w in c.warnings] + [f"note: {CARRIED}"]
-    return "\n".join(summary(c) + [""] + table + [""] + notes) + "\n"
+    return "\n".join(summary(c) + ([""] + table if rows else []) + [""] + notes) + "\n"
 
 
 def calibration_json(c: Calibration) -> dict:
@@ -97,6 +111,7 @@ def calibration_json(c: Calibration) -> dict:
         "kv_bytes_per_token_implied": c.kv_bytes_per_token_implied,
         "kv_tokens_calibrated": c.kv_tokens_calibrated,
         "headroom": None if c.headroom is None else vars(c.headroom),
+        "oom": None if c.oom is None else vars(c.oom),
         "notes": c.notes,
         "warnings": c.warnings,
     }
@@ -113,4 +128,6 @@ def recipe_yaml(c: Calibration, log_name: str) -> str:
     header += [f"#   {row.term}: {row.source}" for row in c.rows[:4]]
     if c.headroom:
         header.append(f"#   indexer headroom ({c.headroom.backend}): reserved - (KV before - KV after #62860)")
+    if c.oom:
+        header.append(f"#   unprofiled: the out-of-memory message, {c.oom.allocation} of {c.oom.decodes} decodes")
     return "\n".join(header) + "\n" + yaml.safe_dump(c.raw_recipe, sort_keys=False)

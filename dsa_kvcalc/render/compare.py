@@ -13,15 +13,6 @@ def tokens(value) -> str:
     return f"{value:,}"
 
 
-def fix(value: dict) -> str:
-    return f"{value['max_num_seqs']:,}"
-
-
-def budget(value: dict) -> str:
-    (mib,) = value["env"].values()
-    return f"{mib:,} (-{value['kv_cache_tokens_cost']:,})"
-
-
 def compared(value: dict) -> str:
     if "unavailable" in value:
         return f"{value['backend']} cannot run here"
@@ -37,7 +28,7 @@ ANSWER_LABELS = {
     "max_concurrency": ("requests of max-model-len", lambda v: f"{v:.2f}"),
     "deployment_kv_cache_tokens": ("KV tokens, x DP", tokens),
     "oom_above_decodes": ("OOM", lambda v: f">{v:,} decodes" if v else "no"),
-    "fix": ("fix: max-num-seqs", fix),
+    "safe_decodes": ("safe decodes", tokens),
     "compared": ("instead", compared),
     "reservation": ("reservation", str),
     "reserved_bytes": ("reserved GiB", gib),
@@ -49,9 +40,8 @@ ANSWER_LABELS = {
     "kv_cache_bytes": ("KV GiB/rank", gib),
     "rules_of": ("rules of vLLM", str),
 }
-BUDGET_LABEL = "fix: logits MiB (tokens)"
-CAPTION = ("fix: what the release allows where it is at risk, max-num-seqs at the decodes that fit or "
-           "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB at the decode logits' MiB (and the KV tokens that costs); instead: the "
+CAPTION = ("safe decodes: where the release is at risk, the decodes that fit with plan's margin below the edge (plan "
+           "--set the column's values for its fixes); instead: the "
            "top-k backend plan compares with the answered one (deep_select against auto); tokens, "
            "other side of fix: with vLLM #62860 where the release has it not, without it where it has; reservation: "
            "what the release's profile run reserves for the indexer's logits")
@@ -75,16 +65,13 @@ def verdict(column: Column, notes: dict[str, int]) -> str:
 
 
 def cells(row: Row, columns: list[Column], notes: dict[str, int]) -> list[list[str]]:
-    """A row as the table shows it: one line, or two for the fix (max-num-seqs, then the logits budget)."""
+    """A row as the table shows it: one line."""
     if row.key == "verdict":
         return [[ANSWER_LABELS["verdict"][0], *(verdict(c, notes) for c in columns)]]
     if row.key.startswith("recipe."):  # a nested key by its last part: num_speculative_tokens
         return [[row.key.rsplit(".", 1)[-1], *("" if v is None else shown(v) for v in row.values)]]
     label, show = ANSWER_LABELS[row.key]
-    lines = [[label, *("" if v is None else show(v) for v in row.values)]]
-    if row.key == "fix":
-        lines.append([BUDGET_LABEL, *("" if v is None else budget(v) for v in row.values)])
-    return lines
+    return [[label, *("" if v is None else show(v) for v in row.values)]]
 
 
 def title(columns: list[Column]) -> str:

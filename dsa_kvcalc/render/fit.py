@@ -28,7 +28,7 @@ def header(a: Answer) -> str:
         return f"longest context at {a.held['max-num-seqs']:,} requests"
     if a.question == "concurrency":
         return f"most requests of {a.held['max-model-len']:,} tokens"
-    return "largest max-num-seqs that starts"
+    return "largest max-num-seqs that starts with no OOM risk"
 
 
 def cell(a: Answer) -> str:

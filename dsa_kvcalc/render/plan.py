@@ -5,7 +5,7 @@ import csv
 import io
 import json
 
-from dsa_kvcalc.capacity import DTYPE_BYTES, BackendPlan, Plan, Reservation, Reserved
+from dsa_kvcalc.capacity import DTYPE_BYTES, BackendPlan, Plan, Reservation, Reserved, held_bytes
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Rows
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc import published
@@ -36,8 +36,7 @@ def quantities(plan: Plan, b: BackendPlan) -> list[tuple[str, str]]:
         ("max concurrency", f"{b.max_concurrency:.2f}x"),
         (VERSUS_AUTO, "" if change is None or b.backend == "auto" else f"{change:+.1%}"),
         (f"tokens {'with' if b.other.reserves_decode_logits else 'without'} fix", f"{b.other.kv_cache_tokens:,}"),
-        ("OOM", f">{b.oom.max_decodes} decodes" if b.oom.at_risk else "no"),
-        ("workaround MiB", f"{b.workaround.prefill_budget_mb:,}" if b.workaround else ""),
+        ("OOM above", f"{b.oom.max_decodes:,} (safe {b.oom.safe_decodes:,})" if b.oom.at_risk else "no risk"),
     ]
 
 
@@ -81,11 +80,12 @@ def summary_lines(s: dict) -> list:
     if s["refused"]:
         pass  # no step runs
     elif oom["at_risk"]:
-        env = oom["workaround_env"]
-        lines.append(Text.assemble(("OOM", "bold red"), f" above {oom['max_decodes']:,} concurrent decodes outside "
-                                   f"CUDA graphs (max-num-seqs {oom['max_num_seqs']:,}). Fix: max-num-seqs "
-                                   f"{oom['max_decodes']:,}, or {' '.join(f'{k}={v}' for k, v in env.items())} "
-                                   f"(-{oom['workaround_cost_tokens']:,} tokens)"))
+        compared = s["compared"] or {}
+        shown = [fix for fix in oom["fixes"]  # deep_select against auto has a line of its own
+                 if not (fix["name"] == "deep_select" and compared.get("backend") == "deep_select")]
+        fixes = f" {', '.join(fix_text(fix, i == 0) for i, fix in enumerate(shown))}." if shown else ""
+        lines.append(Text.assemble(("OOM", "bold red"), f" above {oom['max_decodes']:,} concurrent decodes, safe up to "
+                                   f"{oom['safe_decodes']:,}.{fixes}"))
     elif s["reservation"] == Reserved.BUDGET.name:
         lines.append(Text.assemble(("no OOM risk", "green"), f": the decode logits of {oom['max_num_seqs']:,} "
                                    f"sequences fit"))
@@ -103,6 +103,20 @@ def summary_lines(s: dict) -> list:
     elif s["deep_select_unavailable"]:
         lines.append(Text(f"deep_select cannot run here: {s['deep_select_unavailable']}."))
     return lines
+
+
+FIX_VALUES = {"max-num-seqs": "{value}", "kv-cache-memory-bytes": "{gib} GiB", "env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB":
+              "{value:,} MiB"}
+
+
+def fix_text(fix: dict, first: bool) -> str:
+    """One fix of the summary's OOM verdict: its name, what it sets, and its KV tokens in millions (the first says
+    they are tokens)."""
+    value = FIX_VALUES[fix["key"]].format(value=fix["value"], gib=gib(fix["value"]) if fix["key"] ==
+                                          "kv-cache-memory-bytes" else "") if fix["key"] in FIX_VALUES else ""
+    moves = f", but {fix['moves_risk']}" if fix["moves_risk"] else ""
+    unit = " tokens" if first else ""
+    return f"--fix {fix['name']}{f': {value}' if value else ''} ({fix['kv_cache_tokens_change'] / 1e6:+.2f} M{unit}{moves})"
 
 
 def gap_notes(plan: Plan) -> tuple[list[str], list[str]]:
@@ -156,8 +170,8 @@ def kv_line(plan: Plan) -> str:
 CAPTION = ("* the recipe's sparse-indexer-topk-backend; B/element: logits output + FP32 copy; graph logits: the "
            "largest FULL decode graph's rows; ~ estimated, ^ fitted; reserved: this release's profile-run reservation; "
            "tokens with/without fix: the other side of what reserves the decode logits (vLLM #62860, or the model's own "
-           "indexer, as the recipe's line says at its end); workaround: the VLLM_SPARSE_INDEXER_MAX_LOGITS_MB "
-           "that reserves the decode logits on this release")
+           "indexer, as the recipe's line says at its end); OOM above: the decodes at the edge of the room a step has for "
+           "the decode logits at run time, and those safe a margin below it (see the warning)")
 
 
 def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[list[int]]:
@@ -171,13 +185,13 @@ def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[
     return groups
 
 
-def render_table(plan: Plan, console) -> None:
+def render_table(plan: Plan, console, fixes: list = ()) -> None:
     """The answer and the table first (the first screen), then what they rest on; on a terminal, the answer again
     last, so that it is on screen when the command ends."""
     from rich.text import Text
 
     header, rows, unavailable = table(plan)
-    answer = summary_lines(summary(plan))
+    answer = summary_lines(summary(plan, fixes))
     first, details = gap_notes(plan)
     for line in answer:
         print_prose(console, line, 0)
@@ -203,10 +217,10 @@ def render_table(plan: Plan, console) -> None:
             print_prose(console, line, 0)
 
 
-def render_markdown(plan: Plan) -> str:
+def render_markdown(plan: Plan, fixes: list = ()) -> str:
     header, rows, unavailable = table(plan)
     first, details = gap_notes(plan)
-    lines = [*(f"- {line.plain}" for line in summary_lines(summary(plan))), *(f"- note: {n}" for n in first), "",
+    lines = [*(f"- {line.plain}" for line in summary_lines(summary(plan, fixes))), *(f"- note: {n}" for n in first), "",
              f"**{heading(plan)}**", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -225,8 +239,8 @@ def render_csv(plan: Plan) -> str:
     return out.getvalue()
 
 
-def render_json(plan: Plan) -> str:
-    return json.dumps(plan_json(plan), indent=2) + "\n"
+def render_json(plan: Plan, fixes: list = ()) -> str:
+    return json.dumps(plan_json(plan, fixes), indent=2) + "\n"
 
 
 def width_rule(plan: Plan, b: BackendPlan) -> str:
@@ -307,8 +321,23 @@ def backend_lines(plan: Plan, b: BackendPlan) -> list[str]:
         f"{dl.bytes_per_element} = {b.cudagraph_logits_bytes:,} B of CUDA graphs {b.cudagraph.bytes:,} B "
         f"({gib(b.cudagraph.bytes)} GiB, {b.cudagraph.provenance})",
         *kv_lines(plan, b),
-        f"  outside CUDA graphs: {b.oom.free_bytes:,} B free / {b.oom.bytes_per_decode:,} B per decode = "
-        f"{b.oom.max_decodes} decodes fit{' (at risk on this release)' if b.oom.at_risk else ''}",
+        *oom_lines(plan, b),
+    ]
+
+
+def oom_lines(plan: Plan, b: BackendPlan) -> list[str]:
+    """The room a step has for the decode logits outside FULL CUDA graphs, term by term (capacity.OomRisk)."""
+    o, m = b.oom, plan.memory
+    held = held_bytes(m, b.kv_cache_bytes, b.cudagraph.bytes)
+    return [
+        f"  held = KV {b.kv_cache_bytes:,} + weights {m.weights.bytes:,} + base peak {m.base_peak.bytes:,} + non-torch "
+        f"{m.non_torch.bytes:,} + graph pool {b.cudagraph.bytes:,} = {held:,} B",
+        f"  room outside FULL graphs = total {plan.recipe.gpu.total_memory_bytes:,} - held {held:,} - KV-init buffers "
+        f"{o.kv_init_buffers.bytes:,} ({o.kv_init_buffers.provenance}: {o.kv_init_buffers.source}) - unprofiled "
+        f"{o.unprofiled.bytes:,} ({o.unprofiled.provenance}: {o.unprofiled.source}) = {o.room_bytes:,} B",
+        f"  OOM above room // {o.bytes_per_decode:,} B a decode = {o.max_decodes} decodes; safe = (room - margin "
+        f"{o.margin_bytes:,}) // {o.bytes_per_decode:,} = {o.safe_decodes}; the worst step holds {o.worst_decodes}"
+        f"{': at risk' if o.at_risk else ''}",
     ]
 
 

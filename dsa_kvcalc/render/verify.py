@@ -76,8 +76,6 @@ def render_table(report: dict, console) -> None:
             oom = shape["reproduce_oom"]
             colour = "green" if oom["agree"] else "red"
             print_prose(console, Text(f"  reproduce-oom ({oom['backend']}): {oom['verdict']}", style=colour))
-        if "reproduce_oom_skipped" in shape:
-            print_prose(console, f"  reproduce-oom: {shape['reproduce_oom_skipped']}")
     verdict = "all agree" if report["exit_code"] == 0 else "differences found"
     console.print()
     print_prose(console, f"verify: {verdict} (exit {report['exit_code']})")
