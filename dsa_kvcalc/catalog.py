@@ -21,6 +21,11 @@ class Gpu:
     source: str
     # The memory its marketing names carry, in GB (vendors' datasheets; clouds list them so): "NVIDIA H200 141GB HBM3e"
     marketed_gb: tuple[int, ...] = ()
+    # Memory the CPU shares: DGX Spark's GB10 is an integrated GPU, whose free memory vLLM takes from psutil, so that
+    # host memory the process gains during start-up counts as non-torch (vllm==0.33.0 vllm/utils/mem_utils.py:138-150,
+    # platforms/cuda.py:700-701); GH200's Hopper shares its address space with Grace. Both leave more non-KV memory
+    # than the discrete parts (estimates.UNIFIED_NON_TORCH_SPREAD)
+    unified_memory: bool = False
 
 
 GPUS = [
@@ -53,7 +58,7 @@ GPUS = [
         "models/zai-org/GLM-5.2.yaml: '8xH200/H20 (141GB x 8)')", marketed_gb=(141,)),
     Gpu("GH200", "sm90", bytes_of_gib(94.88), ("NVIDIA GH200 480GB", "GH200 480GB", "NVIDIA GH200"),
         "94.88 GiB total capacity in a torch OOM on GH200 480GB (Lightning-AI/litgpt#1892); the Grace memory mode "
-        "can change what is visible", marketed_gb=(96, 480)),
+        "can change what is visible", marketed_gb=(96, 480), unified_memory=True),
     Gpu("B200", "sm100", 182631 * MIB, ("NVIDIA B200",),
         "178.35 GiB in the seed's OOM message (vLLM PR #62860); 182,631 MiB in torch device properties",
         marketed_gb=(180, 192)),
@@ -76,7 +81,7 @@ GPUS = [
         "nvidia-smi 32,607 MiB, compute capability 12.0 (vllm-project/vllm#39594)", marketed_gb=(32,)),
     Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark", "NVIDIA DGX Spark"),
         "'Free memory on device cuda:0 (x/121.69 GiB)' in many DGX Spark vLLM logs; unified memory, so the "
-        "figure moves with the OS carve-out", marketed_gb=(128,)),
+        "figure moves with the OS carve-out", marketed_gb=(128,), unified_memory=True),
     Gpu("MI300X", "gfx942", 196592 * MIB, ("AMD Instinct MI300X", "AMD_Instinct_MI300X"),
         "196,592 MiB (191.98 GiB) in ROCm torch device properties (ROCm/ROCm#4203); vLLM names it "
         "AMD_Instinct_MI300X (vllm==0.33.0 vllm/platforms/rocm.py:77-93)", marketed_gb=(192,)),
@@ -404,6 +409,9 @@ V41_FLASH_EXPERT_BYTES = bytes_of_gib(259.5 + 16.22)
 V41_FLASH_ENGRAM_BYTES = bytes_of_gib(183.1 + 5.72)
 V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
 # DeepSeek-V4: in vLLM from 0.20.0 (vllm==0.20.0 vllm/model_executor/models/registry.py), DSpark drafts from 0.25.0
+# for a checkpoint that has a DSpark block: its drafter reads the config's dspark_target_layer_ids (vllm==0.33.0
+# vllm/models/deepseek_v4/nvidia/dspark.py:100), which V4-Flash-0731's config has and the preview V4-Flash's and
+# V4-Pro's have not (oracle/configs; dsa_kvcalc/weights.json records vLLM's refusal)
 V4_FIRST = "0.20.0"
 V4_DRAFTERS = ("mtp", "dspark")
 V32_ARCH, GLM5_ARCH, V4_ARCH = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "DeepseekV4ForCausalLM"
@@ -487,7 +495,7 @@ V4_MODELS = [
     Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", V4_ARCH, 43, 1, 4096, 64,
           128, 512, 1048576, estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES,
           compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4,
-          num_attention_heads=64, drafters=V4_DRAFTERS, first_release=V4_FIRST),
+          num_attention_heads=64, first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Flash-0731", f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the "
           "same compress_ratios, sliding_window and layers as the preview)", V4_ARCH, 43, 1, 4096, 64, 128, 512, 1048576,
           estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
@@ -495,7 +503,7 @@ V4_MODELS = [
           first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", V4_ARCH, 61, 1, 7168, 64, 128,
           1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS,
-          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128, drafters=V4_DRAFTERS,
+          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128,
           first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json and LivingAgile/mlx-lm "
           "tests/test_deepseek_v41.py (third-party copies, byte for byte the same, of deepseek-ai/DeepSeek-V4.1-Flash@"

@@ -157,6 +157,11 @@ class Engine:
     kpool_indexer_pooled_kernel_blocks: bool  # the kpool indexer's kernel blocks: kpool x a paged-MQA page (else 64)
     rocm_sparse_mla_common_builder: bool  # AITER's sparse-MLA builder is a SparseMLACommonMetadataBuilder
     kpool_tail_row_aligned: bool  # GLM-5.3-Flash's tail ring takes a block-table row of 128 tokens (else one block)
+    # What building the model allocates besides its parameters (weights.py construction_bytes)
+    # FlashMLA-sparse's BF16-cache query heads rounded up to this many: off SM10x, on SM10x
+    flashmla_prefill_head_padding: tuple[int, int]
+    flashmla_prefill_query_workspace: bool  # fp8_ds_mla: the padded prefill queries and latents reserved too
+    index_group_buffers: bool  # each top-k producing MLA layer's index group holds physical top-k rows
 
     @property
     def label(self) -> str:
@@ -458,6 +463,24 @@ VLLM_RULES = {
                "fp8 cache dtype, so auto stops vLLM at model init",
         (Change("0.30.0", True, "vllm==0.30.0 vllm/models/deepseek_v4/attention.py:107-117: auto is taken as fp8; "
                                 "any other non-fp8 dtype is refused"),)),
+    "flashmla_prefill_head_padding": Rule(
+        (1, 1), "vllm==0.28.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:562: q_concat_shape = (max_tokens, "
+                "num_heads, head_size), the heads unpadded",
+        (Change("0.29.0", (64, 128), "vllm==0.29.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:583-597: a BF16 "
+                                     "cache's query heads rounded up to prefill_padding, 128 on SM10x, else 64"),
+         Change("0.32.0", (64, 64), "vllm==0.32.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:760-782: "
+                                    "prefill_padding 64 on Hopper and Blackwell"))),
+    "flashmla_prefill_query_workspace": Rule(
+        False, "vllm==0.30.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:742-745: the queries and the BF16 "
+               "prefill gather only",
+        (Change("0.31.0", True, "vllm==0.31.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:782-795: also "
+                                "(max_tokens, padded heads, 576), (max_tokens, padded heads, 512) and (max_tokens, "
+                                "heads, 512) BF16"),)),
+    "index_group_buffers": Rule(
+        False, "vllm==0.29.0 has no vllm/v1/attention/backends/mla/index_group.py",
+        (Change("0.30.0", True, "vllm==0.30.0 vllm/v1/attention/backends/mla/index_group.py:458-480, 498-512: "
+                                "(min(max_num_batched_tokens, max_num_seqs x (1 + k)) + 1) rows of top-k indices and "
+                                "a count per index group"),)),
     "rocm_accepts_fp8": Rule(
         False, "vllm==0.20.2 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:85-89: auto, float16, bfloat16",
         (Change("0.21.0", True, "vllm==0.21.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:266-272: fp8 and "

@@ -6,6 +6,7 @@ from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved, Sizing
 from dsa_kvcalc.engine import MAIN, NEWEST_VLLM, VLLM_RULES
 from dsa_kvcalc.keys import KEYS
 from dsa_kvcalc.memory_terms import Term
+from dsa_kvcalc.uncertainty import error_bar
 from dsa_kvcalc.units import GIB, MIB
 
 FIX = "vLLM #62860"
@@ -182,7 +183,8 @@ def summary(plan: Plan, fixes: list = ()) -> dict:
         "backend": b.backend,
         "instead_of": None if b.selected else plan.recipe.topk_backend,
         "refused": refusal(plan, b) if b.available else f"{b.backend} cannot run here: {b.reason}",
-        "kv_cache_tokens": b.kv_cache_tokens, "max_concurrency": b.max_concurrency,
+        "kv_cache_tokens": b.kv_cache_tokens, "kv_cache_tokens_error": error_json(plan, b),
+        "max_concurrency": b.max_concurrency,
         "max_model_len": plan.recipe.max_model_len, "data_parallel_size": plan.recipe.data_parallel_size,
         "deployment_kv_cache_tokens": b.kv_cache_tokens * plan.recipe.data_parallel_size,
         "rules_of": NEWEST_VLLM if plan.recipe.engine.newer_than_modelled else None, "oom": risk_json(plan, b, fixes),
@@ -192,6 +194,15 @@ def summary(plan: Plan, fixes: list = ()) -> dict:
         "deep_select_unavailable": deep_select.reason if deep_select is not None and not deep_select.available
         else None,
     }
+
+
+def error_json(plan: Plan, b: BackendPlan) -> dict | None:
+    """The KV tokens' error bar where a term is estimated or fitted (uncertainty.py): +- a share and in tokens."""
+    bar = error_bar(plan, b)
+    if bar is None:
+        return None
+    return {"relative": round(bar.relative, 4), "tokens": round(b.kv_cache_tokens * bar.relative),
+            "basis": bar.basis}
 
 
 def estimated_terms(plan: Plan) -> list[str]:

@@ -140,6 +140,11 @@ BOUNDARIES = [
       "FLASHMLA_SPARSE": 1, "FLASHMLA_SPARSE ds_mla on SM10x": 1, "FLASH_ATTN_MLA_SPARSE": 1,
       "FLASHINFER_MLA_SPARSE_SM90": 1, "ROCM_AITER_MLA_SPARSE": 1}),
     ("sparse_mla_prefill_workspace_factor", "0.31.0", (5, 5), "0.32.0", (5, 2)),
+    # FlashMLA-sparse's BF16-cache query heads: unpadded, then 64 (128 on SM10x), then 64 on both
+    ("flashmla_prefill_head_padding", "0.28.0", (1, 1), "0.29.0", (64, 128)),
+    ("flashmla_prefill_head_padding", "0.31.0", (64, 128), "0.32.0", (64, 64)),
+    ("flashmla_prefill_query_workspace", "0.30.0", False, "0.31.0", True),
+    ("index_group_buffers", "0.29.0", False, "0.30.0", True),
     ("rocm_accepts_fp8", "0.20.2", False, "0.21.0", True),
     ("kpool_indexer_reserves_decode_logits", "0.29.0", False, "0.30.0", True),
     ("kpool_logits_over_pools", "0.30.0", False, "0.31.0", True),

@@ -430,16 +430,19 @@ def test_a_log_with_kv_tokens_but_no_kv_memory_calibrates_to_its_tokens():
     assert planned_tokens(result) == 321_600
 
 
-def test_a_log_whose_other_process_took_memory_calibrates_its_weights_as_the_rest():
-    # tests/fixtures/vllm_logs (SOURCES.md): V4-Flash on 2 x H200 NVL at 262,144 tokens, GPU 7 holding ~25 GiB for
-    # another process; no weights line, and its command's --enforce-eager. Plan's 74.08 GiB weights do not fit beside
-    # its 32.08 GiB of KV: the weights are the rest, and the recipe written plans to the log's 2,175,276 tokens
+@pytest.mark.parametrize("utilisation, rest", [(0.78, "peak_activation"), (0.75, "weights")])
+def test_a_log_without_weights_calibrates_the_term_that_does_not_fit_as_the_rest(utilisation, rest):
+    # tests/fixtures/vllm_logs (SOURCES.md): V4-Flash on 2 x H200 NVL at 262,144 tokens, no weights line, its command's
+    # --enforce-eager. At its 0.78, plan's derived weights and fitted non-torch fit beside its 32.08 GiB of KV: the
+    # peak is the rest. Read as if started at 0.75, 3.75 GiB less: the weights no longer fit and are the rest. Either
+    # way the recipe written plans to the log's 2,175,276 tokens
     raw = {"model": "DeepSeek-V4-Flash", "gpu": "H200 NVL", "tensor-parallel-size": 2, "kv-cache-dtype": "fp8",
-           "max-model-len": 262_144, "gpu-memory-utilization": 0.78, "vllm-version": "0.23.0", "enforce-eager": True}
+           "max-model-len": 262_144, "gpu-memory-utilization": utilisation, "vllm-version": "0.23.0",
+           "enforce-eager": True}
     result = cal.calibrate(reading(LOGS / "deepseek-v4-flash-2xh200nvl-tp2-eager-v0.23.0-mml262144.log"), raw, "log",
                            Path("."))
-    assert result.raw_recipe["memory"]["rest"] == "weights"
-    assert set(result.raw_recipe["memory"]) == {"weights_bytes", "cudagraph_bytes", "gpu", "rest"}
+    assert result.raw_recipe["memory"]["rest"] == rest
+    assert set(result.raw_recipe["memory"]) == {f"{rest}_bytes", "cudagraph_bytes", "gpu", "rest"}
     assert planned_tokens(result) == 2_175_276
 
 

@@ -147,7 +147,7 @@ def test_deepseek_v4s_flashmla_attention_takes_fp8_only_and_auto_from_030():
 
 def test_rocm_dspark_before_029_runs_v2_which_estimates_nothing():
     # DSpark forces Model Runner V2 from 0.25.0 (vllm/config/vllm.py:524-532); V2's estimate is 0 until 0.29.0
-    v4 = {"model": "DeepSeek-V4-Flash", "gpu": "MI300X", "tensor-parallel-size": 4,
+    v4 = {"model": "DeepSeek-V4-Flash-0731", "gpu": "MI300X", "tensor-parallel-size": 4,
           "speculative-config": {"method": "dspark", "num_speculative_tokens": 3}}
     assert not capacity.cudagraphs_subtracted(load(v4 | {"vllm-version": "0.28.0"}))
     assert capacity.cudagraphs_subtracted(load(v4 | {"vllm-version": "0.29.0"}))

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from dsa_kvcalc import capacity, verify
+from dsa_kvcalc import capacity, estimates, verify
 from dsa_kvcalc.render import verify as verify_render
 from dsa_kvcalc.cli import app
 from dsa_kvcalc.recipe import load
@@ -222,16 +222,17 @@ def test_profile_replays_the_recorded_measurements():
     replayed = verify.profile_replay(plan, "auto", verify.PassMeasurement.from_json(entry["measured"][0]), live)
     assert replayed.requested_bytes == 145_606_583_911
     assert replayed.indexer_reservation_bytes == 6_442_450_944
-    # By hand, per DP rank. Weights: 476 GiB checkpoint - 275.72 GiB of experts (296,052,095,713 B) - 188.82 GiB of
-    # Engram tables in host memory (202,743,931,208 B) = 12,305,081,303 B dense, + experts / 4 ranks (74,013,023,928)
-    # = 86,318,105,231 B. Peak: the 512 MiB prefill budget + the K gather of 8 x 2 (above 262,144 tokens) x 1,048,576
-    # entries of 132 B (2,214,592,512) + 18 x 8192 tokens x 5120 x 2 B (1,509,949,440) = 4,261,412,864 B, raised by
-    # the reservation above a headroom of the prefill budget: + 6,442,450,944 - 536,870,912 = 10,166,992,896 B.
-    # Non-torch: the H200's measured 720,175,104 B. Graphs: the 6 GiB of logits at 1536 rows + 1.5 GiB besides =
-    # 8,053,063,680 B. KV = 145,606,583,911 - 86,318,105,231 - 10,166,992,896 - 720,175,104 - 8,053,063,680.
+    # By hand, per DP rank. Weights: plan's, derived from vLLM's model classes (weights.json), replayed as they are.
+    # Peak: the 512 MiB prefill budget + the K gather of 8 x 2 (above 262,144 tokens) x 1,048,576 entries of 132 B
+    # (2,214,592,512) + the fitted copies x 8192 tokens x 5120 x 2 B, raised by the reservation above a headroom of the
+    # prefill budget: + 6,442,450,944 - 536,870,912. Non-torch: the H200's measured 720,175,104 B. Graphs: the 6 GiB of
+    # logits at 1536 rows + 1.5 GiB besides = 8,053,063,680 B. KV: requested less all four.
+    weights = plan.memory.weights.bytes
+    peak = 536_870_912 + 2_214_592_512 + round(estimates.ACTIVATION_HIDDEN_COPIES.value * 8192 * 5120 * 2) \
+        + 6_442_450_944 - 536_870_912
     assert (replayed.weights_bytes, replayed.peak_activation_bytes, replayed.cudagraph_bytes) == (
-        86_318_105_231, 10_166_992_896, 8_053_063_680)
-    assert replayed.kv_cache_bytes == 40_348_247_000
+        weights, peak, 8_053_063_680)
+    assert replayed.kv_cache_bytes == 145_606_583_911 - weights - peak - 720_175_104 - 8_053_063_680
 
 
 # The local GPU and DeepGEMM: exit 3 --------------------------------------------------------------------------------

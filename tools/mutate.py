@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dsa_kvcalc"
 MODULES = ("engine", "choices", "capacity", "kv_cache", "memory_terms", "defaults", "estimates", "catalog", "calibrate",
-           "vllm_log", "kv_init_buffers")
+           "vllm_log", "kv_init_buffers", "weights", "fits", "uncertainty")
 EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
 RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all;
@@ -64,7 +64,10 @@ FIRST_TESTS = {
     "kv_cache": ("test_kv_cache.py",),
     "memory_terms": ("test_pinned_capacity.py", "test_kv_cache.py", "test_seed.py"),
     "defaults": ("test_pinned_capacity.py", "test_records.py", "test_seed.py"),
-    "estimates": ("test_pinned_capacity.py", "test_records.py", "test_release_rules.py"),
+    "estimates": ("test_pinned_capacity.py", "test_leave_one_out.py", "test_release_rules.py"),
+    "weights": ("test_weights.py", "test_pinned_catalog.py", "test_leave_one_out.py"),
+    "fits": ("test_leave_one_out.py", "test_pinned_capacity.py"),
+    "uncertainty": ("test_leave_one_out.py",),
     "catalog": ("test_seed.py", "test_release_rules.py"),
     "calibrate": ("test_calibrate.py",),
     "vllm_log": ("test_vllm_log.py", "test_calibrate.py"),

@@ -73,8 +73,10 @@ def summary_lines(s: dict) -> list:
         dp = s["data_parallel_size"]
         deployment = (f"; the deployment, DP{dp}, holds {dp} x that, {s['deployment_kv_cache_tokens']:,}." if dp > 1
                       else ".")
+        error = s["kv_cache_tokens_error"]
+        bar = f" (estimated +-{error['relative']:.1%}: {error['basis']})" if error else ""
         lines.append(Text.assemble((f"{label} starts", "bold green"), f". Per rank {s['backend']} holds "
-                                   f"{s['kv_cache_tokens']:,} KV tokens: {s['max_concurrency']:.2f} requests of "
+                                   f"{s['kv_cache_tokens']:,} KV tokens{bar}: {s['max_concurrency']:.2f} requests of "
                                    f"max-model-len {s['max_model_len']:,}{deployment}"))
     if s["refused"]:
         pass  # no step runs
