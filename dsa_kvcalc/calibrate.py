@@ -16,11 +16,12 @@ from dsa_kvcalc.catalog import GPUS
 from dsa_kvcalc.choices import draft_layers, kv_spec, sparse_mla_backend
 from dsa_kvcalc.memory_terms import RankMemory, rank_memory
 from dsa_kvcalc.engine import RELEASES, build_of
-from dsa_kvcalc.units import GIB
+from dsa_kvcalc.kv_cache import round_up
+from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.keys import KEYS, Recipe, RecipeError, canonical, memory_unit
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.values import check_value
-from dsa_kvcalc.vllm_log import LogReading, RankReading
+from dsa_kvcalc.vllm_log import LogReading, OomReading, RankReading
 
 # Engine arguments of the non-default args line that the recipe takes (vLLM's spelling): the keys declared args_line.
 RECIPE_ARGS = {k.name.split(".")[0].replace("-", "_") for k in KEYS.values() if k.args_line}
@@ -48,6 +49,7 @@ class Measured:
     max_model_len: int | None = None
     max_concurrency: float | None = None
     disagreements: list[str] = field(default_factory=list)
+    lines: dict = field(default_factory=dict)  # a figure above -> the number of the log's line it was read from
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class TermRow:
     log: int | None
     plan: int | None
     source: str  # where the calibrated value comes from
+    line: int | None = None  # the number of the log's line the log's figure was read from
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,23 @@ class Headroom:
     kv_source: str
     after_tokens_log: int | None
     after_tokens_plan: int
+
+
+@dataclass(frozen=True)
+class OomMeasure:
+    """A CUDA out-of-memory message read against the recipe's plan: which decode-logits allocation failed, at how many
+    decodes, and the room the step had for them."""
+    backend: str
+    allocation: str  # what failed: the logits, or their FP32 copy
+    decodes: int
+    allocation_bytes: int  # that allocation as plan sizes it at those decodes, in 2 MiB segments
+    free_bytes: int  # the message's free memory, at the low end of its rounding
+    live_bytes: int  # the same call's BF16 logits, live when their FP32 copy failed
+    room_bytes: int  # free + live: what the step had for the decode logits
+    unprofiled_bytes: int  # total - held - KV-init buffers - room (capacity.oom)
+    max_decodes: int  # re-planned with it: the edge
+    safe_decodes: int  # and the margin below it
+    margin_bytes: int
 
 
 @dataclass(frozen=True)
@@ -85,6 +105,7 @@ class Calibration:
     notes: list[str]
     headroom: Headroom | None = None
     warnings: list[str] = field(default_factory=list)
+    oom: OomMeasure | None = None
 
 
 def gib_bytes(value: float | None) -> int | None:
@@ -102,20 +123,30 @@ def sizing_rank(reading: LogReading) -> RankReading | None:
 def measure(reading: LogReading) -> Measured:
     rank = sizing_rank(reading)
     if rank is None:
-        found = sorted({name for r in reading.ranks for name, v in vars(r).items() if v is not None and name != "rank"})
+        found = sorted({name for r in reading.ranks for name, v in vars(r).items()
+                        if v is not None and name not in ("rank", "lines")})
         found += ["non-default args"] if reading.engine_args else []
         have = f" (found only: {', '.join(found)})" if found else ""
         raise RecipeError("log", f"no memory terms: none of {MEMORY_LINES}{have}; nothing to calibrate")
 
-    def first(name: str):
-        value = getattr(rank, name)
-        return value if value is not None else next(
-            (getattr(r, name) for r in reading.ranks if getattr(r, name) is not None), None)
+    lines = {}
 
-    weights = rank.weights_gib
-    non_torch = rank.non_torch_gib
+    def first(name: str, figure: str):
+        """The sizing rank's figure, else the first rank's that printed it; its line noted as figure's."""
+        reader = rank if getattr(rank, name) is not None else next(
+            (r for r in reading.ranks if getattr(r, name) is not None), None)
+        if reader is None:
+            return None
+        lines[figure] = reader.lines[name]
+        return getattr(reader, name)
+
+    weights = first("weights_gib", "weights_bytes") if rank.weights_gib is not None else None
+    non_torch = first("non_torch_gib", "non_torch_bytes") if rank.non_torch_gib is not None else None
     if non_torch is None and rank.consumed_gib is not None and weights is not None:
         non_torch = rank.consumed_gib - weights
+        lines["non_torch_bytes"] = rank.lines["consumed_gib"]
+    peak = first("peak_activation_gib", "peak_activation_bytes") if rank.peak_activation_gib is not None else None
+    available = first("available_kv_gib", "available_kv_bytes") if rank.available_kv_gib is not None else None
     disagreements = []
     for name, unit in (("weights_gib", "GiB"), ("available_kv_gib", "GiB"), ("peak_activation_gib", "GiB"),
                        ("kv_tokens", "tokens")):
@@ -125,13 +156,15 @@ def measure(reading: LogReading) -> Measured:
                                  f"{values[-1]:,} {unit}; using {rank.rank or 'the unprefixed process'} (least "
                                  f"Available KV) and the first KV tokens line")
     return Measured(
-        rank=rank.rank, ranks=len(reading.ranks), version=first("version"),
-        weights_bytes=gib_bytes(weights), peak_activation_bytes=gib_bytes(rank.peak_activation_gib),
-        non_torch_bytes=gib_bytes(non_torch), cudagraph_bytes=gib_bytes(first("cudagraph_estimated_gib")),
-        available_kv_bytes=gib_bytes(rank.available_kv_gib), total_memory_bytes=gib_bytes(first("total_memory_gib")),
+        rank=rank.rank, ranks=len(reading.ranks), version=first("version", "version"),
+        weights_bytes=gib_bytes(weights), peak_activation_bytes=gib_bytes(peak),
+        non_torch_bytes=gib_bytes(non_torch), cudagraph_bytes=gib_bytes(first("cudagraph_estimated_gib",
+                                                                                "cudagraph_bytes")),
+        available_kv_bytes=gib_bytes(available),
+        total_memory_bytes=gib_bytes(first("total_memory_gib", "total_memory_bytes")),
         approximate_total_memory_bytes=approximate_total(rank),
-        kv_tokens=first("kv_tokens"), max_model_len=first("max_model_len"), max_concurrency=first("max_concurrency"),
-        disagreements=disagreements)
+        kv_tokens=first("kv_tokens", "kv_tokens"), max_model_len=first("max_model_len", "max_model_len"),
+        max_concurrency=first("max_concurrency", "max_concurrency"), disagreements=disagreements, lines=lines)
 
 
 def approximate_total(rank: RankReading) -> int | None:
@@ -234,20 +267,38 @@ def gpu_from_memory(total_bytes: int | None) -> str | None:
     return next((g.name for g in GPUS if abs(g.total_memory_bytes - total_bytes) <= GPU_MATCH_BYTES), None)
 
 
-def require(raw: dict, measured: Measured) -> dict:
-    """model and gpu, or one line saying which is missing and how to give it."""
+def require(raw: dict, measured: Measured, reading: LogReading) -> dict:
+    """model and gpu (and the tensor-parallel size, where the log's ranks are tensor-parallel but no line gives it),
+    or one line naming every one that is missing and how to give it."""
     raw = dict(raw)
-    if "gpu" not in raw:
+    named = {canonical(k) for k in raw if isinstance(k, str)}
+    missing = []
+    if "gpu" not in named:
         gpu = gpu_from_memory(measured.total_memory_bytes)
         if gpu is None:
             seen = (f"its device has {measured.total_memory_bytes / GIB:.2f} GiB, no catalog GPU"
                     if measured.total_memory_bytes else "no total-memory line")
-            raise RecipeError("gpu", f"the log does not name the GPU ({seen}); give --set gpu=NAME")
-        raw["gpu"] = gpu
-    if "model" not in raw:
-        raise RecipeError("model", "the log names no model (no non-default args line); give --set model=NAME "
-                                   "or --recipe")
+            missing.append(("gpu", f"--set gpu=NAME ({seen})"))
+        else:
+            raw["gpu"] = gpu
+    if "model" not in named:
+        missing.append(("model", "--set model=NAME or --recipe (no non-default args line)"))
+    tensor_parallel = sorted({r.rank.split()[0] for r in reading.ranks if re.search(r"(^|_)TP\d", r.rank)})
+    if reading.engine_args is None and "tensor-parallel-size" not in named and tensor_parallel:
+        missing.append(("tensor-parallel-size", f"--set tensor-parallel-size=N (the log's ranks are "
+                                                f"{', '.join(tensor_parallel)}, and no line gives the size)"))
+    if missing:
+        raise RecipeError(", ".join(key for key, _ in missing), "the log does not give "
+                          + ("it" if len(missing) == 1 else "them") + ": " + "; ".join(how for _, how in missing))
     return raw
+
+
+def recipe_source(reading: LogReading) -> str:
+    """Where a recipe read from the log comes from: its non-default args line or its engine config line."""
+    args = reading.engine_args
+    if args is None:
+        return "from vLLM's defaults: the log has no non-default args or engine config line"
+    return f"from the log's {args.kind}, line {args.line}"
 
 
 def kv_target_bytes(memory: RankMemory, measured: Measured) -> tuple[int | None, bool | None]:
@@ -378,7 +429,7 @@ def logged_graphs(recipe: Recipe, estimate: capacity.Plan, measured: Measured) -
 
 def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) -> Calibration:
     measured = measure(reading)
-    raw, notes = with_log_facts(require(raw, measured), measured, reading, recipe_dir)
+    raw, notes = with_log_facts(require(raw, measured, reading), measured, reading, recipe_dir)
     recipe = load(raw, recipe_dir)
     if recipe.engine.profile_holds_decode_logits:
         raise RecipeError("engine", f"calibrate reads vLLM startup logs; this recipe runs {recipe.engine.label}")
@@ -416,12 +467,28 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     if graphs_source == "log" or recipe.cudagraph_mode == "NONE":
         kept.add("cudagraph")
     calibrated_raw = with_memory(raw, {t: v for t, v in memory.items() if t in kept}, recipe.gpu.name, rest)
+    oom = None
+    if reading.oom is not None:  # the same deployment died later in the log: the room it had at run time
+        calibrated_raw, oom = oom_measure(reading.oom, calibrated_raw, recipe_dir)
+        memory["unprofiled"] = oom.unprofiled_bytes
     calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
     return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
                        measured=measured, rows=term_rows(recipe, estimate, measured, sources, implied, kv_per_token),
                        memory=memory, kv_tokens_calibrated=calibrated.backend(recipe.topk_backend).kv_cache_tokens,
                        block_tokens=math.ceil(recipe.max_model_len / estimate.memory.kv.pages_per_request),
-                       kv_bytes_per_token_implied=implied, notes=notes, warnings=measured.disagreements)
+                       kv_bytes_per_token_implied=implied, notes=notes, warnings=measured.disagreements, oom=oom)
+
+
+def calibrate_oom(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) -> Calibration:
+    """A log that holds an out-of-memory message and no memory lines (the seed's traceback): the recipe says the
+    deployment, the message the room its step had."""
+    calibrated_raw, oom = oom_measure(reading.oom, raw, recipe_dir)
+    calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
+    return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
+                       measured=Measured(reading.oom.rank, 1), rows=[], memory={"unprofiled": oom.unprofiled_bytes},
+                       kv_tokens_calibrated=calibrated.backend(oom.backend).kv_cache_tokens,
+                       block_tokens=math.ceil(calibrated.recipe.max_model_len / calibrated.memory.kv.pages_per_request),
+                       kv_bytes_per_token_implied=None, notes=[], oom=oom)
 
 
 def logged_weights(recipe: Recipe, estimate: capacity.Plan, measured: Measured, graphs: int,
@@ -451,15 +518,20 @@ def term_rows(recipe: Recipe, estimate: capacity.Plan, measured: Measured, sourc
               kv_per_token: int) -> list[TermRow]:
     """What the log says against what plan predicts for the same recipe, term by term."""
     memory, selected = estimate.memory, estimate.backend(recipe.topk_backend)
+    line = measured.lines.get
     return [
-        TermRow("weights", "bytes", measured.weights_bytes, memory.weights.bytes, sources["weights"]),
+        TermRow("weights", "bytes", measured.weights_bytes, memory.weights.bytes, sources["weights"],
+                line("weights_bytes")),
         TermRow("peak activation", "bytes", measured.peak_activation_bytes, memory.base_peak.bytes,
-                sources["peak_activation"]),
-        TermRow("non-torch", "bytes", measured.non_torch_bytes, memory.non_torch.bytes, sources["non_torch"]),
-        TermRow("CUDA graphs", "bytes", measured.cudagraph_bytes, selected.cudagraph.bytes, sources["cudagraph"]),
-        TermRow("KV memory", "bytes", measured.available_kv_bytes, selected.kv_cache_bytes, "log"),
+                sources["peak_activation"], line("peak_activation_bytes")),
+        TermRow("non-torch", "bytes", measured.non_torch_bytes, memory.non_torch.bytes, sources["non_torch"],
+                line("non_torch_bytes")),
+        TermRow("CUDA graphs", "bytes", measured.cudagraph_bytes, selected.cudagraph.bytes, sources["cudagraph"],
+                line("cudagraph_bytes")),
+        TermRow("KV memory", "bytes", measured.available_kv_bytes, selected.kv_cache_bytes, "log",
+                line("available_kv_bytes")),
         TermRow("KV bytes per logged token", "B/token", implied, kv_per_token, "KV-cache groups"),
-        TermRow("KV tokens", "tokens", measured.kv_tokens, selected.kv_cache_tokens, "log"),
+        TermRow("KV tokens", "tokens", measured.kv_tokens, selected.kv_cache_tokens, "log", line("kv_tokens")),
     ]
 
 
@@ -532,3 +604,53 @@ def measure_kv(reading: LogReading) -> Measured:
     return Measured(rank=rank.rank, ranks=len(reading.ranks), version=version,
                     available_kv_bytes=gib_bytes(rank.available_kv_gib), kv_tokens=tokens,
                     max_model_len=rank.max_model_len, max_concurrency=rank.max_concurrency)
+
+
+# An out-of-memory message: the room a step had for the decode logits ---------------------------------------------
+
+SEGMENT_BYTES = 2 * MIB  # PyTorch rounds a large request up to 2 MiB segments before it prints it (capacity.py)
+
+
+def failed_allocation(oom: OomReading, b: capacity.BackendPlan, per_seq: int) -> tuple[str, int, int]:
+    """(what failed, decodes, live bytes): the decode-logits allocation of the backend whose size, at a whole number of
+    decodes up to the worst step, prints as the message's "Tried to allocate". Where several match, the fewest
+    decodes (the least room)."""
+    dl = b.decode_logits
+    kinds = [("the FP32 copy", 4, dl.logits_bytes_per_element)] if dl.copy_bytes_per_element else []
+    kinds.append((f"the {dl.logits_dtype.upper()} logits", dl.logits_bytes_per_element, 0))
+    matches = []
+    for name, element_bytes, live_element_bytes in kinds:
+        per_decode = per_seq * dl.padded_columns * element_bytes
+        low, high = oom.tried.bytes - oom.tried.rounding_bytes, oom.tried.bytes + oom.tried.rounding_bytes
+        for decodes in range(max(low // per_decode - 1, 1), min(high // per_decode + 2, b.oom.worst_decodes + 1)):
+            if low <= round_up(decodes * per_decode, SEGMENT_BYTES) <= high:
+                matches.append((decodes, name, decodes * per_seq * dl.padded_columns * live_element_bytes))
+    if not matches:
+        raise RecipeError("log", f"its out-of-memory message tried to allocate {oom.tried.bytes / GIB:.2f} GiB: no "
+                                 f"decode logits of this recipe ({b.backend}, {dl.padded_columns:,} columns, up to "
+                                 f"{b.oom.worst_decodes} decodes of {per_seq} rows) take that; is it this deployment's?")
+    decodes, name, live = min(matches)
+    return name, decodes, live
+
+
+def oom_measure(oom: OomReading, raw: dict, recipe_dir) -> tuple[dict, OomMeasure]:
+    """The memory block's unprofiled term from the message: the step had free (the low end of its rounding) plus the
+    logits live in the same call, so unprofiled = total - held - KV-init buffers - that room (capacity.oom's room
+    formula, solved for its one unknown). The recipe with it and what plan then says."""
+    recipe = load(raw, recipe_dir)
+    if abs(oom.total.bytes - recipe.gpu.total_memory_bytes) > oom.total.rounding_bytes:
+        raise RecipeError("gpu", f"the out-of-memory message's GPU has {oom.total.bytes / GIB:.2f} GiB; "
+                                 f"{recipe.gpu.name} has {recipe.gpu.total_memory_bytes / GIB:.2f} GiB")
+    plan = capacity.plan(recipe)
+    b = plan.backend(recipe.topk_backend)
+    if not b.available:
+        raise RecipeError("sparse-indexer-topk-backend", f"{b.backend} cannot run here: {b.reason}")
+    allocation, decodes, live = failed_allocation(oom, b, 1 + recipe.num_speculative_tokens)
+    free = oom.free.bytes - oom.free.rounding_bytes
+    room = free + live
+    held = capacity.held_bytes(plan.memory, b.kv_cache_bytes, b.cudagraph.bytes)
+    unprofiled = recipe.gpu.total_memory_bytes - held - b.oom.kv_init_buffers.bytes - room
+    calibrated_raw = with_memory(raw, {"unprofiled": unprofiled}, recipe.gpu.name)
+    replanned = capacity.plan(load(calibrated_raw, recipe_dir)).backend(b.backend).oom
+    return calibrated_raw, OomMeasure(b.backend, allocation, decodes, oom.tried.bytes, free, live, room, unprofiled,
+                                      replanned.max_decodes, replanned.safe_decodes, replanned.margin_bytes)

@@ -15,11 +15,12 @@ from enum import Enum
 from dsa_kvcalc import estimates
 from dsa_kvcalc.catalog import (STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS,
                                 Backend, Layout, Rows)
-from dsa_kvcalc.choices import availability, engine_backends, on_model_runner_v2, sparse_mla_refusal
+from dsa_kvcalc.choices import availability, engine_backends, kv_spec, on_model_runner_v2, sparse_mla_refusal
 from dsa_kvcalc.engine import VLLM_RULES, release_tuple
-from dsa_kvcalc.keys import Recipe, RecipeError
+from dsa_kvcalc.keys import Recipe, RecipeError, Refusal
 from dsa_kvcalc.kv_cache import SM10X, round_up, v41_packed
-from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, profile_budget_bytes, rank_memory
+from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
+from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, peak_budget_bytes, profile_budget_bytes, rank_memory
 from dsa_kvcalc.units import GIB, MIB
 
 DTYPE_BYTES = {"bf16": 2, "fp32": 4}
@@ -171,13 +172,13 @@ def indexer_headroom(recipe: Recipe, logits: dict[str, DecodeLogits], backend: s
     """How far the run's global peak sits above what is live inside the indexer when the reservation is made
     (global_peak - indexer_live): the reservation raises the peak only by what it adds beyond that. Measured for this
     backend, or for one with the same bytes per element (the same working set), or for every backend ("*"); else the
-    prefill budget, so that the reservation raises the peak by all it adds beyond the budget. Never below the budget:
-    the base peak already holds it."""
+    prefill budget the base peak holds, so that the reservation raises the peak by all it adds beyond that budget.
+    Never below it: the base peak already holds it."""
     measured = recipe.indexer_headroom_bytes
     same_working_set = [bytes_ for name, bytes_ in measured.items()
                         if name in logits and logits[name].bytes_per_element == logits[backend].bytes_per_element]
     headroom = measured.get(backend, same_working_set[0] if same_working_set else measured.get("*", 0))
-    return max(headroom, recipe.prefill_budget_bytes)
+    return max(headroom, peak_budget_bytes(recipe))
 
 
 def raised_peak_bytes(memory: RankMemory, reserved: int, headroom: int) -> int:
@@ -186,25 +187,68 @@ def raised_peak_bytes(memory: RankMemory, reserved: int, headroom: int) -> int:
     return memory.base_peak.bytes + max(0, reserved - headroom)
 
 
-# 6. Graphs: the CUDA-graph pool and the decode logits its FULL graphs hold ---------------------------------------
+# 6. Graphs: the graphs vLLM captures, the decode logits its FULL graphs hold, and what it subtracts for them -------
 
-def on_grid(size: int, limit: int, interactive: bool) -> bool:
+FULL_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+PIECEWISE_MODES = ("PIECEWISE", "FULL_AND_PIECEWISE")
+GRID_RUN_START, GRID_RUN_STEP = 256, 16  # the grid's multiples of 16 from 256
+
+
+def capture_grid(limit: int, interactive: bool) -> tuple[set[int], range]:
     """vLLM's capture grid up to limit: 1, 2, 4 (every size up to 32 with performance-mode interactivity), multiples
-    of 8 below 256, multiples of 16 from 256 (vllm==0.33.0 vllm/config/vllm.py _set_cudagraph_sizes)."""
-    small = size <= 32 if interactive else size in (1, 2, 4)
-    return 0 < size <= limit and (small or size % (8 if size < 256 else 16) == 0)
+    of 8 below 256, multiples of 16 from 256 (vllm==0.33.0 vllm/config/vllm.py _set_cudagraph_sizes); the last as a
+    range, which a given max_cudagraph_capture_size can make hundreds of millions long."""
+    small = range(1, 33) if interactive else (1, 2, 4)
+    listed = {size for size in (*small, *range(8, GRID_RUN_START, 8)) if size <= limit}
+    return listed, range(GRID_RUN_START, limit + 1, GRID_RUN_STEP)
 
 
-def largest_decode_graph(bound: int, per_seq: int, captured) -> int:
-    """The largest FULL decode graph up to bound, of the capture sizes `captured` says vLLM captures. vLLM rounds
-    every size up to whole requests of 1 + k tokens and keeps those within its largest size
-    (CompilationConfig.adjust_cudagraph_sizes_for_spec_decode: vllm==0.19.0 vllm/config/compilation.py:1235-1280,
-    vllm==0.33.0 :1537-1565; Model Runner V2 the same, vllm/v1/worker/gpu/cudagraph_utils.py), so n x (1 + k) is a
-    graph where a size lies in ((n - 1) x (1 + k), n x (1 + k)]. A few steps down, never the whole grid."""
-    rows = bound // per_seq * per_seq
-    while rows > 0 and not any(captured(size) for size in range(rows - per_seq + 1, rows + 1)):
-        rows -= per_seq
-    return rows
+@dataclass(frozen=True)
+class Graphs:
+    """Capture sizes rounded up to whole requests of per_seq tokens and kept within a bound (per_seq 1: the sizes as
+    they are), in tokens: a few listed, already rounded, and the sizes of the grid's run whose round-up is within the
+    bound. 16 apart, the run's sizes round apart where per_seq <= 16; where it is larger, they round to every multiple
+    between their ends."""
+    listed: frozenset
+    run: range
+    per_seq: int
+
+    def run_holds(self, graph: int) -> bool:
+        """Does a size of the run round up to this graph, a multiple of per_seq: is one in (graph - per_seq, graph]?"""
+        low = max(graph - self.per_seq + 1, self.run.start)
+        first = self.run.start + -(-(low - self.run.start) // self.run.step) * self.run.step
+        return bool(self.run) and first <= min(graph, self.run[-1])
+
+    def run_count(self) -> int:
+        if not self.run:
+            return 0
+        if self.per_seq <= self.run.step:
+            return len(self.run)
+        return (round_up(self.run[-1], self.per_seq) - round_up(self.run[0], self.per_seq)) // self.per_seq + 1
+
+    def __len__(self) -> int:
+        return self.run_count() + sum(not self.run_holds(graph) for graph in self.listed)
+
+    @property
+    def top(self) -> int:
+        """The largest graph; 0 where there is none."""
+        return next(iter(self.largest(1)), 0)
+
+    def largest(self, count: int) -> list[int]:
+        """The count largest graphs, largest first."""
+        if self.per_seq <= self.run.step:
+            from_run = {round_up(size, self.per_seq) for size in self.run[::-1][:count]}
+        else:
+            top = round_up(self.run[-1], self.per_seq) if self.run else 0
+            from_run = set(range(top, top - count * self.per_seq, -self.per_seq)[:self.run_count()])
+        return sorted(from_run | self.listed, reverse=True)[:count]
+
+
+def whole_requests(listed: set[int], run: range, per_seq: int, bound: int) -> Graphs:
+    """Each size rounded up to a multiple of per_seq, kept where that is within bound."""
+    top = bound // per_seq * per_seq
+    kept = frozenset(round_up(size, per_seq) for size in listed if round_up(size, per_seq) <= bound)
+    return Graphs(kept, range(run.start, min(run.stop, top + 1), run.step), per_seq)
 
 
 # vLLM's default largest capture size off SM10x in every release modelled: capture_ceiling_sm10x's value before
@@ -216,72 +260,78 @@ def capture_ceiling(recipe: Recipe) -> int:
     return recipe.engine.capture_ceiling_sm10x if recipe.gpu.arch in ("sm100", "sm103") else DEFAULT_CAPTURE_CEILING
 
 
-def given_capture_rows(recipe: Recipe, worst: int, per_seq: int) -> int:
-    """The largest FULL decode graph of the recipe's cudagraph_capture_sizes that vLLM keeps, each rounded up to whole
-    requests of 1 + k tokens, kept within the largest of them and the decode worst case."""
-    sizes = recipe.kept_capture_sizes
-    bound = min(worst, max(sizes, default=0))
-    return max((round_up(size, per_seq) for size in sizes if round_up(size, per_seq) <= bound), default=0)
+def capture_sizes(recipe: Recipe) -> Graphs:
+    """The batch sizes vLLM's config captures, in tokens, before any rounding to whole requests: the recipe's
+    cudagraph_capture_sizes that vLLM keeps, or its grid up to min(max_num_seqs x (1 + k) x 2, ceiling) (or the given
+    max_cudagraph_capture_size), at most max_num_batched_tokens, with the sizes each release adds (engine.py):
+    max_num_batched_tokens itself, whole requests n x (1 + k) with n on the request grid up to
+    min(max_num_seqs, ceiling) or n that top (vllm==0.29.0 vllm/config/vllm.py:2030-2037), and max_num_seqs."""
+    if recipe.cudagraph_capture_sizes:
+        return Graphs(frozenset(recipe.kept_capture_sizes), range(0), 1)
+    engine, seqs, tokens = recipe.engine, recipe.max_num_seqs, recipe.max_num_batched_tokens
+    per_seq = 1 + recipe.num_speculative_tokens
+    given_limit = recipe.max_cudagraph_capture_size  # None: vLLM's default rule
+    ceiling = capture_ceiling(recipe)
+    limit = min(min(seqs * per_seq * 2, ceiling) if given_limit is None else given_limit, tokens)
+    listed, run = capture_grid(limit, recipe.performance_mode == "interactivity")
+    if engine.captures_max_num_batched_tokens:
+        listed.add(tokens)
+    if given_limit is None and per_seq == 1 and engine.captures_max_num_seqs:
+        listed.add(seqs)
+    if given_limit is None and per_seq > 1 and engine.captures_whole_requests:
+        # request counts: 1, 2, 4, multiples of 8 and 16 and the count itself, whatever the performance mode
+        requests = min(seqs, ceiling)
+        request_counts, request_run = capture_grid(requests, False)
+        listed |= {n * per_seq for n in request_counts | set(request_run) | {requests}}
+    return whole_requests(listed, run, 1, limit)
+
+
+def runner_capture_sizes(recipe: Recipe) -> Graphs:
+    """The sizes the model runner captures its mixed-batch graphs at: Model Runner V1 rounds every size up to whole
+    requests of 1 + k tokens, within the largest, where a FULL mode captures decode graphs with draft tokens
+    (vllm==0.33.0 vllm/config/compilation.py:1496-1508, 1537-1565 adjust_cudagraph_sizes_for_spec_decode;
+    vllm==0.19.0 :1235-1280); Model Runner V2 keeps them (its decode graphs round themselves, decode_graphs)."""
+    sizes = capture_sizes(recipe)
+    per_seq = 1 + recipe.num_speculative_tokens
+    if on_model_runner_v2(recipe) or recipe.cudagraph_mode not in FULL_MODES:
+        return sizes
+    return whole_requests(sizes.listed, sizes.run, per_seq, sizes.top)
+
+
+def decode_graphs(recipe: Recipe) -> Graphs:
+    """The uniform decode batches vLLM captures FULL, in tokens (each one indexer logits row): every capture size
+    rounded up to whole requests of 1 + k tokens, kept within the largest capture size and max_num_seqs requests
+    (Model Runner V2: vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:321-350; V1 rounds the sizes themselves,
+    runner_capture_sizes, and its dispatcher keeps those within (1 + k) x max_num_seqs,
+    vllm/v1/cudagraph_dispatcher.py:203-229). The same whole-request graphs stand for the decode batches of mode
+    FULL, whose graphs are the capture sizes themselves."""
+    if recipe.cudagraph_mode not in FULL_MODES:
+        return Graphs(frozenset(), range(0), 1)
+    sizes = capture_sizes(recipe)
+    per_seq = 1 + recipe.num_speculative_tokens
+    return whole_requests(sizes.listed, sizes.run, per_seq, min(sizes.top, recipe.max_num_seqs * per_seq))
 
 
 def cudagraph_logits_rows(recipe: Recipe) -> int:
-    """Decode rows whose logits the graph pool holds: the largest FULL graph of a uniform decode batch, whole requests
-    of 1 + k tokens, at most the decode worst case. vLLM captures the given sizes, or its grid up to
-    min(max_num_seqs x (1 + k) x 2, ceiling), all at most max_num_batched_tokens, with the sizes each release adds
-    (engine.py): max_num_batched_tokens itself, whole requests n x (1 + k) with n on the grid, and max_num_seqs."""
-    if recipe.cudagraph_mode not in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
-        return 0
-    engine, seqs, tokens = recipe.engine, recipe.max_num_seqs, recipe.max_num_batched_tokens
-    per_seq = 1 + recipe.num_speculative_tokens
-    worst = decode_rows(recipe)
-    if recipe.cudagraph_capture_sizes:
-        return given_capture_rows(recipe, worst, per_seq)
-    given_limit = recipe.max_cudagraph_capture_size  # None: vLLM's default rule
-    interactive = recipe.performance_mode == "interactivity"
-    ceiling = capture_ceiling(recipe)
-    limit = min(min(seqs * per_seq * 2, ceiling) if given_limit is None else given_limit, tokens)
-    extras = {tokens} if engine.captures_max_num_batched_tokens else set()
-    if given_limit is None and per_seq == 1 and engine.captures_max_num_seqs:
-        extras.add(seqs)
-    whole_requests = given_limit is None and per_seq > 1 and engine.captures_whole_requests
-    requests = min(seqs, ceiling)
+    """Decode rows whose logits the graph pool holds: the largest FULL decode graph, whole requests of 1 + k tokens,
+    at most the decode worst case (which bounds it: max_num_batched_tokens bounds the sizes, max_num_seqs the
+    requests)."""
+    return decode_graphs(recipe).top
 
-    def captured(size: int) -> bool:
-        # request_counts: 1, 2, 4, multiples of 8 and 16 and the count itself, whatever the performance mode
-        # (vllm==0.29.0 vllm/config/vllm.py:2030-2037)
-        n, whole = divmod(size, per_seq)
-        request_size = whole_requests and not whole and (on_grid(n, requests, False) or n == requests)
-        return size <= limit and (on_grid(size, limit, interactive) or size in extras or request_size)
 
-    largest = next(size for size in range(limit, 0, -1) if captured(size))  # within 16 of the limit: on the grid
-    return largest_decode_graph(min(worst, largest), per_seq, captured)
+def full_graphs(recipe: Recipe) -> Graphs:
+    """The FULL graphs vLLM captures, in tokens: the decode graphs where FULL is the decode mode beside PIECEWISE or
+    none (FULL_AND_PIECEWISE, FULL_DECODE_ONLY), every mixed-batch size in mode FULL
+    (vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:321-374, vllm/v1/cudagraph_dispatcher.py:187-229)."""
+    if recipe.cudagraph_mode == "FULL":
+        return runner_capture_sizes(recipe)
+    return decode_graphs(recipe)
 
 
 def graph_logits_bytes(recipe: Recipe, logits: dict[str, DecodeLogits]) -> dict[str, int]:
     """Per backend, the indexer logits the graph pool holds: the largest FULL decode graph's rows at the padded width."""
     rows = cudagraph_logits_rows(recipe)
     return {name: rows * dl.padded_columns * dl.bytes_per_element for name, dl in logits.items()}
-
-
-def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], logits_then: dict[str, int]) -> Term:
-    """graphs = graph logits (the largest FULL decode graph's rows) + the rest of the pool. A pool measured for one
-    backend carries over to the others, and one measured at another shape (logits_then) to this one: the rest stays,
-    the logits are re-derived."""
-    if recipe.cudagraph_mode == "NONE":
-        return Term(0, "derived", "no CUDA graphs (enforce-eager or cudagraph_mode NONE)")
-    measured = {recipe.topk_backend if b == "*" else b: v for b, v in recipe.cudagraph_bytes.items()}
-    pool_backend = backend if backend in measured else next((b for b in measured if b in graph_logits), None)
-    if pool_backend is None:
-        besides_logits = estimates.CUDAGRAPH_BESIDES_LOGITS
-        return estimated(besides_logits.value + graph_logits[backend], besides_logits)
-    pool = measured[pool_backend] - logits_then[pool_backend] + graph_logits[backend]  # >= logits: check_graph_pools
-    if pool_backend != backend:
-        return Term(pool, "derived", f"the pool measured for {pool_backend}, with {backend}'s graph logits in place of "
-                                     f"{pool_backend}'s")
-    if logits_then[backend] != graph_logits[backend]:
-        return Term(pool, "derived", f"measured at {recipe.measured_on.shape_change(recipe)}; its graph logits "
-                                     f"re-derived at this shape, the rest of the pool kept")
-    return Term(pool, "measured", "the recipe's memory block")
 
 
 def cudagraphs_subtracted(recipe: Recipe) -> bool:
@@ -295,6 +345,82 @@ def cudagraphs_subtracted(recipe: Recipe) -> bool:
     if recipe.cudagraph_mode == "NONE":
         return False
     return not on_model_runner_v2(recipe) or engine.model_runner_v2_estimates_cudagraphs
+
+
+class GraphEstimate(Enum):
+    """How the release's model runner estimates its CUDA graphs before it sizes the KV cache
+    (docs/cudagraph-estimate.md)."""
+    NONE = "none subtracted"
+    SAMPLED = ("Model Runner V1: each mode's two largest graphs warmed up and captured; the larger first capture + "
+               "(graphs - 1) x max(second, floor) per mode")
+    EXTRAPOLATED = ("Model Runner V2: the whole capture measured with only the two largest FULL graphs; those two "
+                    "swapped for the first + (FULL graphs - 1) x max(second, floor)")
+
+
+@dataclass(frozen=True)
+class CudagraphEstimate:
+    """What vLLM's estimate adds beyond the first captures, which hold the pool's memory (the indexer logits of the
+    largest FULL decode graph among it): the extrapolated graphs at the per-graph floor. A later capture holds no
+    indexer logits of its own: its rows are fewer at the same width, and every graph shares one pool, captured
+    largest first, so they fit in the blocks the first capture freed (vllm==0.33.0
+    vllm/v1/worker/gpu/cudagraph_utils.py:183, 377, 444-447, 1032-1034; vllm/v1/cudagraph_dispatcher.py:336-346).
+    Its sample is the driver's per-graph overhead, taken at the floor the release puts under it."""
+    method: GraphEstimate
+    graphs: dict  # mode -> graphs captured
+    sampled_rows: tuple[int, ...]  # the FULL graphs whose capture is measured, largest first
+    extrapolated_graphs: int  # graphs the estimate counts at the per-graph cost
+    per_graph_bytes: int  # the release's floor under the second sample (1 MiB)
+
+    @property
+    def floor_bytes(self) -> int:
+        return self.extrapolated_graphs * self.per_graph_bytes
+
+
+def cudagraph_estimate(recipe: Recipe) -> CudagraphEstimate:
+    """V1 (vllm==0.19.0 vllm/v1/worker/gpu_model_runner.py:5862-5960; the same to vllm==0.33.0 :6268-6415):
+        estimate = max over modes of the first capture + sum over modes of (graphs - 1) x max(second capture, floor)
+    V2 (vllm==0.29.0 vllm/v1/worker/gpu/cudagraph_utils.py:712-831; the same to vllm==0.33.0 :916-1039):
+        estimate = the capture measured - both samples + first + (FULL graphs - 1) x max(second, floor)
+    PIECEWISE graphs are sampled by V1 and measured in full by V2. None where the release subtracts none."""
+    engine = recipe.engine
+    full = full_graphs(recipe)
+    piecewise = len(runner_capture_sizes(recipe)) if recipe.cudagraph_mode in PIECEWISE_MODES else 0
+    graphs = {mode: count for mode, count in (("PIECEWISE", piecewise), ("FULL", len(full))) if count}
+    sampled = tuple(full.largest(engine.cudagraph_estimate_samples))
+    if not cudagraphs_subtracted(recipe):
+        return CudagraphEstimate(GraphEstimate.NONE, graphs, (), 0, 0)
+    if on_model_runner_v2(recipe):
+        return CudagraphEstimate(GraphEstimate.EXTRAPOLATED, graphs, sampled, max(len(full) - 1, 0),
+                                 engine.cudagraph_per_graph_floor_bytes)
+    extrapolated = sum(count - 1 for count in graphs.values())
+    return CudagraphEstimate(GraphEstimate.SAMPLED, graphs, sampled, extrapolated,
+                             engine.cudagraph_per_graph_floor_bytes)
+
+
+def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], logits_then: dict[str, int],
+                   floor_bytes: int, floor_then_bytes: int) -> Term:
+    """graphs = graph logits (the largest FULL decode graph's rows) + the rest, which a measured figure holds with
+    the estimate's per-graph floors (floor_bytes: 0 where this vLLM subtracts no estimate). A figure measured for one
+    backend carries over to the others, and one measured at another shape (logits_then, floor_then_bytes) to this one:
+    the rest stays, the logits and the floors are re-derived. A measured figure is what vLLM subtracted: its estimate
+    where it makes one (calibrate writes the log's). Without one, estimates.CUDAGRAPH_BESIDES_LOGITS stands for all
+    besides the logits, floors included: the logs it rests on print whole estimates."""
+    if recipe.cudagraph_mode == "NONE":
+        return Term(0, "derived", "no CUDA graphs (enforce-eager or cudagraph_mode NONE)")
+    measured = {recipe.topk_backend if b == "*" else b: v for b, v in recipe.cudagraph_bytes.items()}
+    pool_backend = backend if backend in measured else next((b for b in measured if b in graph_logits), None)
+    if pool_backend is None:
+        besides_logits = estimates.CUDAGRAPH_BESIDES_LOGITS
+        return estimated(besides_logits.value + graph_logits[backend], besides_logits)
+    # >= logits: check_graph_pools
+    pool = measured[pool_backend] - logits_then[pool_backend] - floor_then_bytes + graph_logits[backend] + floor_bytes
+    if pool_backend != backend:
+        return Term(pool, "derived", f"the pool measured for {pool_backend}, with {backend}'s graph logits in place of "
+                                     f"{pool_backend}'s")
+    if pool != measured[backend]:
+        return Term(pool, "derived", f"measured at {recipe.measured_on.shape_change(recipe)}; its graph logits and "
+                                     f"per-graph floors re-derived at this shape, the rest of the pool kept")
+    return Term(pool, "measured", "the recipe's memory block")
 
 
 # 7. KV bytes, 8. blocks and 9. tokens ---------------------------------------------------------------------------
@@ -329,55 +455,69 @@ def sizing(recipe: Recipe, memory: RankMemory, reserves_decode_logits: bool, res
            subtracted_graph_bytes: int) -> Sizing:
     peak = raised_peak_bytes(memory, reserved.bytes, headroom)
     kv_bytes = kv_cache_bytes(recipe, memory.requested_bytes, memory.weights.bytes, peak, memory.non_torch.bytes,
-                              subtracted_graph_bytes)
+                              subtracted_graph_bytes) if recipe.num_gpu_blocks_override is None else \
+        recipe.num_gpu_blocks_override * memory.kv.block_bytes  # the blocks given, whatever memory is left
     blocks = memory.kv.blocks(kv_bytes)
     tokens = memory.kv.tokens(kv_bytes)
     return Sizing(reserves_decode_logits, reserved, peak, kv_bytes, blocks, tokens,
                   round(tokens / recipe.max_model_len, 2))
 
 
-# The out-of-memory risk, and what a release without the fix lets the user do ------------------------------------
+# The out-of-memory risk: the room a step has for the decode logits at run time ------------------------------------
+
+# PyTorch's caching allocator rounds every request above 10 MiB up to whole 2 MiB segments (kRoundLarge,
+# c10/cuda/CUDACachingAllocator.cpp; vLLM sets no allocator option at run time, vllm==0.33.0
+# vllm/v1/worker/gpu_worker.py:420-446 restores its own after loading and profiling): two such requests a decode step,
+# the logits and their FP32 copy.
+ALLOCATOR_ROUNDING_BYTES = 2 * 2 * MIB
+
 
 @dataclass(frozen=True)
 class OomRisk:
-    """Where the profile run does not hold the decode logits, eager, piecewise and mixed steps allocate them from what
-    the KV cache left; where it reserves less than they take, the rest."""
-    free_bytes: int  # assumed: total x (1 - gpu-memory-utilization)
+    """Where the profile run does not hold the decode logits, eager, piecewise and mixed steps allocate them at run
+    time, from what the KV cache, the CUDA graphs and the buffers made after sizing leave:
+
+        room = total - (KV + weights + base peak + non-torch + graph pool) - KV-init buffers - unprofiled
+
+    In a profiled start KV = requested - weights - (base peak + the reservation's rise) - non-torch - the graph memory
+    subtracted, so room = total - requested + rise - (pool - subtracted) - KV-init buffers - unprofiled; with
+    kv-cache-memory-bytes the pinned KV takes its place. The edge is room // one decode's logits; the safe count
+    keeps a margin below it: the allocator's rounding and the uncertainty of the unprofiled term."""
+    room_bytes: int
+    kv_init_buffers: Term  # buffers the model runner makes after the KV bytes are fixed (kv_init_buffers.py)
+    unprofiled: Term  # what else a step finds taken, net of the profile's unused peak: measured from an OOM, or fitted
+    margin_bytes: int  # ALLOCATOR_ROUNDING_BYTES + the unprofiled term's uncertainty
     bytes_per_decode: int  # one sequence's (1 + k) rows at the padded width, FP32 copy included
-    max_decodes: int  # the decodes whose logits fit in free_bytes alone
-    at_risk: bool  # on this release, the decode worst case does not fit
-    shortfall_bytes: int  # what the worst case takes beyond the profile run's reservation, where it reserves one
+    worst_decodes: int  # the most decodes one step holds: min(max_num_seqs, max_num_batched_tokens // (1 + k))
+    max_decodes: int  # the edge: the decodes whose logits fit in the room (OOM above it)
+    safe_decodes: int  # those that fit with the margin to spare
+    at_risk: bool  # the worst step holds more decodes than fit with the margin; never where the profile holds them
 
 
-def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, reserved: Reservation) -> OomRisk:
-    """Decodes that fit = free at run time // one decode's logits; free = total x (1 - utilisation), assumed. A release
-    that holds the decode logits in its profile run is at risk only where the worst case takes more than it reserved
-    (the kpool indexer reserves 4 B an element over the unpadded width: on SM100 with DeepGEMM 2.8 they run as BF16 +
-    an FP32 copy, 6 B an element over DeepGEMM's padded width) and the rest exceeds what is free."""
-    free_bytes = recipe.gpu.total_memory_bytes - memory.requested_bytes
+def worst_decodes(recipe: Recipe) -> int:
+    """One step schedules at most max_num_seqs requests and max_num_batched_tokens tokens, 1 + k a decode."""
+    return min(recipe.max_num_seqs, recipe.max_num_batched_tokens // (1 + recipe.num_speculative_tokens))
+
+
+def held_bytes(memory: RankMemory, kv_bytes: int, graph_pool_bytes: int) -> int:
+    """What a rank holds at run time outside a step's transients, as vLLM sized it."""
+    return kv_bytes + memory.weights.bytes + memory.base_peak.bytes + memory.non_torch.bytes + graph_pool_bytes
+
+
+def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, reserved: Reservation, kv_bytes: int,
+        graph_pool_bytes: int) -> OomRisk:
+    kv_init = kv_init_buffer_bytes(recipe, memory.kv)
+    unprofiled = memory.unprofiled
+    room = recipe.gpu.total_memory_bytes - held_bytes(memory, kv_bytes, graph_pool_bytes) - kv_init.bytes \
+        - unprofiled.bytes
+    margin = ALLOCATOR_ROUNDING_BYTES + unprofiled.uncertainty_bytes
     per_decode = (1 + recipe.num_speculative_tokens) * logits.padded_columns * logits.bytes_per_element
-    max_decodes = free_bytes // per_decode
-    if reserved.kind in (Reserved.HELD, Reserved.WORKSPACE):
-        return OomRisk(free_bytes, per_decode, max_decodes, False, 0)
-    if reserved.kind is Reserved.BUDGET:
-        return OomRisk(free_bytes, per_decode, max_decodes, max_decodes < recipe.max_num_seqs, 0)
-    shortfall = max(0, logits.bytes - reserved.bytes)
-    return OomRisk(free_bytes, per_decode, max_decodes, shortfall > free_bytes, shortfall)
-
-
-@dataclass(frozen=True)
-class Workaround:
-    """What a release without #62860 lets the user do: raise the prefill logits budget, which its profile run
-    reserves, until it covers the decode worst case."""
-    prefill_budget_mb: int  # env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB
-    sizing: Sizing
-
-
-def workaround(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, headroom: int,
-               subtracted_graph_bytes: int) -> Workaround:
-    budget_mb = -(-logits.bytes // MIB)
-    budget = Reservation(Reserved.BUDGET, budget_mb * MIB, 0, budget_mb * MIB)
-    return Workaround(budget_mb, sizing(recipe, memory, False, budget, headroom, subtracted_graph_bytes))
+    worst = worst_decodes(recipe)
+    max_decodes = max(room, 0) // per_decode
+    safe_decodes = max(room - margin, 0) // per_decode
+    held_by_profile = reserved.kind in (Reserved.HELD, Reserved.WORKSPACE)
+    return OomRisk(room, kv_init, unprofiled, margin, per_decode, worst, max_decodes, safe_decodes,
+                   not held_by_profile and worst > safe_decodes)
 
 
 # The plan: every step for each top-k backend ---------------------------------------------------------------------
@@ -398,7 +538,6 @@ class BackendPlan:
     release: Sizing  # this vLLM's own: what its profile reserves and its log prints
     other: Sizing  # the other side of the fix, for comparison
     oom: OomRisk
-    workaround: Workaround | None  # where this release is at risk
 
     @property
     def with_fix(self) -> Sizing:
@@ -429,15 +568,16 @@ class BackendPlan:
 class Plan:
     recipe: Recipe
     memory: RankMemory
+    cudagraph_estimate: CudagraphEstimate
     backends: list[BackendPlan]
 
     def backend(self, name: str) -> BackendPlan:
         return next(b for b in self.backends if b.backend == name)
 
 
-def refusal(recipe: Recipe, key: str, rule: str, reason: str) -> RecipeError:
+def refusal(recipe: Recipe, key: str, rule: str, reason: str) -> Refusal:
     """A refusal of the release, in its own words and with its source (engine.VLLM_RULES)."""
-    return RecipeError(key, f"{reason}: {recipe.engine.label} refuses to start ({recipe.engine.sources[rule]})")
+    return Refusal(key, f"{reason}: {recipe.engine.label} refuses to start ({recipe.engine.sources[rule]})")
 
 
 def check_indexer_cache_dtype(recipe: Recipe) -> None:
@@ -485,10 +625,10 @@ def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
         auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
         if flashmla and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
             source = VLLM_RULES["v4_auto_cache_dtype_fp8"].at(release_tuple(recipe.engine.version))[1]
-            raise RecipeError("kv-cache-dtype", f"{recipe.kv_cache_dtype}: DeepSeek-V4's FlashMLA attention on "
-                                                f"{recipe.gpu.name} stores fp8_ds_mla and takes fp8 only in "
-                                                f"{recipe.engine.label} ({source}); vLLM would refuse to start: give "
-                                                f"kv-cache-dtype: fp8")
+            raise Refusal("kv-cache-dtype", f"{recipe.kv_cache_dtype}: DeepSeek-V4's FlashMLA attention on "
+                                            f"{recipe.gpu.name} stores fp8_ds_mla and takes fp8 only in "
+                                            f"{recipe.engine.label} ({source}); vLLM would refuse to start: give "
+                                            f"kv-cache-dtype: fp8")
     if recipe.model.family not in ("mla", "glm5next"):
         return
     backend = memory.sparse_mla_backend
@@ -496,8 +636,8 @@ def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
     if refused is not None:  # a backend named: vLLM's selector refuses it
         key, reason = refused
         key = key if key == "kv-cache-dtype" else "attention-backend"
-        raise RecipeError(key, f"{recipe.cache_dtype} on {recipe.gpu.name} ({recipe.gpu.arch}): "
-                               f"{recipe.engine.label}'s sparse-MLA backend {reason}; vLLM would refuse to start")
+        raise Refusal(key, f"{recipe.cache_dtype} on {recipe.gpu.name} ({recipe.gpu.arch}): "
+                           f"{recipe.engine.label}'s sparse-MLA backend {reason}; vLLM would refuse to start")
     dcp = recipe.decode_context_parallel_size
     if backend == "FLASHMLA_SPARSE" and dcp > 1 and not recipe.quantized_cache and \
             recipe.engine.flashmla_sparse_dcp_needs_quantized:
@@ -529,16 +669,18 @@ def check_graph_pools(recipe: Recipe, logits_then: dict[str, int]) -> None:
 
 
 def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: dict[str, DecodeLogits],
-                 graph_rows: int, graph_logits: dict[str, int], logits_then: dict[str, int]) -> BackendPlan:
-    """The doc's steps for one top-k backend, on this release's side of the fix and on the other."""
+                 graph_rows: int, graph_logits: dict[str, int], logits_then: dict[str, int],
+                 floors: tuple[int, int]) -> BackendPlan:
+    """The doc's steps for one top-k backend, on this release's side of the fix and on the other; floors: the graph
+    estimate's per-graph floors here and where the memory block was measured."""
     dl = logits[backend.name]
     headroom = indexer_headroom(recipe, logits, backend.name)
-    graphs = cudagraph_pool(recipe, backend.name, graph_logits, logits_then)
+    graphs = cudagraph_pool(recipe, backend.name, graph_logits, logits_then, *floors)
     subtracted = graphs.bytes if cudagraphs_subtracted(recipe) else 0
     sides = {reserves: sizing(recipe, memory, reserves, reservation(recipe, dl, reserves), headroom, subtracted)
              for reserves in (True, False)}
     release = sides[recipe.reserves_decode_logits]
-    risk = oom(recipe, memory, dl, release.reservation)
+    risk = oom(recipe, memory, dl, release.reservation, release.kv_cache_bytes, graphs.bytes)
     reason = availability(recipe, backend)
     note = backend.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows)
     return BackendPlan(
@@ -548,12 +690,15 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
         cudagraph_logits_rows=graph_rows, cudagraph_logits_bytes=graph_logits[backend.name], cudagraph=graphs,
         cudagraph_subtracted_bytes=subtracted, indexer_headroom_bytes=headroom,
         release=release, other=sides[not recipe.reserves_decode_logits],
-        oom=risk, workaround=workaround(recipe, memory, dl, headroom, subtracted) if risk.at_risk else None)
+        oom=risk)
 
 
 def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = None) -> Plan:
     """Every backend of the recipe's engine through the doc's steps, or those in `only` (and auto, which the report
-    compares them with): a sweep plans just the backends it shows, with the KV-cache specs it has built so far."""
+    compares them with): a sweep plans just the backends it shows, with the KV-cache specs it has built so far. A
+    max-model-len of auto is first fitted, as vLLM fits it."""
+    if recipe.fit_max_model_len:
+        recipe = fitted(recipe, kv_specs)
     memory = rank_memory(recipe, kv_specs)
     check_cache_dtype(recipe, memory)
     check_weights_fit(recipe, memory)
@@ -564,9 +709,46 @@ def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = N
     logits_then = graph_logits if then is None else graph_logits_bytes(then, backend_logits(then, backends))
     check_graph_pools(recipe, logits_then)
     graph_rows = cudagraph_logits_rows(recipe)
+    estimate = cudagraph_estimate(recipe)
+    floors = (estimate.floor_bytes, estimate.floor_bytes if then is None else cudagraph_estimate(then).floor_bytes)
     shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
-    return Plan(recipe, memory, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits, logits_then)
-                                 for b in shown])
+    return Plan(recipe, memory, estimate, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits,
+                                                        logits_then, floors) for b in shown])
+
+
+# vLLM's fit of max-model-len -1 (auto): the profile runs at the model's maximum; where one request of that does not
+# fit the KV memory it left, the longest length whose request does, by bisection (the same in every release modelled).
+FIT_RULE = "vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:1337-1405"  # vllm==0.19.0 kv_cache_utils.py:1405-1460
+
+
+def fitted(recipe: Recipe, kv_specs: dict | None) -> Recipe:
+    """The recipe at the max-model-len vLLM fits for -1 (auto): the model's maximum where one request of it fits
+    the KV memory the profile at that length leaves (with the recipe's top-k backend, else auto), else the longest
+    length whose request fits it. Noted in the recipe, with the rule."""
+    at_most = replace(recipe, fit_max_model_len=False)
+    profiled = plan(at_most, kv_specs=kv_specs)
+    runs = [b for b in profiled.backends if b.available] or profiled.backends  # none runs here: the plan says why
+    backend = next((b for b in runs if b.selected), next((b for b in runs if b.backend == "auto"), runs[0]))
+    available = backend.kv_cache_bytes
+    mla = profiled.memory.sparse_mla_backend
+
+    def fits(length: int) -> bool:
+        return kv_spec(replace(at_most, max_model_len=length), mla, kv_specs).request_bytes <= available
+
+    longest = recipe.max_model_len
+    if fits(longest):
+        return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: the model's maximum, {longest:,}, fits "
+                                                      f"({FIT_RULE})"))
+    if not fits(1):  # vLLM stops: "Cannot auto-fit max_model_len", and the plan refuses
+        return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: not one token fits the KV memory, so vLLM "
+                                                      f"stops ({FIT_RULE})"))
+    good, bad = 1, longest
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        good, bad = (middle, bad) if fits(middle) else (good, middle)
+    return replace(at_most, max_model_len=good, notes=(
+        *recipe.notes, f"max-model-len auto: vLLM fits it to {good:,}, the longest whose one request fits the "
+                       f"{available / GIB:.2f} GiB its profile at {longest:,} leaves ({FIT_RULE})"))
 
 
 # Defaults that can decide the answer ------------------------------------------------------------------------------

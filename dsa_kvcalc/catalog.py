@@ -19,6 +19,13 @@ class Gpu:
     total_memory_bytes: int  # torch.cuda.get_device_properties(0).total_memory
     aliases: tuple[str, ...]
     source: str
+    # The memory its marketing names carry, in GB (vendors' datasheets; clouds list them so): "NVIDIA H200 141GB HBM3e"
+    marketed_gb: tuple[int, ...] = ()
+    # Memory the CPU shares: DGX Spark's GB10 is an integrated GPU, whose free memory vLLM takes from psutil, so that
+    # host memory the process gains during start-up counts as non-torch (vllm==0.33.0 vllm/utils/mem_utils.py:138-150,
+    # platforms/cuda.py:700-701); GH200's Hopper shares its address space with Grace. Both leave more non-KV memory
+    # than the discrete parts (estimates.UNIFIED_NON_TORCH_SPREAD)
+    unified_memory: bool = False
 
 
 GPUS = [
@@ -26,49 +33,66 @@ GPUS = [
                                       "H100 Mega 80GB", "NVIDIA H100 Mega 80GB"),
         "81,089 MiB (79.19 GiB): torch device properties and 'Free memory on device (78.66/79.19 GiB)' in vLLM logs "
         "quoted in vllm-project/vllm issues; vLLM logs 'NVIDIA H100' on several machines, and GKE's A3 Mega "
-        "('H100 Mega 80GB') nodes carry the SXM part"),
+        "('H100 Mega 80GB') nodes carry the SXM part", marketed_gb=(80,)),
+    Gpu("H800", "sm90", 81089 * MIB, ("NVIDIA H800", "NVIDIA H800 80GB HBM3", "H800 SXM", "H800-SXM"),
+        "estimated as the H100 SXM's 81,089 MiB: the H800 is the H100's GH100 die and 80 GB of HBM3 with NVLink and "
+        "FP64 cut for export (aiwiki.ai/wiki/nvidia_h800); Hopper, compute capability 9.0", marketed_gb=(80,)),
     Gpu("H100 PCIe", "sm90", 81008 * MIB, ("NVIDIA H100 PCIe",),
         "torch device properties: name 'NVIDIA H100 PCIe', 9.0, total_memory 81008MB, 114 SMs (a public issue's "
-        "_CudaDeviceProperties print)"),
+        "_CudaDeviceProperties print)", marketed_gb=(80,)),
     Gpu("H100 NVL", "sm90", bytes_of_gib(93.00), ("NVIDIA H100 NVL",),
         "'GPU 0 has a total capacity of 93.00 GiB' in a torch OOM on H100 NVL (ali-vilab/VACE#56); nvidia-smi 95,830 "
-        "MiB (NVIDIA/gpu-admin-tools#4)"),
+        "MiB (NVIDIA/gpu-admin-tools#4)", marketed_gb=(94,)),
     Gpu("H200", "sm90", 150_109_880_320, ("NVIDIA H200", "H200-141GB", "H200-SXM", "H200 SXM", "NVIDIA H200 SXM",
                                           "NVIDIA H200 141GB", "NVIDIA H200 SXM 141GB"),
-        "measured on the lent H200 (shared/design/capacity-model.md); 143,156 MiB in torch device properties"),
+        "measured on the lent H200 (shared/design/capacity-model.md); 143,156 MiB in torch device properties",
+        marketed_gb=(141,)),
     Gpu("H200 NVL", "sm90", 150_109_880_320, ("NVIDIA H200 NVL",),
         "nvidia-smi prints 143,771 MiB for H200 NVL as for the SXM part (so the SXM part's measured bytes); "
-        "139.80 GiB in user reports of vLLM on H200 NVL"),
+        "139.80 GiB in user reports of vLLM on H200 NVL", marketed_gb=(141,)),
     Gpu("H20", "sm90", 97285 * MIB, ("NVIDIA H20",),
-        "torch device properties: name 'NVIDIA H20', 9.0, total_memory 97285MB, 78 SMs (vllm-project/vllm issues)"),
+        "torch device properties: name 'NVIDIA H20', 9.0, total_memory 97285MB, 78 SMs (vllm-project/vllm issues)",
+        marketed_gb=(96,)),
+    Gpu("H20 141GB", "sm90", 150_109_880_320, ("NVIDIA H20 141GB", "H20-141GB", "H20 HBM3e"),
+        "estimated as the H200's bytes: the H20's 141 GB HBM3e edition carries the H200's memory (vllm-project/recipes "
+        "models/zai-org/GLM-5.2.yaml: '8xH200/H20 (141GB x 8)')", marketed_gb=(141,)),
     Gpu("GH200", "sm90", bytes_of_gib(94.88), ("NVIDIA GH200 480GB", "GH200 480GB", "NVIDIA GH200"),
         "94.88 GiB total capacity in a torch OOM on GH200 480GB (Lightning-AI/litgpt#1892); the Grace memory mode "
-        "can change what is visible"),
+        "can change what is visible", marketed_gb=(96, 480), unified_memory=True),
     Gpu("B200", "sm100", 182631 * MIB, ("NVIDIA B200",),
-        "178.35 GiB in the seed's OOM message (vLLM PR #62860); 182,631 MiB in torch device properties"),
+        "178.35 GiB in the seed's OOM message (vLLM PR #62860); 182,631 MiB in torch device properties",
+        marketed_gb=(180, 192)),
     Gpu("GB200", "sm100", bytes_of_gib(184.31), ("NVIDIA GB200",),
-        "'Free memory on device (181.84/184.31 GiB)' in a vLLM 0.26.0 GB200 startup log"),
+        "'Free memory on device (181.84/184.31 GiB)' in a vLLM 0.26.0 GB200 startup log", marketed_gb=(186, 192)),
     Gpu("B300", "sm103", bytes_of_gib(267.69), ("NVIDIA B300 SXM6 AC", "NVIDIA B300", "B300-SXM6"),
-        "'(267.08/267.69 GiB)' in a vLLM startup log and 267.69 GiB in OOM messages; compute capability 10.3"),
+        "'(267.08/267.69 GiB)' in a vLLM startup log and 267.69 GiB in OOM messages; compute capability 10.3",
+        marketed_gb=(288,)),
     Gpu("GB300", "sm103", bytes_of_gib(276.50), ("NVIDIA GB300",),
         "276.50 GiB total capacity in torch OOM messages on GB300 nodes; compute capability 10.3 (two workstation "
-        "hosts show 256,703 MiB: the Grace memory mode moves what is visible)"),
+        "hosts show 256,703 MiB: the Grace memory mode moves what is visible)", marketed_gb=(279, 288)),
     Gpu("RTX PRO 6000", "sm120", 97250 * MIB,
         ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
          "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell",
          "RTX PRO 6000 Blackwell", "RTX-PRO-6000"),
         "torch device properties: 12.0, total_memory 97250MB, 188 SMs; 'Free memory on device (94.41/94.97 GiB)' "
-        "in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)"),
+        "in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)", marketed_gb=(96,)),
+    Gpu("RTX 5090", "sm120", bytes_of_gib(31.37), ("NVIDIA GeForce RTX 5090", "GeForce RTX 5090", "RTX5090"),
+        "'total capacity of 31.37 GiB' in torch OOM messages on RTX 5090 (Tencent-Hunyuan/HunyuanVideo#299); "
+        "nvidia-smi 32,607 MiB, compute capability 12.0 (vllm-project/vllm#39594)", marketed_gb=(32,)),
     Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark", "NVIDIA DGX Spark"),
         "'Free memory on device cuda:0 (x/121.69 GiB)' in many DGX Spark vLLM logs; unified memory, so the "
-        "figure moves with the OS carve-out"),
+        "figure moves with the OS carve-out", marketed_gb=(128,), unified_memory=True),
     Gpu("MI300X", "gfx942", 196592 * MIB, ("AMD Instinct MI300X", "AMD_Instinct_MI300X"),
         "196,592 MiB (191.98 GiB) in ROCm torch device properties (ROCm/ROCm#4203); vLLM names it "
-        "AMD_Instinct_MI300X (vllm==0.33.0 vllm/platforms/rocm.py:77-93)"),
+        "AMD_Instinct_MI300X (vllm==0.33.0 vllm/platforms/rocm.py:77-93)", marketed_gb=(192,)),
     Gpu("MI325X", "gfx942", bytes_of_gib(255.98), ("AMD Instinct MI325X", "AMD_Instinct_MI325X"),
-        "255.98 GiB total capacity in HIP OOM messages (vllm-project/vllm#41962)"),
+        "255.98 GiB total capacity in HIP OOM messages (vllm-project/vllm#41962)", marketed_gb=(256,)),
     Gpu("MI355X", "gfx950", bytes_of_gib(287.98), ("AMD Instinct MI355X", "AMD_Instinct_MI355X"),
-        "287.98 GiB total capacity in HIP OOM messages on MI355X nodes"),
+        "287.98 GiB total capacity in HIP OOM messages on MI355X nodes", marketed_gb=(288,)),
+    Gpu("MI350X", "gfx950", bytes_of_gib(287.98), ("AMD Instinct MI350X", "AMD_Instinct_MI350X"),
+        "estimated as the MI355X's 287.98 GiB: the MI350X is the same CDNA 4 package (gfx950) and 288 GB of HBM3E, "
+        "air-cooled at 1,000 W instead of 1,400 W (AMD at Hot Chips 2025, as wccftech.com reported it)",
+        marketed_gb=(288,)),
 ]
 # GPUs vLLM cannot run the DSA models on: the sparse-MLA backends take SM90 and SM10x (SM12x from vLLM 0.24.0):
 # FLASHMLA_SPARSE capability.major in [9, 10], FLASHINFER_MLA_SPARSE major 10, FLASH_ATTN_MLA_SPARSE major 9
@@ -296,7 +320,11 @@ class Model:
     max_position_embeddings: int
     checkpoint: Figure  # bytes of all weights as stored
     routed_expert_bytes: int  # the part that expert parallelism splits
-    aliases: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()  # other names of this checkpoint
+    # Other checkpoints planned as this one, each with what differs: said in plan's output (a BF16 checkpoint's
+    # weights are twice the FP8 one's)
+    stand_ins: tuple[tuple[str, str], ...] = ()
+    checkpoint_format: str = "fp8"  # how its weights are stored: fp8, nvfp4 or mxfp4 (the routed experts)
     # V3.2 and GLM-5.x: every layer is MLA (kv_lora_rank + rope) with an indexer K cache, or only those that compute
     # the top-k when indexers are shared (GLM-5.2: index_topk_freq 4, index_skip_topk_offset 3).
     index_topk_freq: int = 1
@@ -327,6 +355,10 @@ class Model:
     # The drafters vLLM runs for it: mtp (its MTP layers), dspark (dspark_layers window-only draft layers)
     drafters: tuple[str, ...] = ("mtp",)
     dspark_layers: int = 3  # n_mtp_layers or 3 (vllm==0.26.0 vllm/models/deepseek_v4/nvidia/dspark.py:69)
+    # DeepSeek-V4.1's two-level indexer: the candidate blocks the consumer layers score (config.json
+    # candidate_topk_blocks, candidate_block_size), which size the sparse-logits scratch (kv_init_buffers.py)
+    candidate_topk_blocks: int = 0
+    candidate_block_size: int = 0
     first_release: str = "0.19.0"  # the first vLLM release with its model code
     # Weights a deployment may keep in host memory instead (V4.1's Engram tables, offloaded by default)
     offloadable_bytes: int = 0
@@ -383,8 +415,9 @@ V41_FLASH_EXPERT_BYTES = bytes_of_gib(259.5 + 16.22)
 V41_FLASH_ENGRAM_BYTES = bytes_of_gib(183.1 + 5.72)
 V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
 # DeepSeek-V4: in vLLM from 0.20.0 (vllm==0.20.0 vllm/model_executor/models/registry.py), DSpark drafts from 0.25.0
-# for the checkpoints whose config.json gives the DSpark drafter's fields (V4-Flash-0731: dspark_noise_token_id): the
-# preview V4-Flash and V4-Pro configs give none, and vLLM refuses DSpark for them (DRAFTER_NEEDS)
+# for a checkpoint that has a DSpark block: its drafter reads the config's dspark_target_layer_ids (vllm==0.33.0
+# vllm/models/deepseek_v4/nvidia/dspark.py:100), which V4-Flash-0731's config has and the preview V4-Flash's and
+# V4-Pro's have not (oracle/configs; dsa_kvcalc/weights.json records vLLM's refusal)
 V4_FIRST = "0.20.0"
 V4_DRAFTERS = ("mtp", "dspark")
 # What a checkpoint needs for each drafter vLLM runs, for the refusal of one it lacks
@@ -404,6 +437,9 @@ CHECKPOINT_FP8_KV = (("0.19.0", CUDA + ROCM, "fp8_e4m3",
                       "the checkpoint's quantization_config.kv_cache_scheme (vllm==0.33.0 vllm/utils/torch_utils.py:"
                       "443-516 get_kv_cache_quant_algo_string, resolve_kv_cache_dtype_string; the same since "
                       "vllm==0.19.0 :262-340)"),)
+# GLM-5.x's BF16 checkpoints, planned as the FP8 ones, whose KV cache they share (vllm-project/recipes
+# models/zai-org/GLM-5.yaml, GLM-5.1.yaml, GLM-5.2.yaml, GLM-5.3.yaml: the bf16 variants)
+GLM_BF16 = "the BF16 checkpoint: the same KV cache, about twice the weights (give memory.weights_gib)"
 # GlmMoeDsaForCausalLM runs an fp8 cache for kv-cache-dtype auto on SM10x from vLLM 0.32.0
 GLM5_AUTO_FP8 = (("0.32.0", ("sm100", "sm103"), "fp8_e4m3",
                   "vllm==0.32.0 vllm/model_executor/models/config.py:49-55 (vllm==0.31.0 :43-50 has no such rule)"),)
@@ -425,26 +461,56 @@ MLA_MODELS = [
           "(DeepSeek's reference config)", V32_ARCH, 61, 1, 7168, 64, 128, 2048, 163840,
           estimates.V32_CHECKPOINT, V32_EXPERT_BYTES, num_attention_heads=128),
     Model("zai-org/GLM-5-FP8", f"{AIC}/zai-org--GLM-5-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
-          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5", "zai-org/GLM-5")),
+          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5",),
+          stand_ins=(("zai-org/GLM-5", GLM_BF16),)),
     Model("zai-org/GLM-5.1-FP8", f"{AIC}/zai-org--GLM-5.1-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
-          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.1", "zai-org/GLM-5.1")),
+          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.1",),
+          stand_ins=(("zai-org/GLM-5.1", GLM_BF16),)),
     Model("nvidia/GLM-5.1-NVFP4", f"{AIC}/nvidia--GLM-5.1-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
-          estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, num_attention_heads=64, aliases=("GLM-5.1-NVFP4", "lukealonso/GLM-5.1-NVFP4-MTP"),
-          auto_kv_cache_dtype=CHECKPOINT_FP8_KV,
+          estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, num_attention_heads=64,
+          aliases=("GLM-5.1-NVFP4",),
+          stand_ins=(("lukealonso/GLM-5.1-NVFP4-MTP", "a community NVFP4 re-quantization of GLM-5.1 with its MTP "
+                                                     "layer: NVIDIA's layout and format"),
+                     ("nvidia/GLM-5-NVFP4", "NVIDIA's NVFP4 checkpoint of GLM-5, GLM-5.1's shape (vllm-project/recipes "
+                                            "models/zai-org/GLM-5.yaml, variant nvfp4)")),
+          checkpoint_format="nvfp4", auto_kv_cache_dtype=CHECKPOINT_FP8_KV,
           note="NVFP4 routed experts, an FP8 KV cache by its quantization config; GLM-5.1's KV layout"),
+    Model("amd/GLM-5.1-MXFP4", "vllm-project/recipes models/zai-org/GLM-5.1.yaml (MXFP4 on AMD MI355X): AMD Quark's "
+          "MXFP4 re-quantization of GLM-5.1's MoE weights, the architecture and so the KV-cache fields of "
+          f"{AIC}/zai-org--GLM-5.1-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
+          estimates.GLM5_MXFP4_CHECKPOINT, GLM_EXPERT_BYTES * 17 // 32, num_attention_heads=64,
+          aliases=("GLM-5.1-MXFP4",), checkpoint_format="mxfp4", note="MXFP4 routed experts; GLM-5.1's KV layout"),
     Model("zai-org/GLM-5.2-FP8", f"{AIC}/zai-org--GLM-5.2-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
-          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.2", "zai-org/GLM-5.2"),
+          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.2",),
+          stand_ins=(("zai-org/GLM-5.2", GLM_BF16),),
           index_topk_freq=4, index_skip_topk_offset=3,
           note="shared indexers: 21 of 78 layers (and the MTP layer) keep an indexer K cache"),
     Model("nvidia/GLM-5.2-NVFP4", f"{AIC}/nvidia--GLM-5.2-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, num_attention_heads=64, aliases=("GLM-5.2-NVFP4",),
-          index_topk_freq=4, index_skip_topk_offset=3, auto_kv_cache_dtype=CHECKPOINT_FP8_KV,
+          stand_ins=(("RedHatAI/GLM-5.2-NVFP4-FP8", "RedHat AI's NVFP4 re-quantization: NVFP4 routed experts, FP8 "
+                                                   "attention and embeddings (vllm-project/recipes "
+                                                   "models/zai-org/GLM-5.2.yaml, variant redhat_nvfp4), NVIDIA's "
+                                                   "sizes within its BF16 parts"),),
+          index_topk_freq=4, index_skip_topk_offset=3, checkpoint_format="nvfp4", auto_kv_cache_dtype=CHECKPOINT_FP8_KV,
           note="NVFP4 routed experts, an FP8 KV cache by its quantization config; shared indexers as GLM-5.2"),
+    Model("amd/GLM-5.2-MXFP4", "vllm-project/recipes models/zai-org/GLM-5.2.yaml, variant mxfp4: AMD Quark's MXFP4 "
+          "re-quantization of GLM-5.2's MoE weights, the architecture and so the KV-cache fields of "
+          f"{AIC}/zai-org--GLM-5.2-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
+          estimates.GLM5_MXFP4_CHECKPOINT, GLM_EXPERT_BYTES * 17 // 32, num_attention_heads=64,
+          aliases=("GLM-5.2-MXFP4",), index_topk_freq=4, index_skip_topk_offset=3, checkpoint_format="mxfp4",
+          note="MXFP4 routed experts (the recipe serves it on MI355X); shared indexers as GLM-5.2"),
     Model("zai-org/GLM-5.3", f"{SYFI}/glm53_nvfp4.json (commit bee7da91, the NVFP4 re-quantization of GLM-5.3: 78 "
           "layers, kv_lora_rank 512 + rope 64, index_topk_freq 4, index_skip_topk_offset 3; ROCm/ATOM#2291 states "
           "every KV field of GLM-5.3 equals GLM-5.2's)", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
           estimates.GLM53_CHECKPOINT, GLM_EXPERT_BYTES, index_topk_freq=4, index_skip_topk_offset=3,
-          num_attention_heads=64, note="GLM-5.2's shape: shared indexers on 21 of 78 layers (and the MTP layer)"),
+          num_attention_heads=64, stand_ins=(("zai-org/GLM-5.3-BF16", GLM_BF16),),
+          note="GLM-5.2's shape: shared indexers on 21 of 78 layers (and the MTP layer)"),
+    Model("Inferact/GLM-5.3-NVFP4", "vllm-project/recipes models/zai-org/GLM-5.3.yaml, variant nvfp4: Inferact's "
+          "NVFP4 re-quantization of GLM-5.3's MoE expert linears, the rest BF16, GLM-5.3's architecture (so "
+          "zai-org/GLM-5.3's KV-cache fields)", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
+          estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, index_topk_freq=4, index_skip_topk_offset=3, num_attention_heads=64,
+          aliases=("GLM-5.3-NVFP4",), checkpoint_format="nvfp4",
+          note="NVFP4 routed experts (the recipe: a ~465 GB checkpoint, Blackwell only); GLM-5.2's shape"),
 ]
 # vLLM's rules for GlmMoeDsaForCausalLM hold for every GLM-5.x checkpoint, after its quantization config's own
 MLA_MODELS = [replace(m, auto_kv_cache_dtype=m.auto_kv_cache_dtype + GLM5_AUTO_FP8) if m.architecture == GLM5_ARCH
@@ -453,7 +519,7 @@ V4_MODELS = [
     Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", V4_ARCH, 43, 1, 4096, 64,
           128, 512, 1048576, estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES,
           compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4,
-          num_attention_heads=64, drafters=("mtp",), first_release=V4_FIRST),
+          num_attention_heads=64, first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Flash-0731", f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the "
           "same compress_ratios, sliding_window and layers as the preview)", V4_ARCH, 43, 1, 4096, 64, 128, 512, 1048576,
           estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
@@ -461,7 +527,7 @@ V4_MODELS = [
           first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", V4_ARCH, 61, 1, 7168, 64, 128,
           1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS,
-          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128, drafters=("mtp",),
+          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128,
           first_release=V4_FIRST),
     Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json and LivingAgile/mlx-lm "
           "tests/test_deepseek_v41.py (third-party copies, byte for byte the same, of deepseek-ai/DeepSeek-V4.1-Flash@"
@@ -469,11 +535,13 @@ V4_MODELS = [
           "DeepseekV41ForCausalLM", 40, 3, 5120, 32, 128, 512, 1048576, estimates.V41_FLASH_CHECKPOINT,
           V41_FLASH_EXPERT_BYTES, compress_ratios=(0, 0) + (2,) * 18 + (1,) * 20, sliding_window=128,
           kv_source_layers=(2, 8, 14, 20), index_source_layers=(2, 8, 14, 20, 24, 28, 32, 36), kv_compress_ratio=4,
+          candidate_topk_blocks=2048, candidate_block_size=8,
           num_attention_heads=64, o_groups=8, drafters=("dspark",), first_release="0.30.0",
           offloadable_bytes=V41_FLASH_ENGRAM_BYTES,
           note="only the kv-source layers 2, 8, 14, 20 keep compressed caches and the index sources among them "
                "indexer caches; every layer a 32-token window; DSpark (its only drafter) adds 3 window-only layers"),
 ]
+V4_MODELS = [replace(m, checkpoint_format="mxfp4") for m in V4_MODELS]  # MXFP4 routed experts (above)
 GLM5NEXT_MODELS = [
     Model("zai-org/GLM-5.3-Flash", f"{SYFI}/glm53_flash.json (commit d8fc2f3a, the flattened text config of "
           "zai-org/GLM-5.3-Flash, model_type glm5_next_text)", GLM5NEXT_ARCH, 45, 1, 4096, 32, 128, 2048, 1048576,

@@ -11,18 +11,23 @@ from enum import Enum
 from pathlib import Path
 
 import typer
+from typer._click._textwrap import TextWrapper
 from typer.exceptions import TyperException
 
 from dsa_kvcalc import __version__
 from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, write
-from dsa_kvcalc.keys import RecipeError
-from dsa_kvcalc.streams import Stream, StreamError, console, printable
+from dsa_kvcalc.keys import RecipeError, Refusal
+from dsa_kvcalc.streams import console, run, say
 
+# -h folds its text at spaces only: never inside a key at its hyphens (max-num-seqs, not max-num- / seqs). typer
+# (pinned below 0.29) formats help with its vendored click, whose wrapper this is.
+TextWrapper.wordsep_re = TextWrapper.wordsep_simple_re
 REFUSED = 4  # the exit code of a deployment vLLM would refuse to start
 EXIT_CODES = ("Exit codes: 0 done; 1 recommend found nothing that meets the targets, or verify found plan and the GPU "
               "differ; 2 bad input (one line, error: KEY: problem), weights that do not fit included; 3 verify has no "
-              "usable GPU; 4 vLLM would refuse to start the recipe as written (plan: no KV cache for one request, "
-              "max-num-seqs above max-num-batched-tokens); 130 interrupted.")
+              "usable GPU; 4 vLLM would refuse to start the recipe as written, wherever that is found (a TP that does "
+              "not divide the heads, a cache dtype its attention does not take, no KV cache for one request, "
+              "max-num-seqs above max-num-batched-tokens; fit: nothing fits); 130 interrupted.")
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
                   help="Capacity calculator for DeepSeek-Sparse-Attention models on vLLM.", epilog=EXIT_CODES)
@@ -38,6 +43,13 @@ def show_version(asked: bool) -> None:
 def options(version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
                                          help="Print the version and exit")):
     """Capacity calculator for DeepSeek-Sparse-Attention models on vLLM."""
+
+
+class FixChoice(str, Enum):  # fixes.Fix.name
+    seqs = "seqs"
+    budget = "budget"
+    deep_select = "deep_select"
+    kv = "kv"
 
 
 class Format(str, Enum):
@@ -66,6 +78,12 @@ class PickFormat(str, Enum):
     vllm_config = "vllm-config"
 
 
+class CompareFormat(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+
+
 class SweepFormat(str, Enum):
     csv = "csv"
     jsonl = "jsonl"
@@ -73,14 +91,17 @@ class SweepFormat(str, Enum):
 
 
 def fail(message: str, code: int = 2):
-    sys.stderr.write(f"error: {printable(message)}\n")
+    say(f"error: {message}")
     raise typer.Exit(code)
 
 
 def guarded(work):
-    """Run work(); a RecipeError or OutputError becomes one line and exit 2."""
+    """Run work(); a RecipeError or OutputError becomes one line and exit 2, a Refusal (vLLM would refuse to start
+    the recipe) one line and exit REFUSED."""
     try:
         return work()
+    except Refusal as error:
+        fail(str(error), REFUSED)
     except (RecipeError, OutputError) as error:
         fail(str(error))
 
@@ -172,55 +193,115 @@ def plan(
                                          "(.json, .md, .csv, .sh serve, .yaml vllm-config), else table"),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE (atomically) instead of stdout"),
     explain: bool = typer.Option(False, "--explain", help="Print every quantity with its formula and numbers"),
+    fix: FixChoice | None = typer.Option(None, "--fix", help="Plan with this fix of the OOM verdict applied (the "
+                                         "value plan offers): seqs, budget, deep_select or kv"),
 ):
     """The answer first, then decode-logits memory per top-k backend, the #62860 reservation, KV-cache tokens per
-    rank and the OOM risk. --format serve prints the vllm serve command that deploys it. Exits 4 when vLLM would
-    refuse to start it."""
+    rank and the OOM risk. --format serve prints the vllm serve command that deploys it (with --fix, fixed). Exits 4
+    when vLLM would refuse to start it."""
     from dsa_kvcalc import capacity
-    from dsa_kvcalc.recipe import load_recipe
+    from dsa_kvcalc.fixes import fixes
+    from dsa_kvcalc.recipe import load_recipe, load_recipes
     from dsa_kvcalc.render import plan as render
-    from dsa_kvcalc.report import selected_refusal
+    from dsa_kvcalc.report import answered_backend, selected_refusal
+    from dsa_kvcalc.sweep import load_base
 
     one_source("plan", recipe, command)
     if explain and format not in (None, Format.table):
         fail(f"--explain: prints its formulas as text; drop --format {format.value}")
     check_outputs({"--output": output}, [recipe])
-    result = guarded(lambda: capacity.plan(load_recipe(recipe, set_, command)))
+    recipes = guarded(lambda: load_recipes(recipe, set_, command))
+    if len(recipes) > 1:
+        plan_servers(recipes, format, output, explain)
+        return
+    result = guarded(lambda: capacity.plan(recipes[0][1]))
+    found = guarded(lambda: fixes(load_base(recipe, set_, command), result, answered_backend(result)))
+    if fix is not None:
+        applied = next((f for f in found if f.name == fix.value), None)
+        if applied is None:
+            offered = ", ".join(f.name for f in found)
+            fail(f"--fix {fix.value}: " + (f"not a fix of this verdict; it offers {offered}" if found else
+                                           "the plan has no OOM risk to fix"))
+        set_ = [*set_, f"{applied.key}={applied.value}"]
+        result, found = guarded(lambda: capacity.plan(load_recipe(recipe, set_, command))), []
     check_outputs({"--output": output}, [result.recipe.model.config_path])
     format = Format.table if explain else chosen(format, output, SUFFIX_FORMATS, Format.table)
     if format in (Format.serve, Format.vllm_config):
+        risk = oom_comment(result, found)
+        if risk:
+            sys.stderr.write(f"warning: {risk}\n")
         text = guarded(lambda: deployment_text(result.recipe, format, f"planned by dsa-kvcalc {__version__} from "
-                                                                        f"{recipe or 'the command'}"))
+                                                                        f"{recipe or 'the command'}", risk))
     elif explain:
         text = render.explain(result)
     elif format is Format.json:
-        text = render.render_json(result)
+        text = render.render_json(result, found)
     elif format is Format.markdown:
-        text = render.render_markdown(result)
+        text = render.render_markdown(result, found)
     elif format is Format.csv:
         text = render.render_csv(result)
     elif output is None:
         text = None
-        render.render_table(result, console())
+        render.render_table(result, console(), found)
     else:
-        text = console_text(lambda c: render.render_table(result, c))
+        text = console_text(lambda c: render.render_table(result, c, found))
     if text is not None:
         emit([for_terminal(text) if explain and output is None else text], output)
     refused = selected_refusal(result)
     if refused:
-        sys.stderr.write(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}\n")
+        say(f"error: {result.recipe.engine.label} would refuse to start this deployment: {refused}")
         raise typer.Exit(REFUSED)
 
 
-def deployment_text(recipe, format: Enum, source: str) -> str:
-    """The recipe as the vllm serve line (or config file) that deploys it."""
+def plan_servers(recipes: list, format: Format | None, output: Path | None, explain: bool) -> None:
+    """A script that starts several servers (a prefill/decode pair): each planned, side by side, as a table or JSON.
+    Exits 4 when vLLM would refuse to start any of them."""
+    from dsa_kvcalc import capacity
+    from dsa_kvcalc.render import plan as render
+    from dsa_kvcalc.report import selected_refusal
+
+    format = chosen(format, output, SUFFIX_FORMATS, Format.table)
+    if explain or format not in (Format.table, Format.json):
+        fail(f"--format: {len(recipes)} servers plan side by side as a table or JSON; plan one at a time for "
+             f"{'--explain' if explain else format.value} (put its line in a file of its own)")
+    labelled = guarded(lambda: [(label, capacity.plan(r)) for label, r in recipes])
+    if format is Format.json:
+        emit([render.side_by_side_json(labelled)], output)
+    elif output is None:
+        render.render_side_by_side(labelled, console())
+    else:
+        emit([console_text(lambda c: render.render_side_by_side(labelled, c))], output)
+    refused = [(label, selected_refusal(p)) for label, p in labelled if selected_refusal(p)]
+    for label, reason in refused:
+        sys.stderr.write(f"error: {label}: {labelled[0][1].recipe.engine.label} would refuse to start it: {reason}\n")
+    if refused:
+        raise typer.Exit(REFUSED)
+
+
+def oom_comment(plan, found: list) -> str | None:
+    """The verdict a deployment file carries when it deploys the risk."""
+    from dsa_kvcalc.report import answered_backend
+
+    o = answered_backend(plan).oom
+    if not o.at_risk:
+        return None
+    offered = [fix.name for fix in found]
+    return (f"this deployment runs out of memory above {o.max_decodes} concurrent decodes (max-num-seqs "
+            f"{plan.recipe.max_num_seqs}; safe up to {o.safe_decodes}): write it with --fix "
+            f"{'|'.join(offered) or '(none offered: see plan)'}")
+
+
+def deployment_text(recipe, format: Enum, source: str, risk: str | None = None) -> str:
+    """The recipe as the vllm serve line (or config file) that deploys it, the OOM verdict on top where it is at
+    risk."""
     from dsa_kvcalc.render import serve as render
     from dsa_kvcalc.vllm_args import deployment
 
     sets = [f"gpu={recipe.gpu.name}", f"vllm-version={recipe.vllm_version}"] + [
         f"memory.{key}={json.dumps(value) if isinstance(value, dict) else value}"
         for key, value in recipe.memory_block().items() if value is not None]
-    comments = [f"{recipe.engine.label} on {recipe.gpu.name}, {source}",
+    comments = [*(render.laid_out(["WARNING:", *risk.split()]) if risk else []),
+                f"{recipe.engine.label} on {recipe.gpu.name}, {source}",
                 *render.laid_out(["plan it again: dsa-kvcalc plan FILE", *(f"--set {shlex.quote(s)}" for s in sets)])]
     draw = render.serve_line if format.value == "serve" else render.vllm_config
     return draw(deployment(recipe), comments)
@@ -285,17 +366,22 @@ def calibrate(
     reading = read_log_file(log, "log")
 
     def work():
+        if reading.oom is not None and calibration.sizing_rank(reading) is None and recipe is None:
+            raise RecipeError("--recipe", "the log holds an out-of-memory message and no startup lines: give the "
+                                          "deployment's recipe")
         if recipe is None:
             raw, notes = calibration.recipe_from_log(reading)
             for assignment in set_:
                 set_override(raw, assignment)
-            source, recipe_dir = "from the log's non-default args", Path(".")
+            source, recipe_dir = calibration.recipe_source(reading), Path(".")
         else:
             raw, notes = read_recipe(recipe, set_), []
             source, recipe_dir = str(recipe), recipe.parent
         if set_:
             source += " and --set"
-        if after is None:
+        if reading.oom is not None and calibration.sizing_rank(reading) is None:
+            result = calibration.calibrate_oom(reading, raw, source, recipe_dir)
+        elif after is None:
             result = calibration.calibrate(reading, raw, source, recipe_dir)
         else:
             result = calibration.calibrate_pair(reading, read_log_file(after, "--after"), raw, source, recipe_dir)
@@ -304,7 +390,9 @@ def calibrate(
 
     result = guarded(work)
     check_outputs({"--output": output}, [result.recipe.model.config_path])
-    text = render.render_json(result) if format is ReportFormat.json else for_terminal(render.render_text(result))
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    text = (render.render_json(result) if format is ReportFormat.json
+            else for_terminal(render.render_text(result, width)))
     calibrated = [render.recipe_yaml(result, log.name)] if output is not None else []  # ready before any write
     sys.stdout.write(text)
     if output is not None:
@@ -359,8 +447,9 @@ def sweep(
     format: SweepFormat | None = typer.Option(None, "--format", "-f", help="Default: csv for --output *.csv, jsonl "
                                                                           "for *.jsonl, else table"),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE (atomically) instead of stdout"),
-    plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG of KV tokens and the decode-logits "
-                                                          "reservation against the first varied key"),
+    plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG of KV tokens against the first varied "
+                                                          "key, a panel per value of the second, the OOM bound "
+                                                          "marked (and the reservation, where it moves)"),
 ):
     """Plan every point of the varied keys' product: one row per point and backend (plan's JSON, flattened)."""
     from rich.progress import Progress
@@ -395,8 +484,8 @@ def sweep(
 
     guarded(write_outputs)
     if failures.count:
-        sys.stderr.write(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); "
-                         f"first: {printable(failures.first)}\n")
+        say(f"warning: {failures.count:,} of {total:,} points failed (rows with an error column); first: "
+            f"{failures.first}")
 
 
 @app.command()
@@ -450,6 +539,67 @@ def recommend(
         if format in (PickFormat.serve, PickFormat.vllm_config):
             sys.stderr.write("error: no setting meets the targets (see recommend's table for why)\n")
         raise typer.Exit(1)
+
+
+@app.command()
+def compare(
+    recipes: list[Path] = typer.Argument(None, help="Two or more recipes (or launch scripts); one with --across",
+                                         show_default=False),
+    command: list[str] = typer.Option([], "--command", help="A pasted vllm serve command, as a column (repeat)"),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP + "; applies to every column"),
+    across: list[str] = typer.Option([], "--across", help="KEY=V1,V2,...: one column a value (any recipe key: "
+                                                          "vllm-version, gpu, tensor-parallel-size, ...); repeat to "
+                                                          "change several keys together, the n-th values in the n-th "
+                                                          "column"),
+    format: CompareFormat | None = typer.Option(None, "--format", "-f", help="Default: the one --output's suffix "
+                                                                            "names (.json, .md), else table"),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to FILE (atomically) instead of stdout"),
+):
+    """What changes between deployments: one column a plan, the rows that differ first (verdict, KV tokens,
+    concurrency, OOM bound and fix, reservation, graphs, weights, the recipe as vLLM resolves it), then the vLLM
+    rules that differ between their releases, with citations. Exits 4 when vLLM would refuse to start a column."""
+    from dsa_kvcalc import compare as comparing, sweep as sweeping
+    from dsa_kvcalc.recipe import load_recipe
+    from dsa_kvcalc.render import compare as render
+
+    recipes = recipes or []
+    names = [path.stem if [p.stem for p in recipes].count(path.stem) == 1 else str(path) for path in recipes]
+    sources = [(name, path, None) for name, path in zip(names, recipes)]
+    sources += [(f"--command {i}" if len(command) > 1 else "--command", None, text) for i, text in enumerate(command, 1)]
+    if across and len(sources) != 1:
+        fail(f"--across: compares one recipe across values; give one recipe or --command, not {len(sources)} "
+             f"(see dsa-kvcalc compare --help)")
+    if not across and len(sources) < 2:
+        fail("recipes: give two or more recipes (or --command), or one with --across KEY=V1,V2 (see dsa-kvcalc "
+             "compare --help)")
+    check_outputs({"--output": output}, recipes)
+
+    def work():
+        if across:
+            (_, path, text), = sources
+            return comparing.across(sweeping.load_base(path, set_, text), sweeping.parse_varies(across, "--across"))
+        return [comparing.planned(label, lambda: load_recipe(path, set_, text)) for label, path, text in sources]
+
+    columns = guarded(work)
+    corner = ", ".join(text.split("=", 1)[0].strip() for text in across)
+    format = chosen(format, output, {".json": CompareFormat.json, ".md": CompareFormat.markdown},
+                    CompareFormat.table)
+    if format is CompareFormat.json:
+        text = render.render_json(columns, corner)
+    elif format is CompareFormat.markdown:
+        text = render.render_markdown(columns, corner)
+    elif output is None:
+        text = None
+        render.render_table(columns, corner, console())
+    else:
+        text = console_text(lambda c: render.render_table(columns, corner, c))
+    if text is not None:
+        emit([text], output)
+    for column in columns:
+        if column.refused is not None:
+            say(f"error: {column.label}: {column.refused}")
+    if any(column.refused is not None for column in columns):
+        raise typer.Exit(REFUSED)
 
 
 @app.command()
@@ -552,20 +702,8 @@ def usage_line(error: TyperException) -> str:
 
 
 def main(args: list[str] | None = None):
-    """The console script. stdout and stderr are written as streams.py says (and restored afterwards): a stdout that
-    cannot take the output is one line and exit 2, or exit 1 when its reader went away (| head)."""
-    streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = Stream(sys.stdout, product=True), Stream(sys.stderr, product=False)
-    try:
-        code = exit_code(args)
-        sys.stdout.flush()
-    except StreamError as error:
-        code = 1 if error.reader_gone else 2
-        if not error.reader_gone:
-            sys.stderr.write(f"error: {error}\n")
-    finally:
-        sys.stdout, sys.stderr = streams
-    sys.exit(code)
+    """The console script: a stdout that cannot take the output is handled as streams.run says."""
+    sys.exit(run(lambda: exit_code(args)))
 
 
 def exit_code(args: list[str] | None) -> int:
@@ -576,7 +714,7 @@ def exit_code(args: list[str] | None) -> int:
         if type(error).__name__ == "NoArgsIsHelpError":
             sys.stdout.write(error.message + "\n")
             return 0
-        sys.stderr.write(f"error: {printable(usage_line(error))}\n")
+        say(f"error: {usage_line(error)}")
         return error.exit_code
     except (KeyboardInterrupt, typer.Abort):  # Ctrl-C: the shell's convention, and no traceback
         return 128 + signal.SIGINT

@@ -102,6 +102,8 @@ class Engine:
     drafts_take_target_stages: bool  # the draft model runs on the target's pipeline stages (none of the DSA drafters
     # supports pipeline parallelism)
     model_runner_v2_estimates_cudagraphs: bool
+    cudagraph_estimate_samples: int  # the largest graphs of a mode whose capture the estimate measures
+    cudagraph_per_graph_floor_bytes: int  # the least the estimate counts each graph after the first at
     # (GPU memory from, in GiB; max_num_seqs; max_num_batched_tokens; archs left out) for the OpenAI server
     batch_defaults: tuple[tuple[int, int, int, tuple[str, ...]], ...]
     batched_dp_moe_max_num_batched_tokens: int | None
@@ -161,6 +163,23 @@ class Engine:
     linear_states_share_attention_blocks: bool  # KDA states and tails alias the attention block's bytes
     kda_prefill_checkpoint_archs: frozenset  # FlashKDA keeps one more KDA state block in 'align' mode
     backend_block_stride_alignment: bool  # the attention backends align block strides (customize_attention_spec)
+    # The buffers the model runner builds with the KV cache (kv_init_buffers.py)
+    v1_block_table_alignment: bool  # V1's block tables rounded up to whole 128-token spans
+    indexer_table_alignment: bool  # the indexer's expanded block table as wide as the aligned block table
+    swa_prefill_indices: bool  # the sliding-window builder keeps prefill indices beside the decode indices
+    sparse_mla_prefill_workspace: str  # none, "floor seqs x block" or "floor block": the chunked-prefill workspace
+    masked_mha_mask_bytes: int  # the masked-MHA top-k mask of a sparse-MLA builder
+    masked_mha_architectures: frozenset  # the models whose dims the masked-MHA prefill takes
+    mla_groups_split_by_index_leader: bool  # MLA layers with and without an indexer get separate builders
+    kernel_block_tables_per_attention_group: bool  # a backend's smaller kernel blocks mapped per attention group
+    kpool_indexer_pooled_kernel_blocks: bool  # the kpool indexer's kernel blocks: kpool x a paged-MQA page (else 64)
+    rocm_sparse_mla_common_builder: bool  # AITER's sparse-MLA builder is a SparseMLACommonMetadataBuilder
+    kpool_tail_row_aligned: bool  # GLM-5.3-Flash's tail ring takes a block-table row of 128 tokens (else one block)
+    # What building the model allocates besides its parameters (weights.py construction_bytes)
+    # FlashMLA-sparse's BF16-cache query heads rounded up to this many: off SM10x, on SM10x
+    flashmla_prefill_head_padding: tuple[int, int]
+    flashmla_prefill_query_workspace: bool  # fp8_ds_mla: the padded prefill queries and latents reserved too
+    index_group_buffers: bool  # each top-k producing MLA layer's index group holds physical top-k rows
 
     @property
     def label(self) -> str:
@@ -179,6 +198,8 @@ SEED = "the seed (vLLM PR #62860, merged 2026-10-28 as 317081f)"
 V4 = "DeepseekV4ForCausalLM"
 V32 = "DeepseekV32ForCausalLM"
 GLM5 = "GlmMoeDsaForCausalLM"
+GLM5NEXT = "Glm5NextForConditionalGeneration"
+MIB = 1 << 20
 
 # MTP names vLLM rewrites to mtp (vllm==0.26.0 vllm/config/speculative.py:686-690) for the DSA models' drafters
 MTP_METHODS = frozenset({"mtp", "deepseek_mtp", "glm4_moe_mtp", "glm5_next_mtp"})
@@ -235,7 +256,19 @@ VLLM_RULES = {
     "model_runner_v2_estimates_cudagraphs": Rule(
         False, "vllm==0.28.0 vllm/v1/worker/gpu/model_runner.py:843-845: profile_cudagraph_memory() returns 0",
         (Change("0.29.0", True, "vllm==0.29.0 vllm/v1/worker/gpu/model_runner.py:896-898 and "
-                                "vllm/v1/worker/gpu/cudagraph_utils.py:718-816: a real estimate"),)),
+                                "vllm/v1/worker/gpu/cudagraph_utils.py:718-831: the whole capture measured with only "
+                                "the largest FULL graphs, those swapped for first + (FULL graphs - 1) x second "
+                                "(the same to vllm==0.33.0 :922-1039)"),)),
+    "cudagraph_estimate_samples": Rule(
+        2, "vllm==0.19.0 vllm/v1/worker/gpu_model_runner.py:5900: Model Runner V1 captures descs[:2] of each mode "
+           "(the same to vllm==0.33.0 :6330); Model Runner V2 from vllm==0.29.0 "
+           "vllm/v1/worker/gpu/cudagraph_utils.py:712, 788 _FULL_GRAPH_PROFILING_SAMPLES = 2 of its FULL graphs "
+           "(vllm==0.33.0 :916, 995)"),
+    "cudagraph_per_graph_floor_bytes": Rule(
+        1 << 20, "vllm==0.19.0 vllm/v1/worker/gpu_model_runner.py:5923: Model Runner V1's per-graph cost is "
+                 "max(second sample, 1 << 20) (the same to vllm==0.33.0 :6353-6355); Model Runner V2 from vllm==0.29.0 "
+                 "vllm/v1/worker/gpu/cudagraph_utils.py:714, 830 _MIN_PER_GRAPH_BYTES = 1 << 20 (vllm==0.33.0 :918, "
+                 "1038)"),
     "batch_defaults": Rule(
         ((70, 1024, 8192, ()), (0, 256, 2048, ())),
         "vllm==0.19.0 vllm/engine/arg_utils.py:2053-2072 (0.27.1 :2544): OpenAI server, >= 70 GiB and not A100: "
@@ -523,10 +556,97 @@ VLLM_RULES = {
                "fp8 cache dtype, so auto stops vLLM at model init",
         (Change("0.30.0", True, "vllm==0.30.0 vllm/models/deepseek_v4/attention.py:107-117: auto is taken as fp8; "
                                 "any other non-fp8 dtype is refused"),)),
+    "flashmla_prefill_head_padding": Rule(
+        (1, 1), "vllm==0.28.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:562: q_concat_shape = (max_tokens, "
+                "num_heads, head_size), the heads unpadded",
+        (Change("0.29.0", (64, 128), "vllm==0.29.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:583-597: a BF16 "
+                                     "cache's query heads rounded up to prefill_padding, 128 on SM10x, else 64"),
+         Change("0.32.0", (64, 64), "vllm==0.32.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:760-782: "
+                                    "prefill_padding 64 on Hopper and Blackwell"))),
+    "flashmla_prefill_query_workspace": Rule(
+        False, "vllm==0.30.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:742-745: the queries and the BF16 "
+               "prefill gather only",
+        (Change("0.31.0", True, "vllm==0.31.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:782-795: also "
+                                "(max_tokens, padded heads, 576), (max_tokens, padded heads, 512) and (max_tokens, "
+                                "heads, 512) BF16"),)),
+    "index_group_buffers": Rule(
+        False, "vllm==0.29.0 has no vllm/v1/attention/backends/mla/index_group.py",
+        (Change("0.30.0", True, "vllm==0.30.0 vllm/v1/attention/backends/mla/index_group.py:458-480, 498-512: "
+                                "(min(max_num_batched_tokens, max_num_seqs x (1 + k)) + 1) rows of top-k indices and "
+                                "a count per index group"),)),
     "rocm_accepts_fp8": Rule(
         False, "vllm==0.20.2 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:85-89: auto, float16, bfloat16",
         (Change("0.21.0", True, "vllm==0.21.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:266-272: fp8 and "
                                 "fp8_e4m3 too, kept as standard fp8"),)),
+    "v1_block_table_alignment": Rule(
+        False, "vllm==0.20.2 vllm/v1/worker/block_table.py:249-251: MultiGroupBlockTable takes cdiv(max_model_len, "
+               "block) columns",
+        (Change("0.21.0", True, "vllm==0.21.0 vllm/v1/worker/block_table.py:260-264: rounded up to a multiple of "
+                                "128 // block (vllm==0.33.0 :236-245 get_block_table_width)"),)),
+    "indexer_table_alignment": Rule(
+        False, "vllm==0.26.0 vllm/v1/attention/backends/mla/indexer.py:346-357: the indexer's expanded block table "
+               "is cdiv(max_model_len, kernel block x DCP) wide",
+        (Change("0.27.0", True, "vllm==0.27.0 vllm/v1/worker/utils.py:241-249 and "
+                                "vllm/v1/attention/backends/mla/indexer.py:558-562: block_table_width = "
+                                "get_block_table_width, aligned to 128 tokens"),)),
+    "swa_prefill_indices": Rule(
+        False, "vllm==0.23.0 vllm/v1/attention/backends/mla/sparse_swa.py:243-256: decode indices only",
+        (Change("0.24.0", True, "vllm==0.24.0 vllm/v1/attention/backends/mla/sparse_swa.py:339-360: prefill "
+                                "indices of the same shape beside them"),)),
+    "sparse_mla_prefill_workspace": Rule(
+        "none", "vllm==0.25.1 vllm/model_executor/layers/attention/: no sparse_mla_attention.py, the sparse-MLA "
+                "builders keep no workspace",
+        (Change("0.26.0", "floor seqs x block", "vllm==0.26.0 vllm/model_executor/layers/attention/"
+                                                "sparse_mla_attention.py:72-114: a BF16 chunked-prefill workspace, at "
+                                                "least max_num_seqs x block rows"),
+         Change("0.28.0", "floor block", "vllm==0.28.0 vllm/model_executor/layers/attention/sparse_mla_attention.py:"
+                                         "199: at least one block of rows (vllm==0.33.0 :288)"))),
+    "masked_mha_mask_bytes": Rule(
+        0, "vllm==0.26.0 vllm/model_executor/layers/attention/sparse_mla_attention.py: no top-k mask",
+        (Change("0.27.0", 64 * MIB, "vllm==0.27.0 vllm/model_executor/layers/attention/sparse_mla_attention.py:43, "
+                                    "120-133: GLOBAL_TOPK_MASK_MAX_BYTES = 64 MiB"),
+         Change("0.28.0", 128 * MIB, "vllm==0.28.0 vllm/model_executor/layers/attention/sparse_mla_attention.py:48: "
+                                     "128 MiB (vllm==0.33.0 :67)"))),
+    "masked_mha_architectures": Rule(
+        frozenset(), "vllm==0.26.0: no masked-MHA prefill",
+        (Change("0.27.0", frozenset({V32}), "vllm==0.27.0 vllm/model_executor/layers/attention/"
+                                            "sparse_mla_attention.py:46-67: 128 heads, kv_lora_rank 512, nope 128, "
+                                            "rope 64, v 128 (DeepSeek-V3.2), FA4, an unquantized cache, SM10x"),
+         Change("0.29.0", frozenset({V32, GLM5}), "vllm==0.29.0 vllm/model_executor/layers/attention/"
+                                                  "sparse_mla_attention.py:91-100: also GLM-5's (64, 512, 192, 64, "
+                                                  "256)"),
+         Change("0.30.0", frozenset({V32, GLM5, GLM5NEXT}),
+                "vllm==0.30.0 vllm/model_executor/layers/attention/sparse_mla_attention.py:104-116: also "
+                "GLM-5.3-Flash's (64, 512, 256, 0, 256)"))),
+    "mla_groups_split_by_index_leader": Rule(
+        False, "vllm==0.29.0 vllm/model_executor/layers/attention/mla_attention.py: one MLA spec for every layer",
+        (Change("0.30.0", True, "vllm==0.30.0 vllm/model_executor/layers/attention/mla_attention.py:1372: "
+                                "is_index_group_leader in the MLA spec, so layers without an indexer form their own "
+                                "attention group (vllm==0.33.0 vllm/v1/worker/gpu/attn_utils.py:252-265)"),)),
+    "kernel_block_tables_per_attention_group": Rule(
+        False, "vllm==0.31.0 vllm/v1/worker/gpu/block_table.py:48-58: a group's block tables hold its common kernel "
+               "blocks",
+        (Change("0.32.0", True, "vllm==0.32.0 vllm/v1/worker/utils.py: AttentionGroup.kernel_block_table, int32 "
+                                "[builders, max_num_seqs, width in kernel blocks], for a backend whose kernel block is "
+                                "smaller (vllm==0.33.0 vllm/v1/worker/utils.py:317-324)"),)),
+    "kpool_indexer_pooled_kernel_blocks": Rule(
+        False, "vllm==0.31.0 vllm/v1/attention/backends/mla/indexer.py: GLM-5.3-Flash's indexer takes the V3.2 "
+            "indexer's 64-token kernel block (vllm==0.30.0 indexer.py:203-204)",
+        (Change("0.32.0", True, "vllm==0.32.0 vllm/v1/attention/backends/mla/indexer.py:296-306 "
+                                "Glm5NextIndexerBackend: index_kpool x each paged-MQA page size "
+                                "(vllm/utils/deep_gemm.py:33-36)"),)),
+    "kpool_tail_row_aligned": Rule(
+        True, "vllm==0.30.0 vllm/v1/kv_cache_interface.py:971-980 (the first release with GLM-5.3-Flash): the tail "
+              "ring is a KpoolTailSpec, a SlidingWindowSpec of one block whose row keeps the 128-token alignment "
+              "(:201-202; vllm/v1/worker/gpu/model_runner.py:609-619)",
+        (Change("0.32.0", False, "vllm==0.32.0 vllm/models/glm5next/common/attention.py:156-179: a CircularBufferSpec, "
+                                 "whose row is one block, unaligned (vllm==0.33.0 vllm/v1/kv_cache_interface.py:"
+                                 "979-989)"),)),
+    "rocm_sparse_mla_common_builder": Rule(
+        False, "vllm==0.31.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:370-372: AITER's builder is "
+               "its own (no chunked-prefill workspace)",
+        (Change("0.32.0", True, "vllm==0.32.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:423-425: a "
+                                "SparseMLACommonMetadataBuilder"),)),
 }
 
 

@@ -52,14 +52,26 @@ def largest(problem, low: int, high: int) -> int | None:
 
 @dataclass(frozen=True)
 class Answer:
-    """The edge of one question for one backend: the largest value that fits, the plan there, and why one more
-    does not fit."""
+    """The edge of one question for one backend: the largest value that fits, the keys set to reach it, the plan
+    there and at the recipe itself, and why one more does not fit."""
     backend: str
     question: str  # max-model-len, concurrency or max-num-seqs
     held: dict  # the keys held fixed, as the recipe spells them
+    key: str  # the key the answer sets to its value
     largest: int | None  # None: not even the smallest value fits
-    plan: BackendPlan | None  # at largest
+    plan: Plan | None  # at largest
     above: str  # why largest + 1 (or the smallest value) does not fit
+    recipe_plan: Plan  # at the recipe as written
+
+    @property
+    def changed(self) -> dict:
+        """The keys the answer sets, each as the recipe spells it, where they differ from the recipe's."""
+        shape = self.recipe_plan.recipe.shape
+        return {key: value for key, value in (self.held | {self.key: self.largest}).items() if shape[key] != value}
+
+    @property
+    def at(self) -> BackendPlan | None:
+        return None if self.plan is None else self.plan.backend(self.backend)
 
 
 class Planner:
@@ -90,9 +102,9 @@ def answer(planner: Planner, name: str, question: str, key: str, held: dict, low
 
     edge = largest(failing, low, high)
     if edge is None:
-        return Answer(name, question, held, None, None, failing(low))
+        return Answer(name, question, held, key, None, None, failing(low), planner.at({}))
     above = top if edge == high else failing(edge + 1)
-    return Answer(name, question, held, edge, planner.backend(held | {key: edge}, name)[1], above)
+    return Answer(name, question, held, key, edge, planner.at(held | {key: edge}), above, planner.at({}))
 
 
 def longest_context(planner: Planner, name: str, concurrency: int) -> Answer:
@@ -111,10 +123,19 @@ def most_sequences(planner: Planner, name: str, length: int) -> Answer:
                   seqs_top(r), lambda plan, b: shortfall(plan, b, plan.recipe.max_num_seqs))
 
 
+def starts_safely(plan: Plan, b: BackendPlan) -> str | None:
+    """Why vLLM would not start it, or where plan calls it at risk of running out of memory (the margin kept)."""
+    if b.oom.at_risk:
+        return (f"OOM risk: room for the decode logits of {b.oom.safe_decodes:,} decodes with the margin kept "
+                f"({b.oom.max_decodes:,} at the edge)")
+    return refusal(plan, b)
+
+
 def largest_start(planner: Planner, name: str) -> Answer:
-    """The largest max-num-seqs vLLM would start with at the recipe's max-model-len."""
+    """The largest max-num-seqs vLLM would start with at the recipe's max-model-len and plan calls safe: never a value
+    at the OOM edge."""
     r = planner.base.recipe
-    return answer(planner, name, "max-num-seqs", "max-num-seqs", {}, 1, seqs_ceiling(r), seqs_top(r), refusal)
+    return answer(planner, name, "max-num-seqs", "max-num-seqs", {}, 1, seqs_ceiling(r), seqs_top(r), starts_safely)
 
 
 def seqs_ceiling(r: Recipe) -> int:

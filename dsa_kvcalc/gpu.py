@@ -210,55 +210,57 @@ def out_of_memory(error: Exception) -> bool:
 
 
 def reproduce_oom(request: PassRequest, oom: OomRequest, per_decode: int) -> OomRun:
-    """Leave oom.free_bytes free (ballast for the rest), run the decode indexer at growing decode counts (doubling,
-    then bisection) until the allocation fails; then leave oom.fixed_free_bytes and run the worst case."""
+    """The indexer's step as vLLM 0.33.0 runs a mixed batch: the last prefill chunk's FP32 logits held, the decode
+    logits allocated beside them (DeepGEMM), the chunk released, then the FP32 copy where the top-k reads FP32
+    (sparse_attn_indexer.py:880-893). The top-k writes into persistent buffers (indexer_topk.py:315-346): nothing of
+    it is allocated here. The ballast leaves plan's room free beside the chunk; the decode count grows (doubling,
+    then bisection) until an allocation fails."""
     import torch
 
     search_rows = oom.max_search_decodes * per_decode
     search = replace(request, rows=search_rows, batch=search_rows // request.next_n)
     inputs = make_inputs(search)
 
-    def leave_free(free_bytes: int):
+    def fits(decodes: int) -> tuple[bool, int]:
         torch.cuda.empty_cache()
-        ballast_bytes = round_up(max(torch.cuda.mem_get_info()[0] - free_bytes, 0), verify.GRANULE_BYTES)
+        ballast_bytes = round_up(max(torch.cuda.mem_get_info()[0] - oom.room_bytes - oom.chunk_bytes, 0),
+                                 verify.GRANULE_BYTES)
         ballast = torch.empty(ballast_bytes, dtype=torch.uint8, device="cuda")
-        return ballast, torch.cuda.mem_get_info()[0]
-
-    def fits(decodes: int) -> bool:
+        chunk = torch.empty(oom.chunk_bytes // 4, dtype=torch.float32, device="cuda")
+        left = torch.cuda.mem_get_info()[0]
         batch = decodes * per_decode // request.next_n
         try:
-            logits, copy = indexer_logits(search, inputs, batch, schedule(search, inputs, batch))
+            meta = schedule(search, inputs, batch)
+            logits, copy = indexer_logits(replace(search, fp32_copy=False), inputs, batch, meta)
+            del chunk  # rebound: the chunk's logits go before the copy is made
+            if request.fp32_copy:
+                copy = torch.empty_strided(logits.shape, logits.stride(), dtype=torch.float32, device=logits.device)
+                copy.copy_(logits)
             torch.cuda.synchronize()
-            del logits, copy
-            return True
+            del logits, copy, meta
+            return True, left
         except (torch.cuda.OutOfMemoryError, RuntimeError) as error:
             if not out_of_memory(error):
                 raise
-            return False
+            return False, left
         finally:
+            del ballast
             torch.cuda.empty_cache()
 
-    ballast, free_left = leave_free(oom.free_bytes)
-    attempts, fit, failed = [], 0, None
+    attempts, fit, failed, left = [], 0, None, 0
     decodes = 1
     while decodes <= oom.max_search_decodes and failed is None:
-        ok = fits(decodes)
+        ok, left = fits(decodes)
         attempts.append((decodes, ok))
         fit, failed = (decodes, None) if ok else (fit, decodes)
         decodes *= 2
     while failed is not None and failed - fit > 1:
         middle = (fit + failed) // 2
-        ok = fits(middle)
+        ok, left = fits(middle)
         attempts.append((middle, ok))
         fit, failed = (middle, failed) if ok else (fit, middle)
-    del ballast
-    ballast, fixed_left = leave_free(oom.fixed_free_bytes)
-    fixed_ok = fits(oom.worst_decodes)
-    del ballast
-    torch.cuda.empty_cache()
-    return OomRun(free_target_bytes=oom.free_bytes, free_left_bytes=free_left, attempts=attempts,
-                  first_failing_decodes=failed, fixed_free_left_bytes=fixed_left, worst_decodes=oom.worst_decodes,
-                  fixed_ok=fixed_ok)
+    return OomRun(room_target_bytes=oom.room_bytes, room_left_bytes=left, chunk_bytes=oom.chunk_bytes,
+                  attempts=attempts, first_failing_decodes=failed)
 
 
 def live_memory(env: LocalGpu) -> LiveMemory:
@@ -365,15 +367,14 @@ def live_passes(shape: Shape, plan, named_plan, backends: list[str], env: LocalG
 
 
 def oom_replay(shape: Shape, plan, main: str, entry_point: str, status, console) -> dict:
-    """--reproduce-oom for the recipe's backend: its verdict, or why it was skipped."""
+    """--reproduce-oom for the recipe's backend: where the step fails against plan's edge, at risk or not (the edge
+    may lie above max-num-seqs)."""
     b = plan.backend(main)
-    if not b.oom.at_risk:
-        return {"reproduce_oom_skipped": f"not at risk: {b.oom.max_decodes:,} decodes fit, "
-                                         f"max-num-seqs is {shape.planned.max_num_seqs}"}
     oom = verify.oom_request(plan, main)
     per_decode = 1 + shape.planned.num_speculative_tokens
     request = verify.pass_request(shape.planned, b.decode_logits, per_decode, entry_point)
-    status.update(f"{shape.name}: reproducing the out-of-memory error (ballast leaves {oom.free_bytes:,} B free)")
+    status.update(f"{shape.name}: reproducing the out-of-memory error (ballast leaves {oom.room_bytes:,} B free "
+                  f"beside a {oom.chunk_bytes:,} B prefill chunk)")
     verdict = verify.oom_verdict(plan, main, reproduce_oom(request, oom, per_decode))
     console.log(f"{shape.name}: {verdict.verdict}")
     return {"reproduce_oom": asdict(verdict)}

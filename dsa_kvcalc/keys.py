@@ -6,6 +6,7 @@ config_field). The loader (values.py), the defaults (recipe.resolve), `--set` (o
 schema (schema.py), the serve line (vllm_args.py), calibrate and the log reader read that one declaration.
 """
 
+import difflib
 import functools
 import math
 from collections.abc import Callable
@@ -25,6 +26,11 @@ class RecipeError(Exception):
         super().__init__(f"{key}: {problem}")
         self.key = key
         self.problem = problem
+
+
+class Refusal(RecipeError):
+    """A recipe vLLM would refuse to start (its own checks at start-up, found before planning): one line, as any
+    RecipeError, and the exit code of every refusal (cli.REFUSED)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,12 @@ class Recipe:
     kv_cache_memory_bytes: int | None = key("kv-cache-memory-bytes", "size", None,
                                             "Fixed KV cache size per rank; replaces the memory profile",
                                             ARG_UTILS, 1, 1 << 50, args_line=True)
+    num_gpu_blocks_override: int | None = key("num-gpu-blocks-override", "int", None,
+                                              "KV-cache blocks per rank, whatever memory is left (replaces the memory "
+                                              "profile's, as kv-cache-memory-bytes does)",
+                                              "vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:243-247, 1510-1530 "
+                                              "(vllm==0.19.0 vllm/v1/core/kv_cache_utils.py:825-833)", 1, MAX_TOKENS,
+                                              args_line=True)
     attention_backend: str | None = key("attention-backend", "str", None,
                                         "Sparse-MLA backend; default: vLLM's priority for the GPU and cache dtype "
                                         "(FlashInfer's keeps standard fp8 at 576 B, FlashMLA's fp8_ds_mla 656 B)",
@@ -161,7 +173,13 @@ class Recipe:
                                          "vllm==0.33.0 vllm/utils/argparse_utils.py:653-657 (a YAML flag)")
     topk_backend: str = key("sparse-indexer-topk-backend", "choice", "auto",
                             "The indexer top-k backend vLLM is told to use", choices=tuple(b.name for b in BACKENDS),
-                            override=lambda v: v["engine"].topk_backend or v["topk_backend"])
+                            override=lambda v: v["engine"].topk_backend or (
+                                v["kernel_config_topk_backend"] if v["topk_backend"] == "auto" else None)
+                            or v["topk_backend"])
+    kernel_config_topk_backend: str | None = key(
+        "kernel-config.sparse_indexer_topk_backend", "choice", None,
+        "The top-k backend as --kernel-config spells it; sparse-indexer-topk-backend other than auto wins",
+        "vllm==0.33.0 vllm/engine/arg_utils.py:2804-2805", choices=tuple(b.name for b in BACKENDS))
     enforce_eager: bool = key("enforce-eager", "bool", False, "No CUDA graphs", args_line=True,
                               config_field="enforce_eager")
     cudagraph_mode: str = key("compilation-config.cudagraph_mode", "choice", "FULL_AND_PIECEWISE",
@@ -185,6 +203,10 @@ class Recipe:
                                        "sits above what is live inside the indexer: the #62860 reservation raises "
                                        "the peak only beyond it (a number for every backend, or one per backend)",
                                        per_backend=True)
+    unprofiled_bytes: int | None = key("memory.unprofiled", "memory", None,
+                                       "What a step finds taken at run time besides the terms plan derives, net of "
+                                       "the profile's unused peak (negative: a credit); calibrate measures it from a "
+                                       "CUDA out-of-memory message", minimum=-(1 << 50))
     memory_gpu: str | None = key("memory.gpu", "str", None, "The GPU the memory terms were measured on (default: "
                                  "the recipe file's gpu)")
     memory_rest: str | None = key("memory.rest", "choice", None, "The one term that is not measured itself but what a "
@@ -201,6 +223,8 @@ class Recipe:
     model_arg: str = ""  # the model as vLLM is given it: the catalog's Hugging Face id, or the path as written
     measured_on: "Recipe | None" = None  # the recipe the memory block was measured on, where this one differs
     given: frozenset = frozenset()  # the fields the recipe gives: the others took their defaults
+    notes: tuple[str, ...] = ()  # what reading it noted: a name planned as another checkpoint, an image's tag
+    fit_max_model_len: bool = False  # max-model-len -1 or auto: vLLM fits it to the KV memory (capacity.fitted)
 
     @property
     def measured(self) -> bool:
@@ -292,7 +316,8 @@ RESOLVED_PATHS = tuple((name, *k.name.rpartition(".")[::2], k.kind in ("model", 
                        for name, k in KEYS.items() if k.kind != "memory")
 # Versions are read as the text written: YAML would read vllm-version 0.30 as the number 0.3, deepgemm 2.10 as 2.1.
 TEXT_KEYS = {k.name for k in KEYS.values() if k.kind in ("version", "release")}
-NESTED = {"speculative-config", "compilation-config", "attention-config", "engram-config", "env", "memory"}
+NESTED = {"speculative-config", "compilation-config", "attention-config", "engram-config", "kernel-config", "env",
+          "memory"}
 MEMORY_TERMS = {k.name.removeprefix("memory."): k for k in KEYS.values() if k.kind == "memory"}  # weights -> its Key
 MEMORY_UNITS = {"gib": GIB, "bytes": 1}  # a memory block gives each term as NAME_gib or NAME_bytes
 
@@ -306,6 +331,13 @@ def memory_unit(name: str) -> tuple[str, str | None]:
 def canonical(name: str) -> str:
     """A top-level key as vLLM's CLI spells it: dashes (YAML configs may use underscores)."""
     return name.replace("_", "-")
+
+
+def suggestion(name: str, known, prefix: str = "") -> str:
+    """' (did you mean X?)' for the known name closest to a typo, else nothing: one hint, the same on every path
+    (a recipe file, --set, --command, sweep's --vary); prefix: how the names are written (-- on a command line)."""
+    close = difflib.get_close_matches(name.removeprefix(prefix), [k.removeprefix(prefix) for k in known], n=1)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
 def shown(name) -> str:

@@ -97,6 +97,7 @@ class KvSpec:
     groups: tuple[Group, ...]
     block_bytes: int  # what one block id costs (on the stage with the most)
     pages_per_request: int  # pages one request of max_model_len holds, over all groups
+    window_state_pages: int  # of those, its window and state groups': up to window + tokens in flight, or a count
     request_bytes: int  # vLLM's "KV cache is needed" for one request of max_model_len
     max_model_len: int
     tokens_from_concurrency: bool  # vLLM >= 0.20.1: tokens = int(concurrency x L); before: blocks x block tokens
@@ -589,15 +590,17 @@ def spec(recipe: Recipe, backend: str, draft_layers: int, in_flight_tokens: int,
     stride = max(block_bytes(recipe, share) for share in stages)
     logged = stages[0]
     pages = [group_pages(recipe, g, in_flight_tokens, extra_retained) for g in logged]
+    context_pages = [p if g.kind == "full" else 0 for p, g in zip(pages, logged)]
     if recipe.engine.concurrency_counts_pages or len(logged) == 1:
-        per_request = sum(pages)
+        per_request, context = sum(pages), sum(context_pages)
     else:  # a byte ratio against the full group's page (vllm==0.26.0 vllm/v1/core/kv_cache_utils.py:943-955)
         per_request = cdiv(sum(p * g.page_bytes for p, g in zip(pages, logged)), logged[0].page_bytes)
+        context = cdiv(sum(p * g.page_bytes for p, g in zip(context_pages, logged)), logged[0].page_bytes)
     if len(logged) == 1:  # its pages at the block's stride, padding included (vllm==0.31.0 kv_cache_utils.py:2515-2527)
         request = pages[0] * block_bytes(recipe, logged)
     elif recipe.engine.kv_grouping == "packed":  # a block for each page (vllm==0.29.0 kv_cache_utils.py:2043-2070)
         request = per_request * stride
     else:  # _max_memory_usage_bytes_from_groups, DeepSeek-V4 branch (kv_cache_utils.py:1957-1981)
         request = sum(set(logged[0].pages)) * max(max(Counter(g.pages).values()) for g in logged) * sum(pages)
-    return KvSpec(tuple(logged), stride, per_request, request, recipe.max_model_len, recipe.engine.tokens_from_concurrency,
-                  recipe.decode_context_parallel_size)
+    return KvSpec(tuple(logged), stride, per_request, per_request - context, request, recipe.max_model_len,
+                  recipe.engine.tokens_from_concurrency, recipe.decode_context_parallel_size)

@@ -6,18 +6,19 @@ other. Every problem is a RecipeError naming the key as the user wrote it; every
 gets.
 """
 
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsa_kvcalc import engine as engines
-from dsa_kvcalc import vllm_args
+from dsa_kvcalc import launch_script, vllm_args, vllm_cli
 from dsa_kvcalc.catalog import DRAFTER_NEEDS
 from dsa_kvcalc.inputs import read_text, yaml_mapping
-from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, canonical
+from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, Refusal, canonical
 from dsa_kvcalc.names import MODEL_NAMES, find_gpu, find_model
 from dsa_kvcalc.overrides import set_override
 from dsa_kvcalc.values import read_values
-from dsa_kvcalc.vllm_config import RELEASE_KEYS, RELEASE_VALUES, SPARSE_MLA_BACKEND_FIRST, SPARSE_MLA_BACKENDS
+from dsa_kvcalc.vllm_config import RELEASE_VALUES, SPARSE_MLA_BACKEND_FIRST, SPARSE_MLA_BACKENDS
 
 
 class WithDefaults(dict):
@@ -34,14 +35,15 @@ class WithDefaults(dict):
         return value
 
 
-def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = None) -> Recipe:
+def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = None, notes: list[str] = ()) -> Recipe:
     """The recipe as vLLM runs it: each key the recipe does not give at its declared default (which may depend on the
-    GPU, the model, the vLLM version), then the declared overrides; then the checks across keys."""
+    GPU, the model, the vLLM version), then the declared overrides; then the checks across keys. notes: what reading
+    it noted, to which a model name planned as another checkpoint adds its own."""
     for required in ("model", "gpu"):
         if required not in values:
             raise RecipeError(required, "missing (every recipe names a model and a GPU)")
     gpu = find_gpu(values["gpu"])
-    model = find_model(values["model"], recipe_dir)
+    model, name_note = find_model(values["model"], recipe_dir)
     check_prefix_caching(values)
     present = {name: value for name, value in values.items() if value is not None}  # max-model-len auto: the default
     resolving = WithDefaults(present | {"gpu": gpu, "model": model, "given": frozenset(values)})
@@ -49,9 +51,19 @@ def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = N
     overridden = {name: k.override(resolving) for name, k in KEYS.items() if k.override}
     ignored = ignored or {}
     recipe = Recipe(**declared | overridden, ignored_keys=tuple(ignored), passthrough=tuple(ignored.items()),
-                    model_arg=model.name if values["model"].lower() in MODEL_NAMES else values["model"])
+                    model_arg=model.name if values["model"].lower() in MODEL_NAMES else values["model"],
+                    notes=(*([name_note] if name_note else []), *notes), fit_max_model_len=fits_to_memory(values))
     check_across(recipe)
+    if recipe.engine.name == "vllm":
+        vllm_cli.check_release(ignored | given_arguments(recipe), recipe.engine.version)
+        check_release_values(recipe)
     return recipe
+
+
+def fits_to_memory(values: dict) -> bool:
+    """max-model-len -1 or auto: vLLM fits it to the KV memory (given as such, where no value is the model's maximum
+    without a fit)."""
+    return "max_model_len" in values and values["max_model_len"] is None
 
 
 def check_prefix_caching(values: dict) -> None:
@@ -73,40 +85,39 @@ def check_speculation(recipe: Recipe) -> None:
     drafter = "mtp" if method in engines.MTP_METHODS else method
     if drafter not in DRAFTER_NEEDS:
         return
+    draft_model = dict(recipe.passthrough).get("speculative-config.model")
     if drafter not in recipe.model.drafters:
-        raise RecipeError("speculative-config.method", f"{recipe.model.name} has no {drafter} drafter in vLLM, which "
-                                                       f"needs {DRAFTER_NEEDS[drafter]}; its drafters: "
-                                                       f"{', '.join(recipe.model.drafters)}")
+        problem = f"{recipe.model.name} has no {drafter} drafter of its own in vLLM, which needs " \
+                  f"{DRAFTER_NEEDS[drafter]}; its drafters: {', '.join(recipe.model.drafters)}"
+        raise Refusal("speculative-config.method", problem + (f" (the draft model {draft_model}, whose KV cache "
+                                                              f"this plan does not derive, is not modelled)"
+                                                              if draft_model else ""))
     stages = recipe.pipeline_parallel_size
     if stages > 1 and recipe.engine.drafts_take_target_stages:
         source = recipe.engine.sources["drafts_take_target_stages"]
-        raise RecipeError("pipeline-parallel-size", f"{stages}: {recipe.engine.label}'s {drafter} draft model runs on "
-                                                    f"the target's {stages} pipeline stages and does not support "
-                                                    f"pipeline parallelism; vLLM refuses to start ({source})")
+        raise Refusal("pipeline-parallel-size", f"{stages}: {recipe.engine.label}'s {drafter} draft model runs on "
+                                                f"the target's {stages} pipeline stages and does not support "
+                                                f"pipeline parallelism; vLLM refuses to start ({source})")
 
 
-def check_release_keys(recipe: Recipe) -> None:
-    """Each vLLM argument and config field the recipe gives is one the release has, with a value it takes
-    (vllm_config.RELEASE_KEYS, RELEASE_VALUES); vLLM's parser refuses the others."""
-    if recipe.engine.name != "vllm":
-        return
+def given_arguments(recipe: Recipe) -> dict:
+    """The vLLM arguments and config fields among the keys dsa-kvcalc reads that the recipe gives (at a value other
+    than the default: plan's JSON writes every key back at its default), as vLLM spells them."""
+    given = {KEYS[name].name: getattr(recipe, name) for name in recipe.given & set(KEYS)
+             if getattr(recipe, name) != KEYS[name].default}
+    return {name: value for name, value in given.items() if name.partition(".")[0] in vllm_cli.OPTIONS}
+
+
+def check_release_values(recipe: Recipe) -> None:
+    """A value a release's config type does not have yet (vllm_config.RELEASE_VALUES): vLLM's parser refuses it."""
     version = engines.release_tuple(recipe.engine.version)
-    for field_name in recipe.given & set(KEYS):
-        name = KEYS[field_name].name
-        if getattr(recipe, field_name) == KEYS[field_name].default:  # plan's JSON writes every key back at its default
-            continue
-        first, last, source = RELEASE_KEYS.get(name, (engines.OLDEST_VLLM, None, ""))
-        if version < engines.release_tuple(first) or (last and version > engines.release_tuple(last)):
-            span = f"vLLM {first} to {last}" if last else f"vLLM {first} and later"
-            raise RecipeError(name, f"not an argument of {recipe.engine.label} ({span}: {source}); its parser refuses "
-                                    f"it, and vLLM would not start")
-        value = getattr(recipe, field_name)
-        if name not in RELEASE_VALUES or not isinstance(value, (str, int, float, bool)):
+    for name, value in given_arguments(recipe).items():
+        if name not in RELEASE_VALUES or not isinstance(value, str):
             continue
         first, source = RELEASE_VALUES[name].get(value, (engines.OLDEST_VLLM, ""))
         if version < engines.release_tuple(first):
-            raise RecipeError(name, f"{value} is not a value of {recipe.engine.label}'s {name} (vLLM {first} and "
-                                    f"later: {source}); its parser refuses it, and vLLM would not start")
+            raise Refusal(name, f"{value} is not a value of {recipe.engine.label}'s {name} (vLLM {first} and "
+                                f"later: {source}); its parser refuses it, and vLLM would not start")
 
 
 def check_decode_context_parallel(recipe: Recipe) -> None:
@@ -114,10 +125,11 @@ def check_decode_context_parallel(recipe: Recipe) -> None:
     sliding_window_refuses_dcp): DeepSeek-V4 and V4.1 keep a sliding window on every layer."""
     dcp, model = recipe.decode_context_parallel_size, recipe.model
     if dcp > 1 and model.sliding_window and recipe.engine.name == "vllm" and recipe.engine.sliding_window_refuses_dcp:
-        raise RecipeError("decode-context-parallel-size", f"{dcp}: {model.name} keeps a {model.sliding_window}-token "
-                                                          f"sliding window on every layer, and vLLM's KV-cache planner "
-                                                          f"refuses decode context parallelism there: 'DCP not support "
-                                                          f"sliding window.' ({recipe.engine.sources['sliding_window_refuses_dcp']})")
+        source = recipe.engine.sources["sliding_window_refuses_dcp"]
+        raise Refusal("decode-context-parallel-size", f"{dcp}: {model.name} keeps a {model.sliding_window}-token "
+                                                      f"sliding window on every layer, and vLLM's KV-cache planner "
+                                                      f"refuses decode context parallelism there: 'DCP not support "
+                                                      f"sliding window.' ({source})")
 
 
 def check_capture_sizes(recipe: Recipe) -> None:
@@ -129,11 +141,11 @@ def check_capture_sizes(recipe: Recipe) -> None:
         return
     name = KEYS["max_cudagraph_capture_size"].name
     if given == 0:
-        raise RecipeError(name, "0 captures no CUDA graph, which vLLM refuses to start with: set "
+        raise Refusal(name, "0 captures no CUDA graph, which vLLM refuses to start with: set "
                                 "compilation-config.cudagraph_mode NONE (or enforce-eager) instead")
     largest = max(recipe.kept_capture_sizes, default=0)
     if recipe.cudagraph_capture_sizes and given != largest:
-        raise RecipeError(name, f"{given} is not {largest}, the largest of cudagraph_capture_sizes within "
+        raise Refusal(name, f"{given} is not {largest}, the largest of cudagraph_capture_sizes within "
                                 f"max-num-batched-tokens: vLLM refuses to start; give one of the two only")
 
 
@@ -162,8 +174,8 @@ def check_linear_attention(recipe: Recipe) -> None:
         raise RecipeError("block-size", f"sizes {model.name}'s attention block (128 or block-size, the larger, times "
                                         f"what a KDA state needs), which is derived for vLLM's default only: drop it")
     if model.linear_heads % recipe.tensor_parallel_size:
-        raise RecipeError("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
-                                                  f"{model.linear_heads} KDA heads (vLLM would refuse to start)")
+        raise Refusal("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
+                                              f"{model.linear_heads} KDA heads (vLLM would refuse to start)")
 
 
 def check_across(recipe: Recipe) -> None:
@@ -189,9 +201,8 @@ def check_across(recipe: Recipe) -> None:
                                           f"{model.first_release}+)")
     heads = model.num_attention_heads
     if heads % recipe.tensor_parallel_size:  # vllm==0.33.0 vllm/config/model.py:1557-1564 (vllm==0.19.0 :1111-1116)
-        raise RecipeError("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
-                                                  f"{heads} attention heads (vLLM would refuse to start)")
-    check_release_keys(recipe)
+        raise Refusal("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
+                                              f"{heads} attention heads (vLLM would refuse to start)")
     check_decode_context_parallel(recipe)
     check_speculation(recipe)
     check_capture_sizes(recipe)
@@ -206,36 +217,94 @@ def check_across(recipe: Recipe) -> None:
                                     f"memory block (or measure on {gpu.name})")
 
 
-def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: dict) -> Recipe:
+def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: dict, notes: list[str] = ()) -> Recipe:
     """resolve(), with a check across keys naming the key as the raw recipe spells it (max_model_len)."""
     try:
-        return resolve(values, recipe_dir, ignored)
+        return resolve(values, recipe_dir, ignored, notes)
     except RecipeError as error:
         written = next((k for k in raw if isinstance(k, str) and canonical(k) == error.key != k), None)
         if written is None:
             raise
-        raise RecipeError(written, error.problem) from None
+        raise type(error)(written, error.problem) from None
 
 
-def load(raw: dict, recipe_dir: Path = Path(".")) -> Recipe:
+def load(raw: dict, recipe_dir: Path = Path("."), notes: list[str] = ()) -> Recipe:
     values, ignored = read_values(raw)
-    return resolve_as_written(raw, values, recipe_dir, ignored)
+    return resolve_as_written(raw, values, recipe_dir, ignored, notes)
 
 
 # Files and commands -----------------------------------------------------------------------------------------------
 
-def read_recipe(path: Path, overrides: list[str] = ()) -> dict:
-    """The raw recipe of a file with --set overrides: its YAML, or a launch script's `vllm serve` line. Its memory
-    block was measured on the GPU the file names, whatever --set says: that is recorded as memory.gpu."""
+@dataclass
+class Source:
+    """One recipe of a file or a command, with the --set overrides: its raw recipe, what to call it beside the
+    others of a script that starts several servers, and what reading it noted (an image tag that names no release)."""
+    label: str | None
+    raw: dict
+    notes: list[str]
+
+
+def override_version(overrides: list[str]) -> str | None:
+    """The vllm-version --set gives: the release whose arguments a serve line is read with."""
+    probe: dict = {}
+    for assignment in overrides:
+        if canonical(assignment.partition("=")[0].strip()) == "vllm-version":
+            set_override(probe, assignment)
+    return next((str(value) for value in probe.values()), None)
+
+
+def server_sources(text: str, overrides: list[str]) -> list[Source]:
+    """Each server a launch script or a pasted command starts, with the --set overrides."""
+    found = vllm_args.servers(text, override_version(overrides))
+    for server in found:
+        for assignment in overrides:
+            set_override(server.raw, assignment)
+        check_given(server)
+    return [Source(server.label if len(found) > 1 else None, server.raw, server.notes) for server in found]
+
+
+def check_given(server: vllm_args.Server) -> None:
+    """What a serve line cannot give comes from --set: its GPU, and each value a shell variable holds. All that is
+    missing is said at once."""
+    given = {canonical(key) for key in server.raw}
+    flat = {f"{canonical(top)}.{inner}" for top, value in server.raw.items() if isinstance(value, dict)
+            for inner in value}
+    missing = [(written, f"shell variables are not expanded: give {variable}'s value with --set {key}=VALUE")
+               for key, (written, variable) in server.unexpanded.items() if key not in given | flat]
+    if "gpu" not in given:
+        missing.append(("gpu", "missing: a vllm serve line does not name its GPU; add --set gpu=NAME (B200, "
+                               "NVIDIA H200, ...)"))
+    if missing:
+        (key, problem), *others = missing
+        raise RecipeError(key, problem + "".join(f"; also {k}: {p}" for k, p in others))
+
+
+def read_sources(path: Path | None, overrides: list[str] = (), command: str | None = None) -> list[Source]:
+    """The recipes of a file (its YAML, or each server its launch script starts) or of a pasted command, with the
+    --set overrides. A YAML file's memory block was measured on the GPU the file names, whatever --set says: that is
+    recorded as memory.gpu."""
+    if path is None:
+        return server_sources(command, overrides)
     text = read_text(path)
-    launch_script = vllm_args.is_launch_script(text)
-    raw = vllm_args.recipe_from_command(text) if launch_script else yaml_mapping(text, path)
+    try:
+        scripted, problem = bool(launch_script.servers(text)), None
+    except RecipeError as error:
+        scripted, problem = False, error
+    if scripted:
+        return server_sources(text, overrides)
+    try:
+        raw = yaml_mapping(text, path)
+    except RecipeError:
+        if problem is not None:
+            raise problem from None
+        if re.match(r"(?:\s*#.*\n|\s*\n)*\s*[\w.\"'-]+\s*:", text):  # it reads as YAML keys: the YAML's own error
+            raise
+        raise RecipeError("recipe", f"{path} starts no vLLM server ({vllm_args.ENTRY_POINTS}) and is no recipe "
+                                    f"(a YAML mapping of keys to values)") from None
     file_gpu = raw.get("gpu")
     for assignment in overrides:
         set_override(raw, assignment)
-    if launch_script:
-        check_gpu_given(raw)
-    return with_memory_gpu(raw, file_gpu)
+    return [Source(None, with_memory_gpu(raw, file_gpu), [])]
 
 
 def with_memory_gpu(raw: dict, file_gpu) -> dict:
@@ -247,33 +316,48 @@ def with_memory_gpu(raw: dict, file_gpu) -> dict:
     return raw
 
 
-def check_gpu_given(raw: dict) -> None:
-    if "gpu" not in raw:
-        raise RecipeError("gpu", "missing: a vllm serve line does not name its GPU; add --set gpu=NAME (B200, "
-                                 "NVIDIA H200, ...)")
+def several(labels: list[str]) -> RecipeError:
+    return RecipeError("command", f"{len(labels)} vLLM servers ({', '.join(labels)}): plan plans each, side by side; "
+                                  f"this command takes one (put its line in a file of its own)")
+
+
+def one(sources: list[Source]) -> Source:
+    if len(sources) > 1:
+        raise several([source.label for source in sources])
+    return sources[0]
+
+
+def read_recipe(path: Path, overrides: list[str] = ()) -> dict:
+    """The raw recipe of a file with --set overrides: its YAML, or its launch script's one server."""
+    return one(read_sources(path, overrides)).raw
 
 
 def read_command(text: str, overrides: list[str] = ()) -> dict:
     """The raw recipe of a pasted `vllm serve ...` command (--command) with --set overrides."""
-    raw = vllm_args.recipe_from_command(text)
-    for assignment in overrides:
-        set_override(raw, assignment)
-    check_gpu_given(raw)
-    return raw
+    return one(server_sources(text, overrides)).raw
+
+
+def load_recipes(path: Path | None, overrides: list[str] = (), command: str | None = None) -> list[tuple[str | None,
+                                                                                                          Recipe]]:
+    """The recipes of a file (or of a pasted command) with --set overrides, each with its label. A memory block was
+    measured on the file's own recipe (with any memory.* overrides): where the other overrides change it, that is
+    kept as measured_on."""
+    folder = Path(".") if path is None else path.parent
+    sources = read_sources(path, overrides, command)
+    recipes = [(source.label, load(source.raw, folder, source.notes)) for source in sources]
+    # A memory block is measured on one GPU (memory.gpu, checked apart), and a serve line names none.
+    shape_overrides = [o for o in overrides if not o.strip().startswith(("memory.", "gpu="))]
+    if not shape_overrides or not any(recipe.measured for _, recipe in recipes):
+        return recipes
+    bases = read_sources(path, [o for o in overrides if o not in shape_overrides], command)
+    measured = [(label, recipe, load(base.raw, folder)) for (label, recipe), base in zip(recipes, bases)]
+    return [(label, recipe if not recipe.measured or base.resolved() == recipe.resolved()
+             else replace(recipe, measured_on=base)) for label, recipe, base in measured]
 
 
 def load_recipe(path: Path | None, overrides: list[str] = (), command: str | None = None) -> Recipe:
-    """The recipe of a file (or of a pasted command) with --set overrides. Its memory block was measured on the
-    file's own recipe (with any memory.* overrides): where the other overrides change it, that is kept as
-    measured_on."""
-    def read(sets):
-        return read_command(command, sets) if path is None else read_recipe(path, sets)
-
-    folder = Path(".") if path is None else path.parent
-    recipe = load(read(overrides), folder)
-    # A memory block is measured on one GPU (memory.gpu, checked apart), and a serve line names none.
-    shape_overrides = [o for o in overrides if not o.strip().startswith(("memory.", "gpu="))]
-    if not recipe.measured or not shape_overrides:
-        return recipe
-    measured_on = load(read([o for o in overrides if o not in shape_overrides]), folder)
-    return recipe if measured_on.resolved() == recipe.resolved() else replace(recipe, measured_on=measured_on)
+    """The one recipe of a file (or of a pasted command) with --set overrides."""
+    recipes = load_recipes(path, overrides, command)
+    if len(recipes) > 1:
+        raise several([label for label, _ in recipes])
+    return recipes[0][1]

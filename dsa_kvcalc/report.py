@@ -1,26 +1,25 @@
 """A Plan as plain data: the JSON contract of `plan --format json`, its warnings and assumptions. Every renderer and
 sweep read a plan through this module; it formats nothing for people."""
 
-from dsa_kvcalc import __version__, capacity
+from dsa_kvcalc import __version__, capacity, published
 from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved, Sizing
 from dsa_kvcalc.engine import MAIN, NEWEST_VLLM, VLLM_RULES
 from dsa_kvcalc.keys import KEYS
 from dsa_kvcalc.memory_terms import Term
+from dsa_kvcalc.uncertainty import error_bar
 from dsa_kvcalc.units import GIB, MIB
 
-OOM_ASSUMPTION = ("free memory at run time is total x (1 - gpu-memory-utilization): an unfixed vLLM's KV cache takes "
-                  "the rest, and eager, piecewise and mixed steps allocate the decode logits from it (the seed's rank "
-                  "had 3.04 GiB free plus 1.54 GiB of live BF16 logits when it died at 131 decodes)")
 FIX = "vLLM #62860"
-PROFILE_BUDGET_LINE = "vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:503"
-PREFILL_CHUNKS_LINE = "vllm==0.33.0 vllm/v1/attention/backends/mla/indexer.py:1506"
+OOM_ROOM = ("a step that allocates the decode logits outside a FULL CUDA graph has total - what vLLM sized (KV, "
+            "weights, base peak, non-torch, graph pool) - the buffers its model runner makes after sizing (derived: "
+            "block tables, indexer metadata) - the unprofiled rest (measured from an OOM message by calibrate, or fitted "
+            "to the seed's death at 131 decodes: 3.04 GiB free plus 1.54 GiB of BF16 logits live)")
 TOOL = {"name": "dsa-kvcalc", "version": __version__}  # in every JSON the tool writes
 
 
 def nulled(value):
     """The same keys, every value null: a figure that does not apply keeps its key."""
     return {key: nulled(inner) for key, inner in value.items()} if isinstance(value, dict) else None
-KPOOL_BUDGET_LINE = "vllm==0.33.0 vllm/models/glm5next/nvidia/sparse_indexer.py:176-178"
 
 
 def provenance(t: Term) -> dict:
@@ -96,10 +95,17 @@ def backend_json(plan: Plan, b: BackendPlan) -> dict:
     return head | (figures if b.available else nulled(figures))
 
 
+def oom_json(b: BackendPlan) -> dict:
+    o = b.oom
+    return {"at_risk": o.at_risk, "room_bytes": o.room_bytes, "kv_init_buffers_bytes": o.kv_init_buffers.bytes,
+            "unprofiled_bytes": o.unprofiled.bytes, "unprofiled_provenance": o.unprofiled.provenance,
+            "margin_bytes": o.margin_bytes, "bytes_per_decode": o.bytes_per_decode, "worst_decodes": o.worst_decodes,
+            "max_decodes": o.max_decodes, "safe_decodes": o.safe_decodes}
+
+
 def backend_figures(plan: Plan, b: BackendPlan) -> dict:
     dl = b.decode_logits
     auto = next((p for p in plan.backends if p.backend == "auto"), b)
-    fix = b.workaround
     return {
         "refused": refusal(plan, b),
         "decode_logits": {
@@ -124,12 +130,7 @@ def backend_figures(plan: Plan, b: BackendPlan) -> dict:
         "max_concurrency": b.max_concurrency,
         "kv_cache_tokens_vs_auto": tokens_vs(b, auto),
         "other_side_of_fix": sizing_json(plan, b.other),
-        "oom": {"free_bytes": b.oom.free_bytes, "bytes_per_decode": b.oom.bytes_per_decode,
-                "max_decodes": b.oom.max_decodes, "at_risk": b.oom.at_risk, "shortfall_bytes": b.oom.shortfall_bytes},
-        "workaround": {
-            "env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": fix and fix.prefill_budget_mb},
-            "kv_cache_tokens": fix and fix.sizing.kv_cache_tokens,
-            "kv_cache_tokens_cost": fix and b.kv_cache_tokens - fix.sizing.kv_cache_tokens},
+        "oom": oom_json(b),
     }
 
 
@@ -157,14 +158,18 @@ def compared_backend(plan: Plan, b: BackendPlan) -> BackendPlan | None:
     return best if best is not None and best.kv_cache_tokens > b.kv_cache_tokens else None
 
 
-def risk_json(plan: Plan, b: BackendPlan) -> dict:
-    fix = b.workaround
-    return {"at_risk": b.oom.at_risk, "max_decodes": b.oom.max_decodes, "max_num_seqs": plan.recipe.max_num_seqs,
-            "workaround_env": None if fix is None else {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": fix.prefill_budget_mb},
-            "workaround_cost_tokens": None if fix is None else b.kv_cache_tokens - fix.sizing.kv_cache_tokens}
+def fix_json(fix) -> dict:
+    """A fixes.Fix: the key, its value, and the backend re-planned with it."""
+    return {"name": fix.name, "key": fix.key, "value": fix.value, "kv_cache_tokens": fix.plan.kv_cache_tokens,
+            "kv_cache_tokens_change": fix.tokens_change, "at_risk": fix.plan.oom.at_risk,
+            "safe_decodes": fix.plan.oom.safe_decodes, "moves_risk": fix.moves_risk}
 
 
-def summary(plan: Plan) -> dict:
+def risk_json(plan: Plan, b: BackendPlan, fixes: list) -> dict:
+    return oom_json(b) | {"max_num_seqs": plan.recipe.max_num_seqs, "fixes": [fix_json(fix) for fix in fixes]}
+
+
+def summary(plan: Plan, fixes: list = ()) -> dict:
     """The four answers for the recipe's backend: does this vLLM release start it, how many KV tokens a rank holds
     (and requests of max-model-len), the OOM risk on this release with its workaround, and the other top-k backend
     worth comparing (deep_select against auto)."""
@@ -172,19 +177,32 @@ def summary(plan: Plan) -> dict:
     other = compared_backend(plan, b)
     deep_select = next((p for p in plan.backends if p.backend == "deep_select"), None)
     return {
+        "notes": list(plan.recipe.notes),  # what reading the recipe noted: a name planned as another checkpoint, ...
         "engine_label": plan.recipe.engine.label, "reserves_decode_logits": plan.recipe.reserves_decode_logits,
         "reservation": b.release.reservation.kind.name, "reserved": reserved_label(plan, b.release),
         "backend": b.backend,
         "instead_of": None if b.selected else plan.recipe.topk_backend,
         "refused": refusal(plan, b) if b.available else f"{b.backend} cannot run here: {b.reason}",
-        "kv_cache_tokens": b.kv_cache_tokens, "max_concurrency": b.max_concurrency,
-        "max_model_len": plan.recipe.max_model_len, "oom": risk_json(plan, b),
+        "kv_cache_tokens": b.kv_cache_tokens, "kv_cache_tokens_error": error_json(plan, b),
+        "max_concurrency": b.max_concurrency,
+        "max_model_len": plan.recipe.max_model_len, "data_parallel_size": plan.recipe.data_parallel_size,
+        "deployment_kv_cache_tokens": b.kv_cache_tokens * plan.recipe.data_parallel_size,
+        "rules_of": NEWEST_VLLM if plan.recipe.engine.newer_than_modelled else None, "oom": risk_json(plan, b, fixes),
         "compared": None if other is None else {
             "backend": other.backend, "refused": refusal(plan, other), "kv_cache_tokens": other.kv_cache_tokens,
-            "kv_cache_tokens_vs_answered": tokens_vs(other, b), "oom": risk_json(plan, other)},
+            "kv_cache_tokens_vs_answered": tokens_vs(other, b), "oom": risk_json(plan, other, [])},
         "deep_select_unavailable": deep_select.reason if deep_select is not None and not deep_select.available
         else None,
     }
+
+
+def error_json(plan: Plan, b: BackendPlan) -> dict | None:
+    """The KV tokens' error bar where a term is estimated or fitted (uncertainty.py): +- a share and in tokens."""
+    bar = error_bar(plan, b)
+    if bar is None:
+        return None
+    return {"relative": round(bar.relative, 4), "tokens": round(b.kv_cache_tokens * bar.relative),
+            "basis": bar.basis}
 
 
 def estimated_terms(plan: Plan) -> list[str]:
@@ -193,52 +211,37 @@ def estimated_terms(plan: Plan) -> list[str]:
     return [name for name, t in terms if t.provenance in ("estimated", "fitted")]
 
 
+def room_terms(plan: Plan, b: BackendPlan) -> str:
+    """The room as its terms, each with its provenance."""
+    o, memory = b.oom, plan.memory
+    held = capacity.held_bytes(memory, b.kv_cache_bytes, b.cudagraph.bytes)
+    return (f"total {plan.recipe.gpu.total_memory_bytes / GIB:.2f} - held {held / GIB:.2f} (KV, weights, base peak, "
+            f"non-torch, graph pool) - KV-init buffers {o.kv_init_buffers.bytes / GIB:.2f} ({o.kv_init_buffers.provenance})"
+            f" - unprofiled {o.unprofiled.bytes / GIB:+.2f} ({o.unprofiled.provenance}) = {o.room_bytes / GIB:.2f} GiB")
+
+
 def oom_warnings(plan: Plan) -> list[str]:
-    """The live risk on this release: where it dies, and what it lets the user do about it."""
+    """The live risk on this release: where it dies, the room that decides it, and the margin kept below the edge."""
     recipe = plan.recipe
     at_risk: dict[tuple, list[BackendPlan]] = {}
     for b in plan.backends:
-        if b.available and b.oom.at_risk and not b.release.reserves_decode_logits:
+        if b.available and b.oom.at_risk:
             at_risk.setdefault((b.oom, b.decode_logits.padded_columns, b.decode_logits.bytes_per_element), []).append(b)
     found = []
     for (oom, padded, element), backends in at_risk.items():
-        names = ", ".join(b.backend for b in backends)
-        fix = backends[0].workaround
+        b = backends[0]
+        reserved = (f"its profile run reserves {b.reserved_bytes / GIB:.2f} GiB for them ({reserved_label(plan, b.release)})"
+                    if b.release.reserves_decode_logits else f"{FIX} is in no release: its profile run reserves only "
+                                                             f"the prefill budget")
         found.append(
-            f"{recipe.engine.label} does not reserve the decode logits ({FIX} is in no release): with {names}, a step "
-            f"that runs them outside a CUDA graph (eager, piecewise, mixed) runs out of memory above {oom.max_decodes} "
-            f"concurrent decodes (max-num-seqs {recipe.max_num_seqs}): {1 + recipe.num_speculative_tokens} rows x "
-            f"{padded:,} columns x {element} B = {oom.bytes_per_decode / MIB:.1f} MiB per decode against "
-            f"{oom.free_bytes / GIB:.2f} GiB free (assumed: see assumptions). What this release allows: max-num-seqs "
-            f"{oom.max_decodes} (the decodes that fit); or VLLM_SPARSE_INDEXER_MAX_LOGITS_MB={fix.prefill_budget_mb}, "
-            f"which its profile run reserves ({PROFILE_BUDGET_LINE}), at "
-            f"{backends[0].kv_cache_tokens - fix.sizing.kv_cache_tokens:,} KV tokens; that covers decode-only steps, "
-            f"but the same budget sizes the prefill logits chunks ({PREFILL_CHUNKS_LINE}), so a mixed step can hold "
-            f"up to that much prefill logits beside the decode logits")
-    return found
-
-
-def reservation_warnings(plan: Plan) -> list[str]:
-    """Where this release's profile run reserves less for the decode logits than they take (the kpool indexer of
-    GLM-5.3-Flash reserves 4 B an element over the unpadded width), by how much, and whether what is free covers it."""
-    shortfalls: dict[tuple, list[BackendPlan]] = {}
-    for b in plan.backends:
-        if b.available and b.oom.shortfall_bytes:
-            shortfalls.setdefault((b.oom, b.decode_logits, b.reserved_bytes), []).append(b)
-    found = []
-    for (oom, dl, reserved), backends in shortfalls.items():
-        copy = f": {dl.logits_dtype.upper()} and the FP32 copy the top-k reads" if dl.copy_bytes_per_element else ""
-        fix = backends[0].workaround
-        verdict = (f"more than that: at risk of running out of memory; VLLM_SPARSE_INDEXER_MAX_LOGITS_MB="
-                   f"{fix.prefill_budget_mb} would reserve them all ({KPOOL_BUDGET_LINE})" if oom.at_risk
-                   else "which covers it, so not at risk")
-        found.append(
-            f"{plan.recipe.engine.label}'s profile run reserves {reserved / GIB:.2f} GiB for the decode logits "
-            f"({dl.rows:,} rows x {dl.columns:,} columns x 4 B, or the prefill budget if larger), but with "
-            f"{', '.join(b.backend for b in backends)} they take {dl.bytes / GIB:.2f} GiB ({dl.rows:,} rows x "
-            f"{dl.padded_columns:,} columns x {dl.bytes_per_element} B{copy}): the {oom.shortfall_bytes / GIB:.2f} GiB "
-            f"beyond the reservation come from the {oom.free_bytes / GIB:.2f} GiB free (assumed: see assumptions), "
-            f"{verdict}")
+            f"{recipe.engine.label}, with {', '.join(b.backend for b in backends)}: a step that allocates the decode "
+            f"logits outside a FULL CUDA graph (eager, piecewise, a mixed batch, or any step of a data-parallel rank "
+            f"whose peers prefill) has {room_terms(plan, b)} for them, and {reserved}. At "
+            f"{1 + recipe.num_speculative_tokens} rows x {padded:,} columns x {element} B = "
+            f"{oom.bytes_per_decode / MIB:.1f} MiB a decode it runs out of memory above {oom.max_decodes} concurrent "
+            f"decodes (max-num-seqs {recipe.max_num_seqs}, at most {oom.worst_decodes} a step); safe up to "
+            f"{oom.safe_decodes}, {oom.margin_bytes / MIB:,.0f} MiB below the edge (the allocator's 2 MiB segments, "
+            f"and the unprofiled term's stated uncertainty)")
     return found
 
 
@@ -264,7 +267,6 @@ def warnings(plan: Plan) -> list[str]:
         found.append(f"{recipe.engine.label} is newer than the newest release modelled ({NEWEST_VLLM}): plan applies "
                      f"{NEWEST_VLLM}'s rules, which may have moved since")
     found += oom_warnings(plan)
-    found += reservation_warnings(plan)
     refused: dict[str, list[str]] = {}
     for b in plan.backends:
         if b.available and refusal(plan, b):
@@ -289,7 +291,7 @@ def kv_source(plan: Plan) -> str:
 
 def assumptions(plan: Plan) -> list[str]:
     recipe = plan.recipe
-    found = [f"out-of-memory bound without #62860: {OOM_ASSUMPTION}",
+    found = [f"out-of-memory room: {OOM_ROOM}",
              f"KV cache (derived): {kv_source(plan)}" + (f"; {recipe.model.note}" if recipe.model.note else "")]
     if not recipe.indexer_headroom_bytes:
         found.append("indexer headroom = the prefill budget: the reservation raises the profiled peak by all it adds "
@@ -306,14 +308,20 @@ def kv_json(plan: Plan) -> dict:
             "request_bytes": kv.request_bytes, "provenance": "derived", "source": kv_source(plan)}
 
 
-def plan_json(plan: Plan) -> dict:
+def cudagraph_estimate_json(estimate: capacity.CudagraphEstimate) -> dict:
+    return {"method": estimate.method.name, "description": estimate.method.value, "graphs": estimate.graphs,
+            "sampled_graph_tokens": list(estimate.sampled_rows), "extrapolated_graphs": estimate.extrapolated_graphs,
+            "per_graph_bytes": estimate.per_graph_bytes, "floor_bytes": estimate.floor_bytes}
+
+
+def plan_json(plan: Plan, fixes: list = ()) -> dict:
     recipe, memory, engine = plan.recipe, plan.memory, plan.recipe.engine
     layout = recipe.layout
     rules = {name: {"value": sorted(value) if isinstance(value := getattr(engine, name), frozenset) else value,
                     "source": source} for name, source in engine.sources.items()}
     return {
         "tool": TOOL,
-        "summary": summary(plan),
+        "summary": summary(plan, fixes),
         "recipe": recipe.resolved() | {"memory": recipe.memory_block()},
         "ignored_keys": list(recipe.ignored_keys),
         "engine": {"name": engine.name, "version": engine.version, "rules": rules},
@@ -321,6 +329,7 @@ def plan_json(plan: Plan) -> dict:
         "model": {"name": recipe.model.name, "config_source": recipe.model.config_source,
                   "index_topk": recipe.model.index_topk, "kv_bytes_per_token": memory.kv.bytes_per_logged_token},
         "kv_cache": kv_json(plan),
+        "cudagraph_estimate": cudagraph_estimate_json(plan.cudagraph_estimate),
         "deepgemm_layout": {"versions": layout.versions, "logits_dtype": layout.logits_dtype,
                             "split_columns": layout.split_columns, "stride_aligned": layout.stride_aligned,
                             "source": layout.source},
@@ -333,6 +342,7 @@ def plan_json(plan: Plan) -> dict:
         "backends": [backend_json(plan, b) for b in plan.backends],
         "warnings": warnings(plan),
         "assumptions": assumptions(plan),
+        "published_gaps": [vars(gap) for gap in published.gaps(plan)],
     }
 
 

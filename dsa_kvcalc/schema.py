@@ -8,7 +8,7 @@ import re
 from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS
 from dsa_kvcalc.keys import KEYS, MEMORY_TERMS, MEMORY_UNITS, NESTED, Key
 from dsa_kvcalc.values import RELEASE_PATTERN
-from dsa_kvcalc.vllm_config import IGNORED_KEYS, IGNORED_NESTED
+from dsa_kvcalc.vllm_cli import IGNORED_KEYS, IGNORED_NESTED
 
 GPU_NAMES = {"type": "string", "examples": [g.name for g in GPUS]}
 NUMBER = {"type": "number", "minimum": 0}
@@ -59,7 +59,8 @@ def nested_properties() -> dict:
         top, _, inner = k.name.partition(".")
         if k.kind == "memory":
             for unit in MEMORY_UNITS:
-                nested[top][f"{inner}_{unit}"] = PER_BACKEND if k.per_backend else NUMBER
+                nested[top][f"{inner}_{unit}"] = PER_BACKEND if k.per_backend else NUMBER if k.minimum >= 0 else {
+                    "type": "number"}
         elif inner:
             nested[top][inner] = described(k)
     return nested
@@ -73,7 +74,7 @@ def nested_schemas() -> dict:
                  "env": {"propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}}}
     schemas = {}
     for top, inner in nested_properties().items():
-        open_ = bool(IGNORED_NESTED[top]) or top == "env"
+        open_ = bool(IGNORED_NESTED.get(top)) or top == "env"
         mapping = {"type": "object", "properties": inner, "additionalProperties": open_} | exclusive.get(top, {})
         schemas[top] = {"anyOf": [mapping, {"type": "string", "description": "the same mapping as JSON"}]}
     return schemas

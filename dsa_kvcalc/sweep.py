@@ -16,12 +16,13 @@ from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import BACKENDS
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.inputs import RecipeLoader
-from dsa_kvcalc.keys import BY_NAME, KEYS, MEMORY_TERMS, NESTED, Recipe, RecipeError, canonical, memory_unit
+from dsa_kvcalc.keys import BY_NAME, KEYS, MEMORY_TERMS, NESTED, Recipe, RecipeError, canonical, memory_unit, \
+    suggestion
 from dsa_kvcalc.names import model_config_path
 from dsa_kvcalc.overrides import as_written, set_value
 from dsa_kvcalc.recipe import load, load_recipe, read_command, read_recipe, resolve_as_written, with_memory_gpu
 from dsa_kvcalc.values import parse_size, read_values
-from dsa_kvcalc.vllm_config import IGNORED_KEYS
+from dsa_kvcalc.vllm_cli import IGNORED_KEYS
 from dsa_kvcalc.report import backend_json, flatten
 
 BACKEND_NAMES = tuple(b.name for b in BACKENDS)
@@ -48,10 +49,10 @@ class Vary:
     values: object  # a tuple, a range or a DecimalRange: sized and iterable, never built in full
 
 
-def parse_varies(texts: list[str]) -> list[Vary]:
+def parse_varies(texts: list[str], option: str = "--vary") -> list[Vary]:
     if not texts:
-        raise RecipeError("--vary", "nothing to sweep: give at least one --vary KEY=SPEC")
-    varies = [parse_vary(text) for text in texts]
+        raise RecipeError(option, f"nothing to sweep: give at least one {option} KEY=SPEC")
+    varies = [parse_vary(text, option) for text in texts]
     seen: dict[tuple[str, ...], str] = {}
     units: dict[str, str] = {}  # a memory term -> its unit: a file gives each term in one (whatever its backends)
     for text, vary in zip(texts, varies):
@@ -62,11 +63,11 @@ def parse_varies(texts: list[str]) -> list[Vary]:
             other = next(key for key in seen.values() if varied_path(key)[:2] == path[:2])
         if other is not None:
             also = "" if other == vary.key else f": {other} sets it too"
-            raise RecipeError(f"--vary {text}", f"{vary.key} is varied twice{also}")
+            raise RecipeError(f"{option} {text}", f"{vary.key} is varied twice{also}")
         seen[path] = vary.key
     if point_count(varies) > MAX_POINTS:
-        raise RecipeError("--vary", f"{point_count(varies):,} points is over the limit of {MAX_POINTS:,}: narrow a "
-                                    f"range or raise its step")
+        raise RecipeError(option, f"{point_count(varies):,} points is over the limit of {MAX_POINTS:,}: narrow a "
+                                  f"range or raise its step")
     return varies
 
 
@@ -86,9 +87,9 @@ def overlap(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
     return one[:shorter] == other[:shorter]
 
 
-def parse_vary(text: str) -> Vary:
+def parse_vary(text: str, option: str = "--vary") -> Vary:
     """KEY=SPEC: SPEC is start:stop:step (stop included; 128k-style sizes and decimals too) or a comma list."""
-    option = f"--vary {text}"
+    option = f"{option} {text}"
     if "=" not in text:
         raise RecipeError(option, "expected KEY=SPEC, e.g. max-num-seqs=64:1024:64 or kv-cache-dtype=fp8,auto")
     key, spec = (part.strip() for part in text.split("=", 1))
@@ -111,7 +112,8 @@ def check_key(option: str, key: str) -> None:
     if name in IGNORED_KEYS:
         raise RecipeError(option, f"{top} does not change memory (dsa-kvcalc ignores it)")
     if name not in BY_NAME and name not in NESTED:
-        raise RecipeError(option, f"unknown recipe key {top!r}; see dsa-kvcalc schema")
+        raise RecipeError(option, f"unknown key {top!r}" + suggestion(name, [*BY_NAME, *NESTED, *IGNORED_KEYS])
+                          + "; see dsa-kvcalc schema")
     if not nested:
         return
     if name not in NESTED:
@@ -128,7 +130,8 @@ def check_key(option: str, key: str) -> None:
     else:
         ok = inner in known and not backend
     if not ok:
-        raise RecipeError(option, f"unknown key {key!r}; {top} takes {', '.join(known)}"
+        raise RecipeError(option, f"unknown key {key!r}" + suggestion(inner, known)
+                          + f"; {top} takes {', '.join(known)}"
                                   + (" as NAME_gib or NAME_bytes (per backend: NAME_gib.BACKEND)"
                                      if name == "memory" else ""))
 
@@ -315,12 +318,9 @@ def shortfalls(recipe: Recipe, b: capacity.BackendPlan, min_kv_tokens: int) -> l
         missed.append(f"above max-num-batched-tokens {recipe.max_num_batched_tokens:,} (vLLM refuses to start)")
     if b.kv_cache_tokens < min_kv_tokens:
         missed.append(f"KV cache {b.kv_cache_tokens:,} tokens per rank < {min_kv_tokens:,}")
-    if b.oom.at_risk and b.release.reserves_decode_logits:
-        missed.append(f"OOM risk on {recipe.engine.label}: the decode logits take {b.oom.shortfall_bytes / GIB:.2f} "
-                      f"GiB beyond its profile run's reservation, more than the {b.oom.free_bytes / GIB:.2f} GiB free")
-    elif b.oom.at_risk:
-        missed.append(f"OOM risk on {recipe.engine.label} (no #62860): {b.oom.free_bytes / GIB:.2f} GiB free holds the "
-                      f"decode logits of {b.oom.max_decodes} decodes")
+    if b.oom.at_risk:
+        missed.append(f"OOM risk on {recipe.engine.label}: room for the decode logits of {b.oom.safe_decodes} decodes "
+                      f"with the margin kept ({b.oom.max_decodes} at the edge)")
     return missed
 
 

@@ -12,8 +12,12 @@ from dsa_kvcalc import engine as engines
 from dsa_kvcalc import hf_config
 from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES
 from dsa_kvcalc.keys import BY_NAME, KEYS, MEMORY_TERMS, MEMORY_UNITS, NESTED, Key, RecipeError, canonical, \
-    memory_unit, shown
-from dsa_kvcalc.vllm_config import IGNORED_KEYS, IGNORED_NESTED
+    memory_unit, shown, suggestion
+from dsa_kvcalc.vllm_cli import FLAG_SPELLINGS, IGNORED_KEYS, IGNORED_NESTED, SHORTHANDS
+
+# The texts pydantic's lax mode reads as a boolean in a vLLM config's field (--attention-config.x True)
+LAX_BOOLEANS = {"0": False, "off": False, "f": False, "false": False, "n": False, "no": False,
+                "1": True, "on": True, "t": True, "true": True, "y": True, "yes": True}
 
 RELEASE_PATTERN = r"v?(\d+\.\d+)(?:\.[0-9A-Za-z.+-]*)?"  # a DeepGEMM release: 2.8, 2.8.2, v2.6.1, 2.8.x
 # A vLLM release as written (0.34.0, v0.20.1.dev1+g1234): numbers of at most 6 digits and a tag of at most 64
@@ -128,15 +132,15 @@ def check_value(name: str, k: Key, value):
     return CHECKS.get(k.kind, a_name)(name, k, value)
 
 
-def memory_bytes(name: str, value, unit: str) -> int:
+def memory_bytes(name: str, value, unit: str, signed: bool = False) -> int:
     whole = isinstance(value, int) and not isinstance(value, bool)
     if not whole and not (isinstance(value, float) and math.isfinite(value)):
         raise RecipeError(name, f"expected a number of {'GiB' if unit == 'gib' else 'bytes'}, got {value!r}")
     if unit == "bytes" and not whole:
         raise RecipeError(name, f"bytes must be a whole number, got {value!r}")
-    if not 0 <= value <= (1 << 50 if unit == "bytes" else 1 << 20):
-        raise RecipeError(name, f"must be between 0 and {'2^50 bytes' if unit == 'bytes' else '2^20 GiB'}, "
-                                f"got {value}")
+    most, spelled = (1 << 50, "2^50 bytes") if unit == "bytes" else (1 << 20, "2^20 GiB")
+    if not (-most if signed else 0) <= value <= most:
+        raise RecipeError(name, f"must be between {'-' + spelled if signed else 0} and {spelled}, got {value}")
     return round(value * MEMORY_UNITS[unit]) if unit == "gib" else value
 
 
@@ -149,7 +153,7 @@ def memory_term(name: str, value, k: Key, unit: str):
                 raise RecipeError(f"{name}.{shown(backend)}", f"unknown backend; expected one of "
                                                               f"{', '.join(sorted(backends))}")
         return {b: memory_bytes(f"{name}.{b}", v, unit) for b, v in value.items() if v is not None}  # null: estimate
-    number = memory_bytes(name, value, unit)
+    number = memory_bytes(name, value, unit, k.minimum < 0)
     return {"*": number} if k.per_backend else number
 
 
@@ -172,7 +176,8 @@ def nested_mapping(name: str, value) -> dict:
 
 def read_values(raw: dict) -> tuple[dict, dict]:
     """Every key of a raw recipe checked on its own: field name -> value, and the ignored keys (dotted when nested)
-    with their values as written."""
+    with their values as written. Another spelling of a flag (disable-expert-parallel) and a shorthand of a JSON
+    argument's key (spec-tokens) read as vLLM reads them."""
     values: dict = {}
     seen: dict[str, str] = {}
     ignored: dict = {}
@@ -188,12 +193,40 @@ def read_values(raw: dict) -> tuple[dict, dict]:
         elif top in NESTED:
             if value is not None:
                 values |= read_nested(shown(name), top, nested_mapping(shown(name), value), ignored)
+        elif top in FLAG_SPELLINGS:
+            values |= flag_spelling(shown(name), top, value)
+        elif top in SHORTHANDS:
+            field_name = BY_NAME[SHORTHANDS[top]] if SHORTHANDS[top] in BY_NAME else None
+            if field_name is None:
+                ignored[SHORTHANDS[top]] = value
+            elif value is not None:
+                values[field_name] = check_value(shown(name), KEYS[field_name], lax(KEYS[field_name], value))
         elif top not in BY_NAME:
-            hint = difflib.get_close_matches(top, [*BY_NAME, *NESTED, *IGNORED_KEYS], n=1)
-            raise RecipeError(shown(name), "unknown key" + (f" (did you mean {hint[0]}?)" if hint else ""))
+            raise RecipeError(shown(name), "unknown key" + suggestion(top, [*BY_NAME, *NESTED, *IGNORED_KEYS]))
         elif value is not None:
             values[BY_NAME[top]] = check_value(shown(name), KEYS[BY_NAME[top]], value)
     return values, ignored
+
+
+def flag_spelling(name: str, spelling: str, value) -> dict:
+    """Another spelling of a flag: true is the flag as vLLM takes it, false its --no- form where there is one, else
+    nothing (vllm==0.33.0 vllm/utils/argparse_utils.py:602-606)."""
+    key, stores = FLAG_SPELLINGS[spelling]
+    if not isinstance(value, bool):
+        raise RecipeError(name, f"expected true or false, got {value!r}")
+    if value:
+        return {BY_NAME[key]: stores}
+    negation = FLAG_SPELLINGS.get(f"no-{spelling}")
+    return {BY_NAME[key]: negation[1]} if negation else {}
+
+
+def lax(k: Key, value):
+    """A JSON config's value as pydantic's lax mode reads it into the field: 'True' a boolean, '3' a number."""
+    if isinstance(value, str) and k.kind == "bool" and value.lower() in LAX_BOOLEANS:
+        return LAX_BOOLEANS[value.lower()]
+    if isinstance(value, str) and k.kind == "int" and re.fullmatch(r"-?\d+", value.strip()):
+        return int(value)
+    return value
 
 
 def read_nested(name: str, top: str, mapping: dict, ignored: dict) -> dict:
@@ -207,13 +240,16 @@ def read_nested(name: str, top: str, mapping: dict, ignored: dict) -> dict:
         elif f"{top}.{inner}" in BY_NAME:
             if value is not None:
                 field_name = BY_NAME[f"{top}.{inner}"]
-                values[field_name] = check_value(path, KEYS[field_name], value)
-        elif inner in IGNORED_NESTED[top] or (top == "env" and not misspelt_env(inner)):
+                k = KEYS[field_name]
+                values[field_name] = check_value(path, k, value if top in ("env", "memory") else lax(k, value))
+        elif inner in IGNORED_NESTED.get(top, ()) or (top == "env" and not misspelt_env(inner)):
             ignored[f"{top}.{inner}"] = value
         else:
             known = sorted(k.name.split(".", 1)[1] for k in KEYS.values() if k.name.startswith(top + "."))
-            raise RecipeError(path, f"unknown key; {top} takes {', '.join(known)}"
-                                    + (" (each as NAME_gib or NAME_bytes)" if top == "memory" else ""))
+            raise RecipeError(path, "unknown key" + suggestion(inner, [*known, *IGNORED_NESTED.get(top, ())])
+                                    + f"; {top} takes {', '.join(known)}"
+                                    + (" (each as NAME_gib or NAME_bytes)" if top == "memory" else "")
+                                    + (" and vLLM's other keys" if IGNORED_NESTED.get(top) else ""))
     return values
 
 

@@ -128,23 +128,20 @@ class LiveMemory:
 
 @dataclass(frozen=True)
 class OomRequest:
-    """What --reproduce-oom leaves free, and how far it searches."""
-    free_bytes: int  # as an unfixed vLLM leaves it
-    fixed_free_bytes: int  # as the fixed vLLM leaves it: the reservation on top
-    worst_decodes: int
+    """What --reproduce-oom leaves free and holds, and how far it searches."""
+    room_bytes: int  # plan's room for the decode logits at run time (capacity.OomRisk), in whole 2 MiB granules
+    chunk_bytes: int  # the last prefill chunk's FP32 logits, live when the decode logits are allocated
     max_search_decodes: int
 
 
 @dataclass(frozen=True)
 class OomRun:
-    """What --reproduce-oom found."""
-    free_target_bytes: int
-    free_left_bytes: int  # what the ballast actually left free
+    """What --reproduce-oom found: the step as vLLM 0.33.0 runs it, at growing decode counts."""
+    room_target_bytes: int
+    room_left_bytes: int  # what the ballast actually left free beside the chunk
+    chunk_bytes: int
     attempts: list[tuple[int, bool]]  # (decodes, fitted), in the order run
     first_failing_decodes: int | None
-    fixed_free_left_bytes: int
-    worst_decodes: int
-    fixed_ok: bool  # the worst case ran with the fixed reservation left free
 
     @classmethod
     def from_json(cls, data: dict) -> "OomRun":
@@ -448,43 +445,48 @@ def profile_replay(plan: Plan, name: str, measured: PassMeasurement, live: LiveM
 @dataclass(frozen=True)
 class OomVerdict:
     backend: str
-    predicted_max_decodes: int
+    predicted_max_decodes: int  # plan's edge: OOM above it
+    predicted_safe_decodes: int  # the margin below it
+    margin_decodes: int  # the margin, in whole decodes (rounded up)
     bytes_per_decode: int
-    plan_free_bytes: int
+    plan_room_bytes: int
     run: OomRun
     agree: bool
     verdict: str
 
 
 def oom_request(plan: Plan, name: str) -> OomRequest:
-    """What to leave free: total x (1 - util), rounded down to whole 2 MiB granules (what the allocator can hand
-    out); the fixed vLLM leaves the reservation on top. The search stops at twice the predicted failure."""
+    """Leave plan's room free, in whole 2 MiB granules (what the allocator can hand out), beside a prefill chunk of
+    the budget's FP32 logits: the indexer's decode call allocates its logits while the last chunk's are still bound
+    (vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:880-893); the chunk sits in the profile's base
+    peak, not in the room. The search stops at twice the predicted failure."""
     b = plan.backend(name)
-    decodes = capacity.decode_rows(plan.recipe) // (1 + plan.recipe.num_speculative_tokens)
-    return OomRequest(
-        free_bytes=b.oom.free_bytes // GRANULE_BYTES * GRANULE_BYTES,
-        fixed_free_bytes=(b.oom.free_bytes + b.with_fix.reserved_bytes) // GRANULE_BYTES * GRANULE_BYTES,
-        worst_decodes=decodes,
-        max_search_decodes=1 << (2 * max(b.oom.max_decodes + 1, decodes)).bit_length())
+    return OomRequest(room_bytes=b.oom.room_bytes // GRANULE_BYTES * GRANULE_BYTES,
+                      chunk_bytes=plan.recipe.prefill_budget_bytes,
+                      max_search_decodes=1 << (2 * (b.oom.max_decodes + 1)).bit_length())
 
 
 def oom_verdict(plan: Plan, name: str, run: OomRun) -> OomVerdict:
+    """Plan's edge and safe count in the room the run left (plan's room when it ran: the run checks what a step
+    allocates in it, not the terms that size it). They agree where the step ran at the safe count and failed no later
+    than one past the edge plus the margin."""
     oom = plan.backend(name).oom
+    per_decode = oom.bytes_per_decode
+    edge, safe = run.room_target_bytes // per_decode, max(run.room_target_bytes - oom.margin_bytes, 0) // per_decode
+    margin = -(-oom.margin_bytes // per_decode)
     failed_at = run.first_failing_decodes
-    agree = failed_at == oom.max_decodes + 1 and run.fixed_ok
+    agree = failed_at is not None and safe < failed_at <= edge + 1 + margin
     if failed_at is None:
-        verdict = f"no failure up to {run.attempts[-1][0]} decodes; plan predicts {oom.max_decodes + 1}"
-    elif failed_at == oom.max_decodes + 1:
-        verdict = f"failed at {failed_at} decodes, as plan predicts ({oom.max_decodes} fit)"
+        verdict = f"no failure up to {run.attempts[-1][0]} decodes; plan predicts {edge + 1}"
+    elif agree:
+        verdict = f"failed at {failed_at} decodes; plan: OOM above {edge}, safe up to {safe} (margin {margin})"
     else:
-        fit_in_left = run.free_left_bytes // oom.bytes_per_decode
-        verdict = (f"failed at {failed_at} decodes; plan predicts {oom.max_decodes + 1} "
-                   f"({run.free_left_bytes:,} B were left free, room for {fit_in_left} decodes by plan's "
-                   f"{oom.bytes_per_decode:,} B each)")
-    verdict += ("; with the fixed reservation the worst case ran" if run.fixed_ok
-                else "; with the fixed reservation the worst case still failed")
-    return OomVerdict(backend=name, predicted_max_decodes=oom.max_decodes, bytes_per_decode=oom.bytes_per_decode,
-                      plan_free_bytes=oom.free_bytes, run=run, agree=agree, verdict=verdict)
+        verdict = (f"failed at {failed_at} decodes; plan predicts {edge + 1}, safe up to {safe} "
+                   f"({run.room_left_bytes:,} B were left free beside the chunk, room for "
+                   f"{run.room_left_bytes // per_decode} decodes by plan's {per_decode:,} B each)")
+    return OomVerdict(backend=name, predicted_max_decodes=edge, predicted_safe_decodes=safe, margin_decodes=margin,
+                      bytes_per_decode=per_decode, plan_room_bytes=run.room_target_bytes, run=run, agree=agree,
+                      verdict=verdict)
 
 
 def exit_code(report: dict) -> int:

@@ -1,133 +1,68 @@
-"""vLLM's own command line, both ways: a `vllm serve ...` line (pasted, or in a launch script) read as a raw recipe,
-the way vLLM's parser reads it, and the arguments that deploy a planned recipe.
+"""vLLM's own command line, both ways: the servers a launch script (or a pasted command) starts, each read as a raw
+recipe the way the release's own parser reads its arguments, and the arguments that deploy a planned recipe.
 
-vLLM's parser is FlexibleArgumentParser with EngineArgs.add_cli_args and the server's own arguments
-(vllm==0.33.0 vllm/utils/argparse_utils.py:156-470, vllm/engine/arg_utils.py:959-1915,
-vllm/entrypoints/common/cli_args.py:431). The aliases, flags and shorthands read here are the same in every release
-modelled (0.19.0 to 0.33.0) except where a release is named. tests/test_vllm_args.py checks both directions against
-the release's own parser.
+The arguments are the release's (vllm_cli.py: every name, flag, type and choice of its parser, generated from the
+release). Before argparse, vLLM's FlexibleArgumentParser moves --model to the front, turns underscores in a name into
+dashes, reads -O3 as --optimization-level 3, and gathers `--json-arg.key value` (and `.key+ a,b`) into one JSON
+argument passed after all the others, so that it replaces a whole `--json-arg '{...}'` (vllm==0.33.0
+vllm/utils/argparse_utils.py:313-501, the same in every release modelled); then argparse reads them, abbreviations
+included. tests/test_vllm_args.py checks both directions against the release's own parser.
 """
 
+import argparse
 import json
 import re
-import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from dsa_kvcalc.keys import BY_NAME, KEYS, NESTED, Recipe, RecipeError, canonical
-from dsa_kvcalc.vllm_config import IGNORED_KEYS
+from dsa_kvcalc import engine as engines
+from dsa_kvcalc import launch_script, vllm_cli
+from dsa_kvcalc.keys import BY_NAME, KEYS, NESTED, Recipe, RecipeError, canonical, suggestion
+from dsa_kvcalc.vllm_cli import SHORTHANDS, Argument
 
-# Short aliases (vllm==0.33.0 vllm/engine/arg_utils.py:992-1894, vllm/entrypoints/common/cli_args.py:453)
-ALIASES = {
-    "-tp": "tensor-parallel-size", "-pp": "pipeline-parallel-size", "-dp": "data-parallel-size",
-    "-dcp": "decode-context-parallel-size", "-ep": "enable-expert-parallel", "-sc": "speculative-config",
-    "-cc": "compilation-config", "-ac": "attention-config", "-q": "quantization", "-dpl": "data-parallel-size-local",
-    "-dpa": "data-parallel-address", "-dpp": "data-parallel-rpc-port", "-dpr": "data-parallel-start-rank",
-    "-dph": "data-parallel-hybrid-lb", "-dpe": "data-parallel-external-lb", "-asc": "api-server-count",
-}
-# Shorthands that vLLM merges into a JSON argument, and refuses beside the same key in it
-# (vllm==0.33.0 vllm/engine/arg_utils.py:2108-2120 from 0.22.0, and :2834-2848).
-SHORTHANDS = {
-    "spec-method": "speculative-config.method", "spec-model": "speculative-config.model",
-    "spec-tokens": "speculative-config.num_speculative_tokens",
-    "cudagraph-capture-sizes": "compilation-config.cudagraph_capture_sizes",
-    "max-cudagraph-capture-size": "compilation-config.max_cudagraph_capture_size",
-}
-# Arguments that take no value, besides the recipe's own booleans: store_true or BooleanOptionalAction in
-# vllm==0.33.0 (nargs 0 in the serve parser). Each has a --no- form, and an --enable-X a --disable-X (0.33.0:
-# EnableDisableAction, vllm/utils/argparse_utils.py:121-146).
-FLAGS = {
-    "trust-remote-code", "enable-auto-tool-choice", "disable-log-requests", "disable-log-stats", "enable-log-requests",
-    "enable-prefix-caching", "enable-chunked-prefill", "data-parallel-hybrid-lb", "data-parallel-external-lb",
-    "enable-eplb", "disable-custom-all-reduce", "enable-dbo", "enable-sleep-mode", "return-tokens-as-token-ids",
-    "enable-server-load-tracking", "disable-cascade-attn", "enable-force-include-usage",
-    "enable-prompt-tokens-details",
-}
-# Flags without a --no- form in any release modelled (store_true): false is their default, and not written
-NO_NEGATIVE = {"disable-log-requests", "disable-log-stats"}
-# Arguments that take one or more values (nargs "+"), among those dsa-kvcalc reads or ignores
-MANY_VALUES = {"served-model-name", "api-key", "collect-detailed-traces", "cudagraph-capture-sizes"}
-# vLLM's value types where they differ from reading the text as the recipe key's kind: the top-k backend is lowered
-# with dashes as underscores (vllm==0.33.0 vllm/engine/arg_utils.py:1850), a CUDA-graph mode upper-cased
-# (vllm/config/compilation.py:873-879), and the JSON of a config class may hold 1k-style numbers
-# (vllm/engine/arg_utils.py:303-321, for --compilation-config, --attention-config and --engram-config;
-# --speculative-config is plain JSON, :1863).
-LOWERED = {"sparse-indexer-topk-backend"}
-CONFIG_CLASSES = {"compilation-config", "attention-config", "engram-config"}
-ENTRY_POINTS = ("vllm serve", "python -m vllm.entrypoints.openai.api_server",
-                "python3 -m vllm.entrypoints.openai.api_server")
-SERVE_LINE = re.compile(r"\s*(?:[A-Za-z_]\w*=(?:\"[^\"]*\"|'[^']*'|\S)*\s+)*(?:(?:exec|env|nohup)\s+)*"
-                        r"(?:vllm\s+serve|python3?\s+-m\s+vllm\.entrypoints\.openai\.api_server)(?:\s|$)")
-SHELL_OPERATORS = ("&", "&&", "|", "||", ";", ">", ">>", "<", "2>&1", "2>", "1>")
+OWN_KEYS = ("gpu", "engine", "vllm-version", "deepgemm", "memory", "env")  # dsa-kvcalc's, never vLLM arguments
+ENTRY_POINTS = "vllm serve (or docker run of vLLM's OpenAI image, or python -m vllm.entrypoints.openai.api_server)"
+# The roles of a disaggregated prefill/decode pair, by --kv-transfer-config's kv_role
+ROLES = {"kv_producer": "prefill", "kv_consumer": "decode"}
+RELEASE_TAG = re.compile(r"(?:^|[^\d.])v?(\d+\.\d+\.\d+)")
 
 
-def logical_lines(text: str) -> list[str]:
-    """The script's lines, with backslash continuations joined."""
-    return re.sub(r"\\\r?\n", " ", text).splitlines()
+@dataclass
+class Server:
+    """One server of a launch script, as a raw recipe (keys as vLLM spells them), read with the arguments of
+    `release`."""
+    line: int
+    raw: dict
+    release: str
+    role: str | None = None
+    unexpanded: dict = field(default_factory=dict)  # recipe key -> (as written, the shell variable it holds)
+    notes: list[str] = field(default_factory=list)
 
-
-def is_launch_script(text: str) -> bool:
-    """Does the text run `vllm serve` (or vLLM's OpenAI server module) on a line of its own?"""
-    return any(SERVE_LINE.match(line) for line in logical_lines(text))
-
-
-def assignment(token: str) -> tuple[str, str] | None:
-    match = re.fullmatch(r"([A-Za-z_]\w*)=(.*)", token, re.S)
-    return match.groups() if match else None
-
-
-def serve_command(text: str) -> tuple[dict, list[str]]:
-    """The environment (export lines and the command's prefix) and the arguments after `vllm serve` of the one
-    serve line in a launch script or a pasted command."""
-    env: dict = {}
-    found = []
-    for number, line in enumerate(logical_lines(text), 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        try:
-            tokens = shlex.split(line, comments=True)
-        except ValueError as error:
-            if SERVE_LINE.match(line):
-                raise RecipeError("command", f"line {number}: {error}") from None
-            continue  # not a line dsa-kvcalc reads
-        if tokens[:1] == ["export"]:
-            env |= dict(filter(None, map(assignment, tokens[1:])))
-        elif SERVE_LINE.match(line):
-            found.append((number, tokens))
-    if not found:
-        raise RecipeError("command", f"no {ENTRY_POINTS[0]} line (nor {ENTRY_POINTS[1]})")
-    if len(found) > 1:
-        raise RecipeError("command", f"{len(found)} serve commands (lines {', '.join(str(n) for n, _ in found)}): "
-                                     f"give one")
-    tokens = found[0][1]
-    while assignment(tokens[0]):
-        env |= dict([assignment(tokens.pop(0))])
-    while tokens[0] in ("exec", "env", "nohup"):
-        tokens.pop(0)
-    args = tokens[2:] if tokens[0] == "vllm" else tokens[3:]
-    cut = next((i for i, token in enumerate(args) if token in SHELL_OPERATORS or token.startswith((">", "2>"))),
-               len(args))
-    return env, args[:cut]
-
-
-def option_name(token: str) -> str:
-    """A long option as vLLM matches it: underscores before the first dot become dashes; an alias its long name."""
-    name, dot, rest = token.partition("=")[0].partition(".")
-    name = ALIASES.get(name, name)
-    return canonical(name.removeprefix("--")) + dot + rest
+    @property
+    def label(self) -> str:
+        return self.role or f"line {self.line}"
 
 
 def human_readable(text: str):
-    """vLLM's reading of a dotted argument's value: JSON, else a 1k-style number, else the text
-    (vllm==0.33.0 vllm/utils/argparse_utils.py:405-415)."""
+    """vLLM's human_readable_int: 1k = 1000, 1K = 1024, 1.5k = 1500 (vllm==0.33.0 vllm/utils/argparse_utils.py:43-74);
+    None where the text is none."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt])|(\d+)([KMGT])|(-?\d+)", text.strip())
+    if match is None:
+        return None
+    if match.group(1):
+        return int(float(match.group(1)) * 1000 ** ("kmgt".index(match.group(2)) + 1))
+    if match.group(3):
+        return int(match.group(3)) * 1024 ** ("KMGT".index(match.group(4)) + 1)
+    return int(match.group(5))
+
+
+def dotted_value(text: str):
+    """A dotted argument's value as vLLM reads it: JSON, else a 1k-style number, else the text
+    (vllm==0.33.0 vllm/utils/argparse_utils.py:477-486)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt])|(\d+)([KMGT])", text.strip())
-        if match and match.group(1):
-            return int(float(match.group(1)) * 1000 ** ("kmgt".index(match.group(2)) + 1))
-        if match:
-            return int(match.group(3)) * 1024 ** ("KMGT".index(match.group(4)) + 1)
-        return text
+        number = human_readable(text)
+        return text if number is None else number
 
 
 def merge(into: dict, update: dict) -> None:
@@ -141,162 +76,298 @@ def merge(into: dict, update: dict) -> None:
             into[key] = value
 
 
-def dotted_arguments(args: list[str]) -> tuple[list[str], dict]:
-    """vLLM takes `--json-arg.key value` (and `.key+ a,b` for lists) as parts of one JSON argument, merged and passed
-    after all the others, so that they replace a whole `--json-arg '{...}'` given too
-    (vllm==0.33.0 vllm/utils/argparse_utils.py:391-436)."""
-    rest, dotted, skip = [], {}, False
+def preprocessed(args: list[str]) -> list[str]:
+    """The arguments as FlexibleArgumentParser hands them to argparse: the model first, names with dashes, -O3 as
+    --optimization-level 3, dotted arguments gathered into JSON arguments at the end."""
+    model = next((i for i, a in enumerate(args) if re.match(r"^--model(=.+|$)", a)), None)
+    if model is not None:
+        tag = args[model + 1] if args[model] == "--model" and model + 1 < len(args) else args[model][8:]
+        args = [tag, *args[:model], *args[model + (2 if args[model] == "--model" else 1):]]
+    named = []
     for i, arg in enumerate(args):
+        if arg.startswith("--"):
+            name, equals, value = arg.partition("=")
+            head, dot, rest = name[2:].partition(".")
+            named.append(f"--{head.replace('_', '-')}{dot}{rest}{equals}{value}")
+        elif arg.startswith("-O") and arg != "-O":
+            named += ["--optimization-level", arg[3:] if arg[2:3] == "=" else arg[2:]]
+        elif arg == "-O" and i + 1 < len(args) and args[i + 1] in {"0", "1", "2", "3"}:
+            named.append("--optimization-level")
+        else:
+            named.append(arg)
+    rest, dotted, skip = [], {}, False
+    for i, arg in enumerate(named):
         if skip:
             skip = False
             continue
-        option = arg.partition("=")[0]
+        option, equals, text = arg.partition("=")
         if not (arg.startswith("-") and "." in option and not re.fullmatch(r"-\d[\d.]*", arg)):
             rest.append(arg)
             continue
-        if "=" in arg:
-            text = arg.partition("=")[2]
-        elif i + 1 < len(args):
-            text, skip = args[i + 1], True
+        if not equals:
+            if i + 1 >= len(named):
+                raise RecipeError(arg, "expects a value")
+            text, skip = named[i + 1], True
+        if option.endswith("+"):
+            option, value = option[:-1], text.split(",")
         else:
-            raise RecipeError(arg, "expects a value")
-        name = option_name(option)
-        if name.endswith("+"):
-            name, value = name[:-1], text.split(",")
-        else:
-            value = human_readable(text)
-        top, *keys = name.split(".")
+            value = dotted_value(text)
+        top, *keys = option.split(".")
         for key in reversed(keys):
             value = {key: value}
         merge(dotted.setdefault(top, {}), value)
-    return rest, dotted
+    return rest + [part for top, value in dotted.items() for part in (top, json.dumps(value))]
 
 
-def takes_no_value(name: str) -> bool:
-    k = KEYS.get(BY_NAME.get(name, ""))
-    return name in FLAGS or (k is not None and k.kind == "bool")
+class Recorded(argparse.Action):
+    """Records each argument as given: its dest, the option string and its value(s) (a flag: the value it stores)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.given.append((self.dest, option_string, self.const if self.nargs == 0 else values))
 
 
-def negated(name: str) -> str | None:
-    """The boolean a --no-X (or, for --enable-X, --disable-X) turns off; None when name is no such form."""
-    for prefix, positive in (("no-", ""), ("disable-", "enable-")):
-        if name.startswith(prefix) and takes_no_value(positive + name.removeprefix(prefix)):
-            return positive + name.removeprefix(prefix)
-    return None
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise RecipeError("command", message)
 
 
-def parsed_options(args: list[str]) -> tuple[str | None, list[tuple[str, str, object]]]:
-    """The positional model and every option as (name, as written, value): True or False for a flag, a list for an
-    argument of several values, else the text. vLLM's --model (moved to the front with `vllm serve`) is the model."""
-    model, options, i = None, [], 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if not arg.startswith("-") or re.fullmatch(r"-\d[\d.]*", arg):
-            if model is not None:
-                raise RecipeError("command", f"unexpected argument {arg!r} (vLLM takes one model, {model!r})")
-            model = arg
-            continue
-        written, equals, text = arg.partition("=")
-        name = option_name(written)
-        if negated(name) or takes_no_value(name):
-            if equals:
-                raise RecipeError(written, "takes no value")
-            options.append((negated(name) or name, written, not negated(name)))
-            continue
-        if not equals:
-            if i >= len(args) or (args[i].startswith("-") and not re.fullmatch(r"-\d[\d.]*", args[i])):
-                raise RecipeError(written, "expects a value")
-            text, i = args[i], i + 1
-        if name in MANY_VALUES:
-            values = [text]
-            while i < len(args) and not args[i].startswith("-"):
-                values.append(args[i])
-                i += 1
-            options.append((name, written, values))
-        elif name == "model":
-            model = text
+def parser_of(release: str) -> Parser:
+    parser = Parser(prog="vllm serve", add_help=False, exit_on_error=False)
+    parser.add_argument("model_tag", nargs="?", action=Recorded)
+    for argument in dict.fromkeys(vllm_cli.arguments(release).values()):
+        if argument.flags:
+            for name, value in argument.flags:
+                parser.add_argument(name, dest=argument.dest, nargs=0, const=value, action=Recorded)
         else:
-            options.append((name, written, text))
-    return model, options
+            parser.add_argument(*argument.names, dest=argument.dest, nargs=argument.nargs, action=Recorded)
+    return parser
 
 
-def typed(name: str, written: str, value):
-    """A value as vLLM's argument type reads it, in the form the recipe key takes."""
-    if name in NESTED:
-        text = expanded_numbers(value) if name in CONFIG_CLASSES and isinstance(value, str) else value
-        try:
-            mapping = json.loads(text) if isinstance(text, str) else text
-        except json.JSONDecodeError as error:
-            raise RecipeError(written, f"not valid JSON: {error.msg}") from None
-        if not isinstance(mapping, dict):
-            raise RecipeError(written, f"expected a JSON mapping, got {value!r}")
-        return mapping
-    k = KEYS.get(BY_NAME.get(name, ""))
-    if k is None or not isinstance(value, str):
-        return value
-    if name in LOWERED:
-        return value.lower().replace("-", "_")
+def unknown(option: str, release: str) -> RecipeError:
+    """An option the release does not take: which releases do, or what it is closest to."""
+    name = option.partition("=")[0]
+    if name.removeprefix("--") in OWN_KEYS:
+        return RecipeError(name, f"not a vLLM argument: give it with --set {name.removeprefix('--')}=...")
+    having = vllm_cli.releases_having(name)
+    if not having.startswith("no "):
+        return RecipeError(name, f"not an argument of vLLM {release}: {having}")
+    longs = [n for n in vllm_cli.arguments(release) if n.startswith("--")]
+    return RecipeError(name, f"not a vLLM argument{suggestion(name, longs, '--')}: {having}")
+
+
+def parsed(args: list[str], release: str) -> list[tuple[str, str, object]]:
+    """(dest, option string, value as written) for every argument given, in order, as the release's parser reads
+    them."""
+    for arg in args:  # before argparse, which would read --gpu as an abbreviation of --gpu-memory-utilization
+        if arg.partition("=")[0].removeprefix("--") in OWN_KEYS:
+            raise unknown(arg, release)
+    namespace = argparse.Namespace(given=[])
     try:
-        return {"int": int, "fraction": float}.get(k.kind, str)(value)
-    except ValueError:
-        raise RecipeError(written, f"expected a {'whole number' if k.kind == 'int' else 'number'}, got {value!r}") \
-            from None
+        _, extras = parser_of(release).parse_known_args(preprocessed(args), namespace)
+    except argparse.ArgumentError as error:
+        message = error.message
+        problem = ("expects a value" if message.startswith("expected") else
+                   "takes no value" if message.startswith("ignored explicit argument") else message)
+        raise RecipeError((error.argument_name or "command").split("/")[0], problem) from None
+    for extra in extras:
+        if "$" in extra or "`" in extra:
+            raise RecipeError(extra, "shell variables are not expanded: give the arguments it holds with --set "
+                                     "KEY=VALUE (or write them out)")
+        if extra.startswith("-") and not re.fullmatch(r"-\d[\d.]*", extra):
+            raise unknown(extra, release)
+    if extras:
+        model = next((v for dest, _, v in namespace.given if dest == "model_tag"), None)
+        raise RecipeError("command", f"unexpected argument {extras[0]!r} (vLLM takes one model, {model!r})")
+    return namespace.given
 
 
 def expanded_numbers(text: str) -> str:
-    """1k-style numbers outside the JSON's strings as whole numbers (vllm==0.33.0 vllm/engine/arg_utils.py:303)."""
+    """1k-style numbers outside a JSON's strings as whole numbers, as a config class's JSON argument reads them
+    (vllm==0.33.0 vllm/engine/arg_utils.py:303-321)."""
     parts = re.split(r'("(?:[^"\\]|\\.)*")', text)
     parts[::2] = [re.sub(r"\b\d+(?:\.\d+)?[kKmMgGtT]\b", lambda m: str(human_readable(m.group())), part)
                   for part in parts[::2]]
     return "".join(parts)
 
 
-def as_vllm_validates(raw: dict) -> dict:
-    """A CUDA-graph mode in the compilation config as vLLM's validator reads it: any case."""
-    mode = raw.get("compilation-config", {}).get("cudagraph_mode")
-    if isinstance(mode, str):
-        raw["compilation-config"]["cudagraph_mode"] = mode.upper()
-    return raw
+def typed(argument: Argument, written: str, text: str, release: str):
+    """One value as the argument's type reads it, checked against its choices: vLLM refuses what they do not take."""
+    kind = argument.type
+    if argument.none and text in ("", "None"):
+        return None
+    if kind == "lowered":
+        value = text.lower().replace("-", "_")
+    elif kind in ("int", "float"):
+        try:
+            value = int(text) if kind == "int" else float(text)
+        except ValueError:
+            raise RecipeError(written, f"expected a {'whole ' if kind == 'int' else ''}number, got {text!r}") from None
+    elif kind in ("size", "size_or_auto"):
+        value = -1 if kind == "size_or_auto" and text.strip().lower() == "auto" else human_readable(text)
+        if value is None:
+            raise RecipeError(written, f"expected a whole number such as 8192, 128k or 1M, got {text!r}")
+    elif kind == "json" or kind.startswith("config:") or kind == "json_or_str" and re.match(r"(?s)^\s*{.*}\s*$", text):
+        try:
+            value = json.loads(expanded_numbers(text) if kind.startswith("config:") else text)
+        except json.JSONDecodeError as error:
+            raise RecipeError(written, f"not valid JSON: {error.msg}") from None
+    else:
+        value = text
+    if argument.choices is not None and value not in argument.choices:
+        shown = ", ".join(str(c) for c in argument.choices if c not in (None, "None"))
+        raise RecipeError(written, f"{value!r} is not a choice of vLLM {release}: {shown}")
+    if argument.config is not None and value is not None:
+        check_config(written, value, argument.config, release)
+    return value
 
 
-def recipe_from_command(text: str) -> dict:
-    """A raw recipe (keys as vLLM spells them) from a launch script or a pasted `vllm serve ...` line. gpu, and any
-    dsa-kvcalc key the line cannot hold, come from --set."""
-    env, args = serve_command(text)
-    args, dotted = dotted_arguments(args)
-    model, options = parsed_options(args)
-    raw: dict = {} if model is None else {"model": model}
-    for name, written, value in options:
-        if name in SHORTHANDS or name in NESTED or name in BY_NAME or name in IGNORED_KEYS:
-            if name in ("gpu", "engine", "vllm-version", "deepgemm", "memory", "env"):
-                raise RecipeError(written, f"not a vLLM argument: give it with --set {name}=...")
-            raw[name] = typed(name, written, value)
-        else:
-            raise RecipeError(written, "not an argument dsa-kvcalc knows: it reads those that change memory and "
-                                       "ignores the others listed in `dsa-kvcalc schema`")
-    for top, mapping in dotted.items():
-        raw[top] = mapping  # after the whole JSON argument, which it replaces, as in vLLM
+def check_config(written: str, value, config: str, release: str) -> None:
+    """A JSON argument holds a mapping of its config class's fields, which the release's class has."""
+    if not isinstance(value, dict):
+        raise RecipeError(written, f"expected a JSON mapping, got {value!r}")
+    fields = vllm_cli.config_fields(release, config)
+    for key in value:
+        if key not in fields:
+            raise RecipeError(f"{written}.{key}", f"not a key of vLLM {release}'s {config}{suggestion(key, fields)}: "
+                                                  f"{vllm_cli.field_releases(config, key)}")
+
+
+def holding(value, markers: set) -> str | None:
+    """The shell variable a value holds, unexpanded, if any."""
+    texts = value if isinstance(value, list) else [value]
+    return next((m for t in texts if isinstance(t, str) for m in markers if m in t), None)
+
+
+def image_release(image: str) -> tuple[str | None, str | None]:
+    """The vLLM release an image's tag names (vllm/vllm-openai:v0.25.0), or None with why not."""
+    name, colon, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
+    match = RELEASE_TAG.search(tag)
+    if match and "$" not in tag:
+        return match.group(1), None
+    return None, (f"the image {image} names no vLLM release: planned as {engines.NEWEST_VLLM}, the newest "
+                  f"modelled (--set vllm-version=X.Y.Z for the one it runs)")
+
+
+def server_recipe(server: launch_script.Server, version: str | None) -> Server:
+    """A server's raw recipe (keys as vLLM spells them), its arguments read as the parser of `version` reads them,
+    else of the image's release; with neither, of the newest release that takes them all (noted when that is not the
+    newest modelled). Values that hold a shell variable are left out and named."""
+    notes: list[str] = []
+    tagged = None
+    if server.image is not None:
+        tagged, note = image_release(server.image)
+        notes += [note] if note else []
+    if version or tagged:
+        raw, unexpanded = read_server(server, vllm_cli.table_release(version or tagged))
+    else:
+        raw, unexpanded, release = newest_reading(server)
+        if release != engines.NEWEST_VLLM:
+            notes.append(f"written for an older vLLM: planned as {release}, the newest release that takes every "
+                         f"argument given (--set vllm-version=X.Y.Z for another)")
+            raw["vllm-version"] = release
+    if tagged:
+        raw["vllm-version"] = tagged
+    role = ROLES.get((raw.get("kv-transfer-config") or {}).get("kv_role"))
+    return Server(server.line, raw, vllm_cli.table_release(raw.get("vllm-version") or version or engines.NEWEST_VLLM),
+                  role, unexpanded, notes)
+
+
+def newest_reading(server: launch_script.Server) -> tuple[dict, dict, str]:
+    """The server read by the newest release whose parser takes it; where none does, the newest's refusal."""
+    refusal = None
+    for release in reversed(vllm_cli.RELEASES):
+        try:
+            return (*read_server(server, release), release)
+        except RecipeError as error:
+            refusal = refusal or error
+    raise refusal
+
+
+def read_server(server: launch_script.Server, release: str) -> tuple[dict, dict]:
+    """The server's raw recipe as the release's parser reads its arguments, and the recipe keys whose values hold a
+    shell variable -> (as written, the variable)."""
+    raw: dict = {}
+    markers = {m for w in server.args for m in w.unexpanded}
+    unexpanded: dict = {}
+    arguments = vllm_cli.arguments(release)
+    for dest, written, value in parsed([w.text for w in server.args], release):
+        if value is None:  # argparse's call for an absent model_tag
+            continue
+        target = argument_key(dest, written, arguments)
+        variable = holding(value, markers)
+        if variable is not None and target in NESTED:
+            value, held = nested_variables(target, written, value, markers)
+            unexpanded |= held
+            if value is None:
+                continue
+        elif variable is not None and (target in BY_NAME or target in SHORTHANDS):
+            unexpanded[SHORTHANDS.get(target, target)] = (written or target, variable)
+            continue
+        if target == "config":
+            raise RecipeError(written, "a config file's arguments are not read from a serve line: plan the config file "
+                                       "itself, with model and gpu (dsa-kvcalc plan FILE --set gpu=...)")
+        raw[target] = value if target == "model" or holding(value, markers) else \
+            read(arguments[written], written, value, release, target in BY_NAME)
     for name, target in SHORTHANDS.items():
         if name in raw:
             top, inner = target.split(".")
-            nested = raw.setdefault(top, {})
+            nested = raw.setdefault(top, {}) or {}
             if inner in nested:
                 raise RecipeError(f"--{name}", f"and --{top}'s {inner} exclude each other (vLLM refuses both)")
-            value = raw.pop(name)
-            nested[inner] = typed_inner(target, value)
+            raw[top] = nested | {inner: raw.pop(name)}
+    env = {name: int(value) if f"env.{name}" in BY_NAME and value.isdigit() else value
+           for name, value in server.env.items()}
+    for name, variables in server.env_unexpanded.items():
+        if f"env.{name}" in BY_NAME:
+            unexpanded[f"env.{name}"] = (name, variables[0])
+            env.pop(name)
     if env:
-        raw["env"] = {name: int(value) if f"env.{name}" in BY_NAME and value.isdigit() else value
-                      for name, value in env.items()}
-    return as_vllm_validates(raw)
+        raw["env"] = env
+    mode = (raw.get("compilation-config") or {}).get("cudagraph_mode")
+    if isinstance(mode, str):  # vLLM's validator reads a CUDA-graph mode in any case
+        raw["compilation-config"]["cudagraph_mode"] = mode.upper()
+    return raw, unexpanded
 
 
-def typed_inner(target: str, value):
-    """A shorthand's value in its JSON argument: numbers as numbers."""
+def argument_key(dest: str, written: str, arguments: dict) -> str:
+    """The raw recipe's key for an argument: the recipe key it sets (its dest, dashed), else, ignored, the flag as
+    given (--no-enable-X) or the value option's long name."""
+    name = canonical(dest)
+    if dest == "model_tag":
+        return "model"
+    if name in SHORTHANDS or name in BY_NAME or name in NESTED:
+        return name
+    return written[2:] if arguments[written].flags else arguments[written].names[0].lstrip("-")
+
+
+def read(argument: Argument, written: str, value, release: str, modelled: bool):
+    """An argument's value as the recipe holds it: a modelled flag the value it stores, an ignored flag true (given
+    as written), a value as its type reads it, several a list."""
+    if argument.flags:
+        return value if modelled else True
     if isinstance(value, list):
-        return [int(v) for v in value]
-    k = KEYS.get(BY_NAME.get(target, ""))
-    return int(value) if k is not None and k.kind == "int" else value
+        return [typed(argument, written, v, release) for v in value]
+    return typed(argument, written, value, release)
+
+
+def nested_variables(top: str, written: str, value: str, markers: set) -> tuple[str | None, dict]:
+    """A JSON argument whose text holds a shell variable: the JSON without the recipe keys whose values hold one
+    (None when it does not read as JSON at all), and those keys -> (as written, the variable)."""
+    try:
+        mapping = json.loads(value)
+    except json.JSONDecodeError:
+        return None, {top: (written, holding(value, markers))}
+    held = {key for key, inner in mapping.items() if holding(inner, markers) and f"{top}.{key}" in BY_NAME}
+    return (json.dumps({k: v for k, v in mapping.items() if k not in held}),
+            {f"{top}.{key}": (f"{written}.{key}", holding(mapping[key], markers)) for key in held})
+
+
+def servers(text: str, version: str | None = None) -> list[Server]:
+    """Every server a launch script or a pasted command starts, read."""
+    found = launch_script.servers(text)
+    if not found:
+        raise RecipeError("command", f"no {ENTRY_POINTS}")
+    return [server_recipe(server, version) for server in found]
 
 
 # The arguments that deploy a planned recipe ---------------------------------------------------------------------
@@ -340,9 +411,10 @@ def deployment(recipe: Recipe) -> Deployment:
         if value is not None:
             top, _, inner = k.name.rpartition(".")
             (arguments.setdefault(top, {}) if top else arguments)[inner] = value
+    release = vllm_cli.arguments(vllm_cli.table_release(recipe.engine.version))
     for name, value in recipe.passthrough:
         top, _, inner = name.partition(".")
-        if value is not None and not (value is False and name in NO_NEGATIVE):
+        if value is not None and not (value is False and f"--no-{top}" not in release):
             (arguments.setdefault(top, {}) if inner else arguments)[inner or top] = value
     if "speculative-config" in arguments:  # the draft count changes memory: always said
         arguments["speculative-config"].setdefault("num_speculative_tokens", recipe.num_speculative_tokens)

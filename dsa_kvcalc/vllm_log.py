@@ -10,7 +10,7 @@ against the real logs in tests/fixtures/vllm_logs.
 import ast
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dsa_kvcalc import inputs
@@ -88,15 +88,63 @@ class RankReading:
     max_model_len: int | None = None
     max_concurrency: float | None = None
     version: str | None = None
+    lines: dict = field(default_factory=dict)  # field -> the number of the log's line it was read from (from 1)
 
 
 @dataclass(frozen=True)
 class EngineArgs:
-    """The "non-default args: {...}" line, as far as it could be read."""
+    """The "non-default args: {...}" line (or the engine's config line), as far as it could be read."""
 
     values: dict
     unreadable: tuple[str, ...]  # keys whose values are not Python literals (e.g. AttentionConfig(...))
     truncated: bool  # the dict was cut off: its last entry is lost
+    line: int = 0  # the number of the log's line it was read from
+    kind: str = "non-default args"  # or "engine config"
+
+
+# PyTorch's out-of-memory message (c10/cuda/CUDACachingAllocator.cpp, format_size: "N bytes", else two decimals of
+# KiB, MiB or GiB), e.g. the seed's "Tried to allocate 3.07 GiB. GPU 0 has a total capacity of 178.35 GiB of which
+# 3.04 GiB is free." Older torch spells "capacty". The allocator's own split follows where it prints it.
+SIZE = r"(\d{1,15}(?:\.\d{1,2})?) (bytes|KiB|MiB|GiB)"
+UNIT_BYTES = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+OOM = re.compile(rf"Tried to allocate {SIZE}\. GPU (\d+) has a total capac(?:i)?ty of {SIZE} of which {SIZE} is free\."
+                 rf"(?:.*?Of the allocated memory {SIZE} is allocated by PyTorch, and {SIZE} is reserved by PyTorch but "
+                 rf"unallocated)?")
+
+
+@dataclass(frozen=True)
+class Size:
+    """A size as PyTorch printed it: bytes, and half its last printed digit (the rounding either way)."""
+    bytes: int
+    rounding_bytes: int
+
+
+def printed_size(number: str, unit: str) -> Size:
+    scale = UNIT_BYTES[unit]
+    return Size(round(float(number) * scale), 0 if unit == "bytes" else scale // 200)
+
+
+@dataclass(frozen=True)
+class OomReading:
+    """The first CUDA out-of-memory message of a log: what the allocator tried to allocate and what was free."""
+    rank: str
+    gpu: int
+    tried: Size
+    total: Size
+    free: Size
+    allocated: Size | None  # "Of the allocated memory X is allocated by PyTorch" where printed
+    unallocated: Size | None  # "... and Y is reserved by PyTorch but unallocated"
+
+
+def read_oom(line: str, rank: str) -> OomReading | None:
+    match = OOM.search(line)
+    if match is None:
+        return None
+    g = match.groups()
+    allocated = printed_size(g[7], g[8]) if g[7] else None
+    unallocated = printed_size(g[9], g[10]) if g[9] else None
+    return OomReading(rank, int(g[2]), printed_size(g[0], g[1]), printed_size(g[3], g[4]), printed_size(g[5], g[6]),
+                      allocated, unallocated)
 
 
 @dataclass(frozen=True)
@@ -107,6 +155,7 @@ class LogReading:
     # 0.20.0, as the bundled GLM-5.1 logs print it): no CUDA graphs, whatever the args line says
     eager: bool = False
     stamps: dict = field(default_factory=dict)  # [file.py:LINE] -> the message of the known line it stamps
+    oom: OomReading | None = None  # the first CUDA out-of-memory message
 
     @property
     def releases(self) -> list[str]:
@@ -118,14 +167,13 @@ class LogReading:
                 if all(table.get(stamp) == message for stamp, message in self.stamps.items())]
 
 
-LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces: no log line that matters is this long
 LOG_MAX_BYTES = 64 << 20  # a startup log is kilobytes; reading this much takes seconds already
 
 
 def read_log_file(path: Path, key: str) -> LogReading:
-    """A log file, read line by line (memory stays flat)."""
+    """A log file, read whole (bytes that are not UTF-8 replaced)."""
     try:
-        return read_log(inputs.read_lines(path, LOG_MAX_BYTES, "vLLM startup log", LINE_MAX_CHARS))
+        return read_log(inputs.read_bytes(path, LOG_MAX_BYTES, "vLLM startup log").decode(errors="replace"))
     except inputs.Unreadable as error:
         raise RecipeError(key, str(error)) from None
 
@@ -133,8 +181,9 @@ def read_log_file(path: Path, key: str) -> LogReading:
 def read_log(lines) -> LogReading:
     """A log's text, or its lines."""
     found: dict[str, dict] = {}
-    engine_args, eager, stamps = None, False, {}
-    for raw_line in (lines.splitlines() if isinstance(lines, str) else lines):
+    found_lines: dict[str, dict] = {}
+    engine_args, eager, stamps, oom = None, False, {}, None
+    for number, raw_line in enumerate(lines.splitlines() if isinstance(lines, str) else lines, 1):
         raw_line = raw_line.rstrip("\n")
         line = ANSI.sub("", raw_line)
         rank = ""
@@ -142,24 +191,26 @@ def read_log(lines) -> LogReading:
             rank, line = match.group(1).strip(), line[match.end():]
         args = ARGS.search(line)
         if args and engine_args is None:
-            engine_args = read_engine_args(args.group(1))
+            engine_args = replace(read_engine_args(args.group(1)), line=number)
         eager = eager or "Enforce eager set, disabling torch.compile and CUDAGraphs" in line
         for stamp in STAMP.findall(line[:200]):
             message = stamped_message(stamp, line)
             if message:
                 stamps[stamp] = message
+        oom = oom or read_oom(line, rank)
         config = CONFIG.search(line)
         if config and engine_args is None:
-            engine_args = read_engine_config(config.group(1))
+            engine_args = replace(read_engine_config(config.group(1)), line=number, kind="engine config")
         for fields, pattern in PATTERNS:
             match = pattern.search(line)
             if not match:
                 continue
-            values = found.setdefault(rank, {})
+            values, numbers = found.setdefault(rank, {}), found_lines.setdefault(rank, {})
             for name, text_value in zip(fields, match.groups()):
                 values.setdefault(name, convert(name, text_value))
-    ranks = [RankReading(rank, **values) for rank, values in found.items()]
-    return LogReading(ranks, engine_args, eager, stamps)
+                numbers.setdefault(name, number)
+    ranks = [RankReading(rank, lines=found_lines[rank], **values) for rank, values in found.items()]
+    return LogReading(ranks, engine_args, eager, stamps, oom)
 
 
 def stamped_message(stamp: str, line: str) -> str | None:

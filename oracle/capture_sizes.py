@@ -22,23 +22,32 @@ from pathlib import Path
 from harness import activate
 
 
-def capture_sizes(case: dict):
+def stand_in_config(case: dict) -> types.SimpleNamespace:
+    """A VllmConfig as far as the capture sizes and the graphs read it, holding the release's own CompilationConfig
+    (cudagraph_mode FULL_AND_PIECEWISE unless the case names one)."""
     from vllm.config.compilation import CompilationConfig
-    from vllm.config.vllm import VllmConfig
-
-    import emulation
 
     given = {key: case[key] for key in ("max_cudagraph_capture_size", "cudagraph_capture_sizes") if
              case.get(key) is not None}
-    compilation = CompilationConfig(cudagraph_mode="FULL_AND_PIECEWISE", **given)
+    compilation = CompilationConfig(cudagraph_mode=case.get("cudagraph_mode", "FULL_AND_PIECEWISE"), **given)
     k = case["num_speculative_tokens"]
     speculative = types.SimpleNamespace(num_speculative_tokens=k, uses_dynamic_speculative_decoding=lambda: False)
-    config = types.SimpleNamespace(
+    return types.SimpleNamespace(
         model_config=types.SimpleNamespace(enforce_eager=False), compilation_config=compilation,
         scheduler_config=types.SimpleNamespace(max_num_seqs=case["max_num_seqs"],
                                                max_num_batched_tokens=case["max_num_batched_tokens"]),
         parallel_config=types.SimpleNamespace(tensor_parallel_size=1), speculative_config=speculative if k else None,
+        cache_config=types.SimpleNamespace(use_kda_recoverssm=False),
         performance_mode=case["performance_mode"], uniform_decode_query_len=1 + k, num_speculative_tokens=k)
+
+
+def capture_sizes(case: dict):
+    from vllm.config.vllm import VllmConfig
+
+    import emulation
+
+    config = stand_in_config(case)
+    compilation, k = config.compilation_config, config.num_speculative_tokens
     with emulation.emulate(emulation.GPUS[case["gpu"]]):
         try:
             VllmConfig._set_cudagraph_sizes(config)

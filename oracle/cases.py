@@ -94,9 +94,9 @@ CACHE_DTYPES = ("auto", "auto", "fp8", "fp8_e4m3", "bfloat16", "fp8_ds_mla", "nv
 
 
 def draw(rng: random.Random) -> dict:
-    """One raw recipe from the space: a catalog model on a CUDA GPU, its parallel sizes, speculation, dtypes and
+    """One raw recipe from the space: a catalog model whose config.json the oracle keeps, on a CUDA GPU, its parallel sizes, speculation, dtypes and
     batch limits, each drawn (odd lengths included)."""
-    model = rng.choice(MODELS)
+    model = rng.choice([m for m in MODELS if (CONFIGS / f"{m.name.replace('/', '--')}.json").exists()])
     raw = {"model": model.name, "gpu": rng.choice(GENERATED_GPUS), "vllm-version": rng.choice(GENERATED_RELEASES),
            "tensor-parallel-size": rng.choice((1, 2, 4, 4, 8, 8, 8, 16))}
     if rng.random() < 0.3:
@@ -176,7 +176,7 @@ def plan_answer(raw: dict, release: str, available_gib: float | None) -> dict:
 def oracle_case(name: str, raw: dict, release: str, kv_bytes: int | None) -> dict | str:
     """The oracle's input: the model and GPU by name, the recipe's vLLM arguments and environment as written, and
     the KV memory; or why the oracle cannot be asked."""
-    model = find_model(raw["model"], ROOT)
+    model, _ = find_model(raw["model"], ROOT)
     gpu = find_gpu(raw["gpu"])
     if not (CONFIGS / f"{model.name.replace('/', '--')}.json").exists():
         return f"no config.json of {model.name} kept for the oracle"
@@ -190,7 +190,7 @@ def oracle_case(name: str, raw: dict, release: str, kv_bytes: int | None) -> dic
 
 
 def point(release: str, name: str, raw: dict, available_gib: float | None) -> Point:
-    if release_tuple(release) < release_tuple(find_model(raw["model"], ROOT).first_release):
+    if release_tuple(release) < release_tuple(find_model(raw["model"], ROOT)[0].first_release):
         return Point(release, name, None, None, "no model code in this release")
     answer = plan_answer(raw, release, available_gib)
     kv_bytes = answer.get("kv_bytes") if available_gib is None else round(available_gib * GIB)

@@ -88,10 +88,6 @@ def test_an_unavailable_backend_keeps_every_key_with_null():
     assert {k: v for k, v in aiter.items() if v is not None} == {
         "backend": "aiter", "engine_label": "vLLM 0.33.0", "available": False, "selected": False,
         "reason": "needs gfx942/gfx950; B200 is sm100"}
-    # deep_select has no workaround to offer: its keys are there, null
-    deep = next(b for b in data["backends"] if b["backend"] == "deep_select")
-    assert deep["workaround"] == {"env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": None}, "kv_cache_tokens": None,
-                                  "kv_cache_tokens_cost": None}
 
 
 def test_the_json_recipe_holds_the_measured_memory_block():
@@ -100,8 +96,8 @@ def test_the_json_recipe_holds_the_measured_memory_block():
     written = yaml.safe_load(SEED.read_text())["memory"]
     assert memory == {"weights_bytes": None, "peak_activation_bytes": written["peak_activation_bytes"],
                       "non_torch_bytes": None, "cudagraph_bytes": {"auto": 19_756_849_562, "deep_select": 13_303_661_199},
-                      "indexer_headroom_bytes": written["indexer_headroom_bytes"], "gpu": "B200",
-                      "rest": "peak_activation"}
+                      "indexer_headroom_bytes": written["indexer_headroom_bytes"],
+                      "unprofiled_bytes": written["unprofiled_bytes"], "gpu": "B200", "rest": "peak_activation"}
     assert stdout_json("plan", H200, "-f", "json")["recipe"]["memory"] == dict.fromkeys(memory)
 
 
@@ -153,10 +149,40 @@ def test_a_memory_term_in_gib_and_in_bytes_is_refused_by_both():
 
 def test_recommend_json_holds_the_tables_pick():
     data = stdout_json("recommend", SEED, "--target-concurrency", 256, "--min-kv-tokens", 8_000_000, "-f", "json")
-    assert data["recommended"]["backend"] == "deep_select" and data["recommended"]["max_num_seqs"] == 456
+    text = " ".join(run("recommend", SEED, "--target-concurrency", 256, "--min-kv-tokens", 8_000_000).output.split())
+    pick = data["recommended"]
+    assert pick["backend"] == "deep_select" and f"Recommended: max-num-seqs {pick['max_num_seqs']}," in text
     assert data["targets"] == {"concurrency": 256, "kv_cache_tokens": 8_000_000}
 
 
 def test_the_readme_gives_verifys_install_line():
     line = verify.INSTALL.split("in the checkout: ")[1].replace("pip install", ".venv/bin/pip install")
     assert line in (ROOT / "README.md").read_text()
+
+
+V32 = RECIPES / "deepseek-v3.2-8xb200-tp8.yaml"
+V4 = RECIPES / "deepseek-v4-flash-4xh200-dep4.yaml"
+
+
+@pytest.mark.parametrize("recipe, sets, key, why", [
+    # DeepSeek-V3.2 has 128 attention heads: TP3 does not divide them (vllm==0.33.0 vllm/config/model.py:1557-1564)
+    (V32, ["tensor-parallel-size=3"], "tensor-parallel-size", "does not divide deepseek-ai/DeepSeek-V3.2's 128"),
+    # DeepSeek-V4's FlashMLA attention on SM90 stores fp8_ds_mla and takes fp8 only (vllm==0.33.0
+    # vllm/models/deepseek_v4/attention.py:107-117)
+    (V4, ["kv-cache-dtype=bfloat16"], "kv-cache-dtype", "takes fp8 only"),
+    # compilation-config.max_cudagraph_capture_size 0 with graphs on (vllm==0.33.0 vllm/config/vllm.py:2551-2626)
+    (V32, ["compilation-config.max_cudagraph_capture_size=0"], "compilation-config.max_cudagraph_capture_size",
+     "captures no CUDA graph"),
+], ids=["heads", "v4-cache-dtype", "capture-size-0"])
+@pytest.mark.parametrize("command", ["plan", "fit"])
+def test_every_refusal_vllm_would_make_exits_4_in_one_line(command, recipe, sets, key, why):
+    result = run(command, recipe, *(a for s in sets for a in ("--set", s)))
+    assert result.exit_code == 4, result.output
+    assert result.stdout == "" and result.stderr.count("\n") == 1 and result.stderr.startswith(f"error: {key}: ")
+    assert why in result.stderr
+
+
+def test_a_refusal_found_while_sweeping_is_its_points_row():
+    result = run("sweep", V32, "--vary", "tensor-parallel-size=3,8", "--format", "jsonl")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert result.exit_code == 0 and "does not divide" in rows[0]["error"] and "error" not in rows[1]

@@ -25,8 +25,8 @@ def fits(b: dict, seqs: int, length: int) -> bool:
     return b["refused"] is None and b["kv_cache_tokens"] >= seqs * length
 
 
-def starts(b: dict) -> bool:
-    return b["refused"] is None
+def starts_safely(b: dict) -> bool:
+    return b["refused"] is None and not b["oom"]["at_risk"]
 
 
 def check_edge(recipe, sets, a: dict, length: int, top: int):
@@ -40,7 +40,7 @@ def check_edge(recipe, sets, a: dict, length: int, top: int):
         at = lambda value: fits(backend(recipe, sets + [f"max-num-seqs={value}", f"max-model-len={held['max-model-len']}"],
                                         name), value, held["max-model-len"])
     else:
-        at = lambda value: starts(backend(recipe, sets + [f"max-num-seqs={value}"], name))
+        at = lambda value: starts_safely(backend(recipe, sets + [f"max-num-seqs={value}"], name))
     assert largest is not None and at(largest), a
     if largest < top:
         assert not at(largest + 1), a
@@ -75,7 +75,7 @@ def test_the_seed_on_main_hand_checked():
     # Each of V4.1's requests holds its window and state pages whatever its length (12,329 pages at 1M, of which
     # 8 x 517 + 1 do not grow): 256 of them fit only at a short context, not at 256 x 1M / 2.
     longest = answers["auto", "max-model-len"]
-    assert 256 * longest.largest <= longest.plan.kv_cache_tokens and longest.largest < 1_048_576 // 4
+    assert 256 * longest.largest <= longest.at.kv_cache_tokens and longest.largest < 1_048_576 // 4
 
 
 def test_a_concurrency_that_never_fits_says_why():
@@ -90,3 +90,45 @@ def test_fit_is_well_under_a_second():
     started = time.perf_counter()
     fit.fits(base, ["auto", "deep_select"], 256, 1_048_576)
     assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("recipe", BUNDLED, ids=lambda p: p.stem)
+def test_each_answer_names_the_keys_it_sets_and_is_plans_figure_there(recipe):
+    data = json.loads(run("fit", recipe, "--backend", "auto", "--format", "json").output)
+    shape = json.loads(run("plan", recipe, "--format", "json").output)["recipe"]
+    for a in data["answers"]:
+        assert a["set"] == {k: v for k, v in (a["held"] | {a["key"]: a["largest"]}).items() if shape[k] != v}, a
+        there = backend(recipe, [f"{key}={value}" for key, value in a["set"].items()], "auto")
+        assert (there["kv_cache_tokens"], there["max_concurrency"]) == (a["kv_cache_tokens"], a["max_concurrency"])
+        assert a["oom"] == {"max_decodes": there["oom"]["max_decodes"], "at_risk": there["oom"]["at_risk"]}, a
+
+
+def test_the_seeds_answers_say_what_they_set_and_flag_the_oom_risk():
+    text = " ".join(run("fit", SEED, "--backend", "auto").output.split())
+    # the most requests of 1M are planned at max-num-seqs 44, where plan holds more than at the recipe's 256
+    plan_256 = backend(SEED, [], "auto")
+    assert "most requests of 1,048,576 tokens: max-num-seqs 44;" in text
+    assert f"at the recipe's max-num-seqs 256 plan gives 56.96 GiB, {plan_256['max_concurrency']:.2f} requests" in text
+    # 8,192 sequences start (max-num-batched-tokens), but plan calls them at risk: fit answers the largest it calls
+    # safe, plan's own seqs fix, and says why one more is not
+    fix = next(f for f in json.loads(run("plan", SEED, "-f", "json").output)["summary"]["oom"]["fixes"]
+               if f["name"] == "seqs")
+    assert backend(SEED, ["max-num-seqs=8192"], "auto")["oom"]["at_risk"] and "8,192" not in text
+    assert f"largest max-num-seqs that starts with no OOM risk: max-num-seqs {fix['value']:,};" in text
+    assert f"one more, {fix['value'] + 1:,}: OOM risk: room for the decode logits of" in text
+
+
+def test_a_context_bound_by_window_pages_says_so():
+    # At max-model-len 8,416 a V4.1 request holds cdiv(8,416, 128) = 66 compressed pages, and in each of its 8
+    # window groups (block 32, window 128, 2 x 8,192 tokens in flight: more than the request) cdiv(8,416, 32) + 1 =
+    # 264 pages, plus 1 ring page: 66 + 8 x 264 + 1 = 2,179 pages, 2,113 of them windows and state.
+    data = json.loads(run("fit", SEED, "--backend", "auto", "--format", "json").output)
+    context = next(a for a in data["answers"] if a["question"] == "max-model-len")
+    assert (context["largest"], context["pages_per_request"], context["window_state_pages"]) == (8416, 2179, 2113)
+    plan = json.loads(run("plan", SEED, "--set", "max-model-len=8416", "--format", "json").output)
+    assert plan["kv_cache"]["pages_per_request"] == 2179
+    text = " ".join(run("fit", SEED, "--backend", "auto").output.split())
+    assert ("a request of 8,416 tokens holds 2,179 pages, 2,113 of them in window and state groups" in text
+            and "those pages, not the tokens at max-model-len 1,048,576, bound the context" in text)
+    glm = " ".join(run("fit", RECIPES / "glm-5-8xb200-tp8.yaml", "--backend", "auto").output.split())
+    assert "window and state groups" not in glm  # one full-attention group: the tokens bound it

@@ -78,6 +78,7 @@ def test_glm52_keeps_21_indexers_since_vllm_024():
 
 
 V4, V32, GLM5 = "DeepseekV4ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"
+GLM5NEXT = "Glm5NextForConditionalGeneration"
 # vllm==0.19.0 vllm/config/speculative.py:52, with the MTP names of the DSA models' drafters
 SPEC_019 = {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "extract_hidden_states",
             "ngram_gpu", "mtp", "deepseek_mtp", "glm4_moe_mtp", "glm5_next_mtp"}
@@ -159,6 +160,11 @@ BOUNDARIES = [
       "FLASHMLA_SPARSE": 1, "FLASHMLA_SPARSE ds_mla on SM10x": 1, "FLASH_ATTN_MLA_SPARSE": 1,
       "FLASHINFER_MLA_SPARSE_SM90": 1, "ROCM_AITER_MLA_SPARSE": 1}),
     ("sparse_mla_prefill_workspace_factor", "0.31.0", (5, 5), "0.32.0", (5, 2)),
+    # FlashMLA-sparse's BF16-cache query heads: unpadded, then 64 (128 on SM10x), then 64 on both
+    ("flashmla_prefill_head_padding", "0.28.0", (1, 1), "0.29.0", (64, 128)),
+    ("flashmla_prefill_head_padding", "0.31.0", (64, 128), "0.32.0", (64, 64)),
+    ("flashmla_prefill_query_workspace", "0.30.0", False, "0.31.0", True),
+    ("index_group_buffers", "0.29.0", False, "0.30.0", True),
     ("rocm_accepts_fp8", "0.20.2", False, "0.21.0", True),
     ("kpool_indexer_reserves_decode_logits", "0.29.0", False, "0.30.0", True),
     ("kpool_logits_over_pools", "0.30.0", False, "0.31.0", True),
@@ -169,6 +175,21 @@ BOUNDARIES = [
     ("kda_prefill_checkpoint_archs", "0.31.0", frozenset(), "0.32.0",
      frozenset({"sm90", "sm100", "sm103", "sm120", "sm121"})),
     ("backend_block_stride_alignment", "0.31.0", False, "0.32.0", True),
+    ("v1_block_table_alignment", "0.20.2", False, "0.21.0", True),
+    ("indexer_table_alignment", "0.26.0", False, "0.27.0", True),
+    ("swa_prefill_indices", "0.23.0", False, "0.24.0", True),
+    ("sparse_mla_prefill_workspace", "0.25.1", "none", "0.26.0", "floor seqs x block"),
+    ("sparse_mla_prefill_workspace", "0.27.1", "floor seqs x block", "0.28.0", "floor block"),
+    ("masked_mha_mask_bytes", "0.26.0", 0, "0.27.0", 64 << 20),
+    ("masked_mha_mask_bytes", "0.27.1", 64 << 20, "0.28.0", 128 << 20),
+    ("masked_mha_architectures", "0.26.0", frozenset(), "0.27.0", frozenset({V32})),
+    ("masked_mha_architectures", "0.28.0", frozenset({V32}), "0.29.0", frozenset({V32, GLM5})),
+    ("masked_mha_architectures", "0.29.0", frozenset({V32, GLM5}), "0.30.0", frozenset({V32, GLM5, GLM5NEXT})),
+    ("mla_groups_split_by_index_leader", "0.29.0", False, "0.30.0", True),
+    ("kernel_block_tables_per_attention_group", "0.31.0", False, "0.32.0", True),
+    ("kpool_indexer_pooled_kernel_blocks", "0.31.0", False, "0.32.0", True),
+    ("kpool_tail_row_aligned", "0.31.0", True, "0.32.0", False),
+    ("rocm_sparse_mla_common_builder", "0.31.0", False, "0.32.0", True),
     ("speculative_methods", "0.19.1", SPEC_019, "0.20.0", SPEC_019 | {"dflash"}),
     ("speculative_methods", "0.21.0", SPEC_019 | {"dflash"}, "0.22.0", SPEC_019 | {"dflash", "custom_class"}),
     ("speculative_methods", "0.24.0", SPEC_019 | {"dflash", "custom_class"}, "0.25.0",

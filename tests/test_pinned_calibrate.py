@@ -149,13 +149,25 @@ def test_the_recipes_version_stands_over_the_logs():
 
 
 def test_a_log_without_a_model_needs_one():
-    with pytest.raises(RecipeError, match="the log names no model"):
-        cal.require({"gpu": "H200"}, cal.Measured("", 1))
+    with pytest.raises(RecipeError, match=r"^model: the log does not give it: --set model=NAME or --recipe"):
+        cal.require({"gpu": "H200"}, cal.Measured("", 1), read_log(""))
 
 
 def test_a_device_of_no_catalog_gpu_is_named_by_its_memory():
-    with pytest.raises(RecipeError, match=r"does not name the GPU \(its device has 16.00 GiB, no catalog GPU\)"):
-        cal.require({"model": "DeepSeek-V3.2"}, cal.Measured("", 1, total_memory_bytes=16 * GIB))
+    with pytest.raises(RecipeError, match=r"^gpu: the log does not give it: --set gpu=NAME \(its device has "
+                                          r"16.00 GiB, no catalog GPU\)$"):
+        cal.require({"model": "DeepSeek-V3.2"}, cal.Measured("", 1, total_memory_bytes=16 * GIB), read_log(""))
+
+
+def test_tensor_parallel_ranks_without_a_size_need_one_and_a_named_gpu_needs_none():
+    reading = read_log("(Worker_TP0 pid=9) INFO [gpu_worker.py:440] Available KV cache memory: 34.86 GiB\n")
+    with pytest.raises(RecipeError, match=r"^tensor-parallel-size: the log does not give it: --set "
+                                          r"tensor-parallel-size=N \(the log's ranks are Worker_TP0"):
+        cal.require({"gpu": "H200", "model": "GLM-5.1-FP8"}, cal.measure(reading), reading)
+    # a log of the total memory names the GPU (within 0.05 GiB: the H200's 139.80 GiB)
+    raw = cal.require({"model": "GLM-5.1-FP8", "tensor-parallel-size": 8},
+                      cal.Measured("", 1, total_memory_bytes=round(139.8 * GIB)), reading)
+    assert raw["gpu"] == "H200"
 
 
 def test_the_kv_target_is_the_logged_tokens_or_the_logged_memory():
@@ -418,16 +430,19 @@ def test_a_log_with_kv_tokens_but_no_kv_memory_calibrates_to_its_tokens():
     assert planned_tokens(result) == 321_600
 
 
-def test_a_log_whose_other_process_took_memory_calibrates_its_weights_as_the_rest():
-    # tests/fixtures/vllm_logs (SOURCES.md): V4-Flash on 2 x H200 NVL at 262,144 tokens, GPU 7 holding ~25 GiB for
-    # another process; no weights line, and its command's --enforce-eager. Plan's 74.08 GiB weights do not fit beside
-    # its 32.08 GiB of KV: the weights are the rest, and the recipe written plans to the log's 2,175,276 tokens
+@pytest.mark.parametrize("utilisation, rest", [(0.78, "peak_activation"), (0.75, "weights")])
+def test_a_log_without_weights_calibrates_the_term_that_does_not_fit_as_the_rest(utilisation, rest):
+    # tests/fixtures/vllm_logs (SOURCES.md): V4-Flash on 2 x H200 NVL at 262,144 tokens, no weights line, its command's
+    # --enforce-eager. At its 0.78, plan's derived weights and fitted non-torch fit beside its 32.08 GiB of KV: the
+    # peak is the rest. Read as if started at 0.75, 3.75 GiB less: the weights no longer fit and are the rest. Either
+    # way the recipe written plans to the log's 2,175,276 tokens
     raw = {"model": "DeepSeek-V4-Flash", "gpu": "H200 NVL", "tensor-parallel-size": 2, "kv-cache-dtype": "fp8",
-           "max-model-len": 262_144, "gpu-memory-utilization": 0.78, "vllm-version": "0.23.0", "enforce-eager": True}
+           "max-model-len": 262_144, "gpu-memory-utilization": utilisation, "vllm-version": "0.23.0",
+           "enforce-eager": True}
     result = cal.calibrate(reading(LOGS / "deepseek-v4-flash-2xh200nvl-tp2-eager-v0.23.0-mml262144.log"), raw, "log",
                            Path("."))
-    assert result.raw_recipe["memory"]["rest"] == "weights"
-    assert set(result.raw_recipe["memory"]) == {"weights_bytes", "cudagraph_bytes", "gpu", "rest"}
+    assert result.raw_recipe["memory"]["rest"] == rest
+    assert set(result.raw_recipe["memory"]) == {f"{rest}_bytes", "cudagraph_bytes", "gpu", "rest"}
     assert planned_tokens(result) == 2_175_276
 
 

@@ -6,9 +6,11 @@ import json
 import pytest
 
 from conftest import SEED
-from dsa_kvcalc import capacity, choices, memory_terms, report
+from dsa_kvcalc import capacity, choices, estimates, memory_terms, report, weights
 from dsa_kvcalc.catalog import LAYOUTS
+from dsa_kvcalc.fixes import fixes
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
+from dsa_kvcalc.sweep import load_base
 from dsa_kvcalc.units import GIB
 
 V32_H200 = {"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8}
@@ -80,59 +82,58 @@ def test_deep_select_takes_any_top_k_up_to_4096(tmp_path, topk):
 # 3. Memory terms ----------------------------------------------------------------------------------------------------
 
 def test_a_measured_term_is_carried_to_another_shape_by_the_estimates_change(tmp_path):
-    # Measured at 8192 batched tokens, planned at 4096: the estimate's hidden temporaries fall by 4096 tokens x 6144
-    # (GLM-5's hidden size) x 2 B x 18 copies (estimates.ACTIVATION_HIDDEN_COPIES) = 905,969,664 B; the prefill
-    # workspace and budget do not move. 10,000,000,000 - 905,969,664 = 9,094,030,336.
+    # Measured at 8192 batched tokens, planned at 4096: the fitted hidden temporaries fall by the copies x 4096 tokens x
+    # 6144 (GLM-5's hidden size) x 2 B; the prefill workspace and budget do not move. The weights carry the construction
+    # buffers' change: the top-k index buffer, 4096 x 2048 x 4 B = 33,554,432 B (the index groups hold min(tokens,
+    # 1024 sequences) rows either way; FlashInfer's sparse MLA reserves no workspace).
     path = tmp_path / "glm.yaml"
     path.write_text("model: GLM-5\ngpu: B200\ntensor-parallel-size: 8\nmax-num-batched-tokens: 8192\n"
                     "memory:\n  peak_activation_bytes: 10000000000\n  weights_bytes: 90000000000\n")
     assert capacity.plan(load_recipe(path)).memory.base_peak.provenance == "measured"
     memory = capacity.plan(load_recipe(path, ["max-num-batched-tokens=4096"])).memory
-    assert (memory.base_peak.bytes, memory.base_peak.provenance) == (9_094_030_336, "derived")
-    assert (memory.weights.bytes, memory.weights.provenance) == (90_000_000_000, "measured")  # no change to carry
-
-
-def test_without_expert_parallelism_every_rank_holds_every_expert():
-    # DP 8 without EP: each rank keeps the whole 689 GB checkpoint (estimates.V32_CHECKPOINT), 641.7 GiB, which no H200
-    # holds; with EP the experts split 8 ways
-    with pytest.raises(RecipeError, match="needs 641.7 GiB of weights per rank"):
-        capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "data-parallel-size": 8}))
-    capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "data-parallel-size": 8, "enable-expert-parallel": True}))
+    copies = estimates.ACTIVATION_HIDDEN_COPIES.value
+    fall = round(copies * 8192 * 6144 * 2) - round(copies * 4096 * 6144 * 2)
+    assert (memory.base_peak.bytes, memory.base_peak.provenance) == (10_000_000_000 - fall, "derived")
+    assert (memory.weights.bytes, memory.weights.provenance) == (90_000_000_000 - 33_554_432, "derived")
 
 
 def test_engram_tables_on_the_gpus_split_over_the_data_parallel_ranks():
-    # vllm==0.33.0 vllm/config/engram.py:37-38 offloads them by default; on the GPUs the 183.1 GiB of tables and their
-    # 5.72 GiB of scales (the DeepSeek-V4.1-Flash guide) split over DP 4: 188.82 GiB = 202,743,931,208 B, // 4 =
-    # 50,685,982,802 B more a rank
+    # vllm==0.33.0 vllm/config/engram.py:37-38 offloads them by default; on the GPUs the tables split over TP x DP 4.
+    # vLLM's build holds 189.1 GiB of them, the guide's 183.1 GiB of tables and 5.72 GiB of scales (202,743,931,208 B)
+    # within 0.2 %.
+    engram = sum(weights.data()["models"]["deepseek-ai/DeepSeek-V4.1-Flash"]["engram_layer_bytes"])
+    assert abs(engram / 202_743_931_208 - 1) < 0.002
     offloaded = capacity.plan(load_recipe(SEED)).memory.weights
     on_gpu = capacity.plan(load_recipe(SEED, ["engram-config.cpu_offload=false"])).memory.weights
-    assert on_gpu.bytes - offloaded.bytes == 50_685_982_802
-    assert "202,743,931,208 B of Engram tables in host memory" in offloaded.source
+    assert on_gpu.bytes - offloaded.bytes == engram // 4
+    assert f"{engram // 4:,} B of Engram tables in host memory" in offloaded.source
     assert "in host memory" not in on_gpu.source and "in host memory" not in capacity.plan(
         load(V32_H200)).memory.weights.source
 
 
-@pytest.mark.parametrize("length, version, workspace", [
+@pytest.mark.parametrize("length, version, gather", [
     # vllm==0.32.0 vllm/config/vllm.py:1790-1798: factor 5 up to 256 x 1024 tokens, else 2; FlashMLA-sparse's
-    # fp8_ds_mla gather is factor x max_model_len x 576 x 2 B (flashmla_sparse.py:337-341), larger than the
-    # indexer's max_model_len x 8 x factor x 132 B (indexer.py:919-929)
+    # fp8_ds_mla gather is factor x max_model_len rows of 576 x 2 B (flashmla_sparse.py:337-344), reserved when the
+    # model is built (the weights), larger than the indexer's max_model_len x 8 x factor x 132 B (indexer.py:919-929),
+    # which therefore grows the profile's workspace by nothing
     (262_144, "0.33.0", 5 * 262_144 * 1152),  # 1,509,949,440
     (262_145, "0.33.0", 2 * 262_145 * 1152),  # 603,982,080
     (262_145, "0.31.0", 5 * 262_145 * 1152),  # factor 5 at any length before 0.32.0
 ])
-def test_the_sparse_mla_prefill_workspace_factor_drops_above_256k_tokens(length, version, workspace):
+def test_the_sparse_mla_prefill_workspace_factor_drops_above_256k_tokens(length, version, gather):
     recipe = load({"model": "GLM-5.2", "gpu": "H200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
                    "max-model-len": length, "vllm-version": version})
-    assert memory_terms.prefill_workspace_bytes(recipe) == workspace
+    assert weights.prefill_gather_rows(recipe) * 1152 == gather
+    assert memory_terms.prefill_workspace_bytes(recipe) == 0
 
 
-@pytest.mark.parametrize("tp, dp, non_torch", [
-    # estimates.py: 1 GiB for one process's context and workspaces; TP x DP > 1 adds 1.5 GiB of NCCL buffers
-    (1, 1, GIB), (2, 1, 2 * GIB + GIB // 2), (2, 2, 2 * GIB + GIB // 2)])
-def test_one_process_has_no_collectives_allowance(tp, dp, non_torch):
+@pytest.mark.parametrize("tp, dp, collectives", [(1, 1, 0), (2, 1, 1), (2, 2, 1)])
+def test_one_process_has_no_collectives_allowance(tp, dp, collectives):
+    # fits.py: one process's context and workspaces; TP x DP > 1 adds the collectives' buffers
     recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "B300", "tensor-parallel-size": tp, "data-parallel-size": dp,
                    "enable-expert-parallel": True})
-    assert capacity.plan(recipe).memory.non_torch.bytes == non_torch
+    expected = estimates.NON_TORCH_SINGLE.value + collectives * estimates.NON_TORCH_COLLECTIVES.value
+    assert capacity.plan(recipe).memory.non_torch.bytes == expected
 
 
 def test_a_drafter_other_than_mtp_adds_no_kv_layer():
@@ -210,11 +211,15 @@ def test_the_seeds_graph_pools_are_its_own_and_carry_to_the_other_backends():
     assert "the pool measured for auto" in persistent.source
 
 
-def test_a_graph_pool_measured_at_another_shape_keeps_all_but_its_logits():
+def test_a_graph_pool_measured_at_another_shape_keeps_all_but_its_logits_and_floors():
     # --set max-num-seqs=128 halves the largest FULL decode graph: 768 rows (128 x 6, on the grid) for 1536, so the
-    # auto pool loses 768 x 1,049,088 x 6 B = 4,834,197,504 B of logits: 19,756,849,562 - that = 14,922,652,058
+    # auto pool loses 768 x 1,049,088 x 6 B = 4,834,197,504 B of logits. Model Runner V2's estimate counts each FULL
+    # graph after the first at 1 MiB at least (vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:918, 1038): the
+    # grid up to 1536 (1, 2, 4; 8..248 by 8; 256..1536 by 16) rounded up to whole requests of 6 gives 1 + 31 + 81 =
+    # 113 decode graphs within 256 x 6, but 1 + 31 + 33 = 65 within 128 x 6: 48 MiB fewer.
+    # 19,756,849,562 - 4,834,197,504 - 48 x 1,048,576 = 14,872,320,410
     pool = capacity.plan(load_recipe(SEED, ["max-num-seqs=128"])).backend("auto").cudagraph
-    assert (pool.bytes, pool.provenance) == (14_922_652_058, "derived")
+    assert (pool.bytes, pool.provenance) == (14_872_320_410, "derived")
 
 
 def test_a_graph_pool_smaller_than_its_logits_is_not_a_measurement():
@@ -376,14 +381,18 @@ def test_releases_that_estimate_no_graphs_size_the_kv_cache_without_them():
     assert capacity.plan(recipe).backend("auto").kv_cache_bytes == 36_314_644_480
 
 
-def test_the_seeds_concurrency_and_workaround():
-    # 41,050,274 tokens / 1,048,576 = 39.149 -> 39.15 (vLLM prints two decimals). 0.33.0 is at risk: the workaround
-    # budget is cdiv(9,668,395,008, 2^20) = 9,221 MiB (9,220.5 rounded up), which its profile reserves as the prefill
-    # budget, not as #62860's decode reservation
-    auto = capacity.plan(load_recipe(SEED)).backend("auto")
+def test_the_seeds_concurrency_and_its_budget_fix():
+    # 41,050,274 tokens / 1,048,576 = 39.149 -> 39.15 (vLLM prints two decimals). 0.33.0 is at risk; the budget that
+    # clears it, by hand: the seed's step had 3.04 GiB (less 0.005 GiB of rounding: 3,258,806,436 B) + 786 x 1,049,088
+    # x 2 B of live BF16 logits (1,649,166,336 B) = 4,907,972,772 B; 256 decodes need 256 x 37,767,168 B + the 4 MiB
+    # margin = 9,672,589,312 B; the budget raises the room by what it reserves beyond the seed's 3,091,880,448 B of
+    # headroom, so it takes 9,672,589,312 - 4,907,972,772 + 3,091,880,448 = 7,856,496,988 B: 7,493 MiB (7,492.5 up)
+    base = load_base(SEED)
+    plan = capacity.plan(load_recipe(SEED))
+    auto = plan.backend("auto")
     assert auto.max_concurrency == 39.15 and auto.selected
-    assert auto.workaround.prefill_budget_mb == 9221
-    assert auto.workaround.sizing.reserved_bytes == 9221 * 2**20 and not auto.workaround.sizing.reserves_decode_logits
+    budget = next(f for f in fixes(base, plan, auto) if f.name == "budget")
+    assert (budget.key, budget.value) == ("env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB", 7493) and not budget.plan.oom.at_risk
     assert not any(b.selected for b in capacity.plan(load_recipe(SEED)).backends if b.backend != "auto")
 
 
@@ -394,16 +403,18 @@ def test_on_main_the_fix_is_the_release_itself():
 
 def test_weights_that_fill_the_gpu_refuse_the_plan_unless_the_kv_is_pinned_to_an_estimate():
     # vLLM refuses to start with no memory left for the cache: weights + non-torch = requested leaves none
-    recipe = load(V32_H200)
-    requested = capacity.plan(recipe).memory.requested_bytes
-    full = {"memory": {"weights_bytes": requested - 2 * GIB - GIB // 2}}
+    plan = capacity.plan(load(V32_H200))
+    left = plan.memory.requested_bytes - plan.memory.non_torch.bytes
+    full = {"memory": {"weights_bytes": left}}
     with pytest.raises(RecipeError, match="memory.weights_gib"):
         capacity.plan(load(V32_H200 | full))
-    capacity.plan(load(V32_H200 | {"memory": {"weights_bytes": requested - 2 * GIB - GIB // 2 - 1}}))
+    capacity.plan(load(V32_H200 | {"memory": {"weights_bytes": left - 1}}))
     with pytest.raises(RecipeError, match="memory.weights_gib"):  # measured: vLLM's own figure, pinned or not
         capacity.plan(load(V32_H200 | full | {"kv-cache-memory-bytes": GIB}))
-    # the 641.7 GiB estimate of an EP-less DP 8 is plan's, not vLLM's: a pinned KV cache plans
-    capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "data-parallel-size": 8, "kv-cache-memory-bytes": GIB}))
+    # TP 1's 630.3 GiB of derived weights are plan's figure, not vLLM's: a pinned KV cache plans, an unpinned one not
+    with pytest.raises(RecipeError, match="needs 630.3 GiB"):
+        capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200"}))
+    capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "kv-cache-memory-bytes": GIB}))
 
 
 def test_a_pool_given_as_one_number_is_the_recipes_backends():
@@ -442,16 +453,7 @@ def test_rocms_locked_workspace_leaves_no_decode_logits_to_allocate_at_run_time(
                                "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}))
     auto = plan.backend("auto")
     assert auto.release.reservation.bytes == 1_207_959_552
-    assert (auto.oom.at_risk, auto.oom.shortfall_bytes) == (False, 0)
-
-
-def test_a_release_without_the_fix_reports_no_reservation_shortfall():
-    # vllm==0.33.0 vllm/model_executor/layers/sparse_attn_indexer.py:483-512: without #62860 the profiling branch
-    # reserves the prefill budget and no decode term, so there is no reservation for the decode logits to fall short
-    # of: the risk is the decodes that fit in what is free, and no "reserves ... for the decode logits" warning
-    plan = capacity.plan(load(V32_H200 | {"vllm-version": "0.33.0"}))
-    assert {b.oom.shortfall_bytes for b in plan.backends} == {0}
-    assert report.reservation_warnings(plan) == []
+    assert not auto.oom.at_risk
 
 
 def test_a_graph_pool_measured_for_a_backend_this_engine_does_not_run_is_not_checked():

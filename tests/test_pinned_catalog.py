@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc import capacity, choices, memory_terms
+from dsa_kvcalc import capacity, choices, memory_terms, weights
 from dsa_kvcalc.catalog import GPUS, KPOOL_INDEXER, LAYOUTS, MODELS
 from dsa_kvcalc.recipe import RecipeError, load
 
@@ -89,30 +89,27 @@ def test_v4_pro_compresses_as_its_config_lists():
     assert plan.memory.kv.block_bytes == 30 * (37_440 + 8640) + 31 * 1728
 
 
-@pytest.mark.parametrize("model, dp, weights", [
-    # Expert parallelism over DP ranks: dense part + routed experts / DP. Routed experts from each config: MoE
-    # layers x n_routed_experts x 3 x hidden x moe_intermediate_size, FP8 with a 4 B scale per 128 x 128 block:
-    # V3.2 (61 - 3) x 256 x 3 x 7168 x 2048 x 4097 / 4096 = 654,068,416,512 of 689e9: 34,931,583,488 + / 8
-    ("DeepSeek-V3.2", 8, 34_931_583_488 + 654_068_416_512 // 8),
-    # GLM-5 (78 - 3) x 256 x 3 x 6144 x 2048 x 4097 / 4096 = 724,952,678,400 of 756e9
-    ("GLM-5", 8, 756_000_000_000 - 724_952_678_400 + 724_952_678_400 // 8),
-    # MXFP4 experts at 17/32 B: V4-Flash 43 x 256 x 3 x 4096 x 2048 x 17 / 32 = 147,169,738,752 of 2 x 74.08 GiB
-    # (159,085,588,644 B)
-    ("DeepSeek-V4-Flash", 4, 159_085_588_644 - 147_169_738_752 + 147_169_738_752 // 4),
-    # V4-Pro 61 x 384 x 3 x 7168 x 3072 x 17 / 32 = 822,054,223,872 of 865e9
-    ("DeepSeek-V4-Pro", 8, 865_000_000_000 - 822_054_223_872 + 822_054_223_872 // 8),
-    # NVFP4 experts at 9/16 of FP8's: 724,952,678,400 x 9 / 16 = 407,785,881,600 of 465,886,348,800 (724.8B
-    # weights x 9/16 + 29.1B in BF16)
-    ("GLM-5.1-NVFP4", 8, 465_886_348_800 - 407_785_881_600 + 407_785_881_600 // 8),
-    ("GLM-5.2-NVFP4", 8, 465_886_348_800 - 407_785_881_600 + 407_785_881_600 // 8),
-    # GLM-5.3-Flash (SyFI glm53_flash.json): (45 - 3) x 288 x 3 x 4096 x 2048 x 4097 / 4096 = 304,480,124,928 of
-    # 306 GiB (328,564,998,144 B)
-    ("GLM-5.3-Flash", 4, 328_564_998_144 - 304_480_124_928 + 304_480_124_928 // 4),
-])
-def test_expert_parallel_weights_split_the_routed_experts(model, dp, weights):
-    recipe = load({"model": model, "gpu": "B300", "data-parallel-size": dp, "enable-expert-parallel": True})
-    estimate = memory_terms.weights_estimate(recipe).bytes
-    assert estimate == weights and type(estimate) is int  # bytes are whole
+@pytest.mark.parametrize("model", [m.name for m in MODELS if m.name in weights.data()["models"]],
+                         ids=lambda name: name.split("/")[-1])
+def test_vllms_routed_experts_are_the_configs_arithmetic(model):
+    # vLLM's RoutedExperts at one expert rank (weights.json, the meta build; V4.1's DSpark experts beside them) against
+    # the config's shapes (catalog.py): MoE layers x n_routed_experts x 3 x hidden x moe_intermediate_size, FP8 with a
+    # 4 B scale per 128 x 128 block, MXFP4 at 17/32 B, NVFP4 at 9/16 of FP8's. NVFP4's global scales and V4.1's
+    # per-32 UE8M0 scales (the recipe guide's rounded table) come within 0.03 %.
+    entry = weights.data()["models"][model]
+    built = sum(entry["expert_layer_bytes"]) + entry["drafts"].get("dspark", {}).get("expert_bytes", 0) * (
+        MODEL[model].family == "deepseek_v41")
+    assert abs(built / MODEL[model].routed_expert_bytes - 1) < 0.0003
+
+
+def test_a_model_not_built_shards_its_config_shapes_over_tp_x_dp():
+    # GLM-5.3-Flash (no config copy built: oracle/configs/SOURCES.md): (45 - 3) x 288 x 3 x 4096 x 2048 x 4097 / 4096 =
+    # 304,480,124,928 of its 306 GiB (328,564,998,144 B), split over DP 4 with expert parallelism or without
+    for expert_parallel in (True, False):
+        recipe = load({"model": "GLM-5.3-Flash", "gpu": "B300", "data-parallel-size": 4,
+                       "enable-expert-parallel": expert_parallel})
+        estimate = memory_terms.weights_estimate(recipe).bytes
+        assert estimate == 328_564_998_144 - 304_480_124_928 + 304_480_124_928 // 4 and type(estimate) is int
 
 
 @pytest.mark.parametrize("name, arch, total", [
@@ -157,13 +154,16 @@ def test_deepseek_v4_runs_from_020_and_drafts_three_dspark_layers():
     # dspark_noise_token_id 128799; the preview V4-Flash's gives none, and vLLM refuses it
     # (vllm==0.33.0 vllm/v1/worker/gpu/spec_decode/utils.py:92-113)
     v4 = {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4}
-    dspark = {"speculative-config": {"method": "dspark", "num_speculative_tokens": 3}}
     with pytest.raises(RecipeError, match="predates"):
         load(v4 | {"vllm-version": "0.19.1"})
     assert load(v4 | {"vllm-version": "0.20.0"}).model.first_release == "0.20.0"
-    assert choices.draft_layers(load(v4 | dspark | {"model": "DeepSeek-V4-Flash-0731"})) == 3
+    # the preview checkpoint has no DSpark block (no dspark_target_layer_ids, which the drafter reads, and no
+    # parallel-drafting token, whose absence vLLM's runner refuses first): 0731 has
+    dspark = load(v4 | {"model": "DeepSeek-V4-Flash-0731",
+                        "speculative-config": {"method": "dspark", "num_speculative_tokens": 3}})
+    assert choices.draft_layers(dspark) == 3
     with pytest.raises(RecipeError, match="dspark_noise_token_id"):
-        load(v4 | dspark)
+        load(v4 | {"speculative-config": {"method": "dspark", "num_speculative_tokens": 3}})
 
 
 def test_only_glm5_runs_fp8_for_auto_on_sm10x():

@@ -1,25 +1,14 @@
-"""Issue 16, reliability round two. Each class of the issue has property tests that generate its cases: stream states,
-special files as input, versions too long to convert, verify without a usable torch or GPU, outputs (attributes, long
-names, several at once, signals, a removed working folder, odd names), calibrate --after and --vary meaning what
-they say, memory that stays flat whatever fails. Outcomes are checked against what the code did not produce: exit
-codes, a one-line stderr, files byte-identical or written in full."""
+"""Issue 16, reliability round two. Each class of the issue has property tests that generate its cases: versions too
+long to convert, verify without a usable torch or GPU, calibrate --after and --vary meaning what they say, memory that
+stays flat whatever fails (its files and streams are test_files_and_streams.py's). Outcomes are checked against what
+the code did not produce: exit codes, a one-line stderr, files written in full."""
 
-import errno
-import io
 import json
-import os
 import re
-import signal
-import socket
-import stat
-import struct
-import subprocess
 import sys
-import tempfile
 import time
 import tracemalloc
 import types
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,9 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import LOGS, ROOT, SEED, runner
 from dsa_kvcalc import engine as engines
-from dsa_kvcalc import inputs
-from dsa_kvcalc.cli import app, console_chunks, main
-from dsa_kvcalc.output import TERMINATING
+from dsa_kvcalc.cli import app, console_chunks
 from dsa_kvcalc.inputs import RecipeLoader
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.values import read_values
@@ -37,14 +24,8 @@ from dsa_kvcalc.render import sweep as sweep_render
 from dsa_kvcalc.sweep import parse_varies
 
 RTX = LOGS / "deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log"
-CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
 SECONDS = 5
 FEW = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-SOME = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
-NEEDED = {"num_hidden_layers": 61, "hidden_size": 7168, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048,
-          "max_position_embeddings": 32768}
-ACCENTED = "Modèle-DSA-façon-ü"
-FIGURE = re.compile(r"\b\d{1,3}(?:,\d{3})+\b")
 
 
 def cli(*args):
@@ -60,211 +41,6 @@ def one_line(text: str, start: str = "error: ") -> str:
     lines = text.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(start), text
     return lines[0]
-
-
-def hidden(folder: Path) -> list[str]:
-    return [p.name for p in folder.iterdir() if p.name.startswith(".")]
-
-
-@pytest.fixture(scope="module")
-def place(tmp_path_factory) -> Path:
-    """A folder for the module: a recipe of a local model with a non-ASCII name, special files, an existing output."""
-    folder = tmp_path_factory.mktemp("round-two")
-    (folder / "checkpoint").mkdir()
-    (folder / "checkpoint" / "config.json").write_text(json.dumps(NEEDED | {"_name_or_path": ACCENTED}))
-    (folder / "accented.yaml").write_text("model: checkpoint\ngpu: H200\ntensor-parallel-size: 8\n")
-    os.mkfifo(folder / "fifo")
-    (folder / "link-to-fifo").symlink_to("fifo")
-    (folder / "a-folder").mkdir()
-    with open(folder / "sparse", "wb") as file:
-        file.truncate(100 << 20)  # over every reader's limit, and no disk taken
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(folder / "socket"))
-    yield folder
-    listener.close()
-
-
-# Stream states: closed, full, gone, closed while running, an encoding that cannot hold the text; any width ----------
-
-class Refusing(io.RawIOBase):
-    """A descriptor whose every write fails with one errno."""
-
-    def __init__(self, number: int):
-        self.number = number
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        raise OSError(self.number, os.strerror(self.number))
-
-
-def stream(state: str):
-    """(what sys.stdout or sys.stderr is in that state, a function giving what it received)."""
-    if state == "closed":
-        return None, lambda: ""
-    if state in ("full", "gone"):
-        return io.TextIOWrapper(Refusing(errno.ENOSPC if state == "full" else errno.EPIPE)), lambda: ""
-    if state == "closed while running":
-        closed = io.TextIOWrapper(io.BytesIO())
-        closed.close()
-        return closed, lambda: ""
-    received = io.BytesIO()
-    text = io.TextIOWrapper(received, encoding="ascii" if state == "ascii" else "utf-8")
-
-    def read() -> str:
-        text.flush()
-        return received.getvalue().decode("ascii" if state == "ascii" else "utf-8")  # ascii: fails on anything else
-
-    return text, read
-
-
-STREAM_COMMANDS = {
-    "plan table": ["plan", SEED], "plan json": ["plan", SEED, "-f", "json"], "plan csv": ["plan", SEED, "-f", "csv"],
-    "plan markdown": ["plan", SEED, "-f", "markdown"], "plan --explain": ["plan", SEED, "--explain"],
-    "plan of a non-ASCII model": ["plan", "{place}/accented.yaml"], "plan -o": ["plan", SEED, "-o", "{place}/out.txt"],
-    "models": ["models"], "gpus": ["gpus"], "schema": ["schema"],
-    "sweep table": ["sweep", SEED, "--vary", "max-num-seqs=64,128"],
-    "sweep with a failing point": ["sweep", SEED, "--vary", "max-num-seqs=0,64", "-f", "csv"],
-    "recommend": ["recommend", SEED, "--target-concurrency", 64, "--min-kv-tokens", 1000],
-    "calibrate": ["calibrate", RTX, "--set", "gpu=B200"], "calibrate json": ["calibrate", RTX, "--set", "gpu=B200",
-                                                                            "-f", "json"],
-    "verify": ["verify", "--gpu"], "help": ["plan", "--help"], "no arguments": [], "usage error": ["plan", "--bogus"],
-    "a missing recipe": ["plan", "{place}/missing.yaml"],
-}
-STDOUT_STATES = ["ok", "ascii", "closed", "full", "gone", "closed while running"]
-STDERR_STATES = ["ok", "ascii", "closed", "full", "closed while running"]
-REFERENCES: dict[str, tuple[int, str, str]] = {}
-
-
-def console_script(args: list[str], out_state: str, err_state: str, columns: int) -> tuple[int, str, str]:
-    """dsa_kvcalc.cli.main, the console script, with stdout and stderr in these states: (exit code, stdout, stderr)."""
-    (out, read_out), (err, read_err) = stream(out_state), stream(err_state)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "stdout", out)
-        patch.setattr(sys, "stderr", err)
-        patch.setenv("COLUMNS", str(columns))
-        with pytest.raises(SystemExit) as exited:
-            main(args)
-    return exited.value.code, read_out(), read_err()
-
-
-def reference(name: str, args: list[str]) -> tuple[int, str, str]:
-    """The command with working streams, 250 columns wide."""
-    if name not in REFERENCES:
-        REFERENCES[name] = console_script(args, "ok", "ok", 250)
-    return REFERENCES[name]
-
-
-@SOME
-@given(st.sampled_from(sorted(STREAM_COMMANDS)), st.sampled_from(STDOUT_STATES), st.sampled_from(STDERR_STATES),
-       st.one_of(st.sampled_from([0, 1, 2, 10 ** 6]), st.integers(0, 10 ** 6)))
-def test_every_stream_state_and_width_ends_in_the_commands_code_or_one_line(place, name, out_state, err_state,
-                                                                           columns):
-    # A closed, full or non-UTF-8 stdout ended in a traceback; COLUMNS=0 printed nothing and exited 0.
-    args = [str(a).replace("{place}", str(place)) for a in STREAM_COMMANDS[name]]
-    ref_code, ref_out, ref_err = reference(name, args)
-    assert "Traceback" not in ref_err and ref_code in (0, 1, 2, 3)
-    code, out, err = console_script(args, out_state, err_state, columns)
-    writes = ref_out != ""
-    working = out_state in ("ok", "ascii")
-    assert code == (ref_code if working or not writes else 1 if out_state == "gone" else 2), (code, err)
-    assert "Traceback" not in err
-    if working:  # every figure whole, however wide the terminal
-        assert "…" not in out
-        assert set(FIGURE.findall(ref_out)) <= set(FIGURE.findall(out)), name
-    if out_state == "ascii" and name == "plan of a non-ASCII model":
-        assert "Mod\\xe8le" in out
-    if err_state in ("ok", "ascii") and not working and writes:
-        if out_state == "gone":  # | head: the reader went away, nothing more to say
-            assert err == ""
-        else:
-            one_line(err, "error: stdout: cannot write: ")
-    if err_state in ("ok", "ascii") and working and ref_code == 2:
-        one_line(err)
-
-
-@pytest.mark.parametrize("case", ["> /dev/full", ">&-", "| head -c 1", "LC_ALL=C, a non-ASCII model"])
-def test_real_descriptors_end_in_one_line_or_a_quiet_exit(place, case):
-    # The same through real descriptors: the console script as a shell runs it.
-    command = [sys.executable, "-m", "dsa_kvcalc"]
-    if case == "> /dev/full":
-        with open("/dev/full", "w") as full:
-            done = subprocess.run([*command, "plan", SEED], stdout=full, stderr=subprocess.PIPE, text=True,
-                                  env=CHILD_ENV, timeout=20)
-        assert done.returncode == 2
-        assert one_line(done.stderr) == "error: stdout: cannot write: No space left on device"
-    elif case == ">&-":
-        done = subprocess.run([*command, "schema"], stderr=subprocess.PIPE, text=True, env=CHILD_ENV, timeout=20,
-                              preexec_fn=lambda: os.close(1))
-        assert done.returncode == 2 and one_line(done.stderr) == "error: stdout: cannot write: it is closed"
-    elif case == "| head -c 1":
-        child = subprocess.Popen([*command, "sweep", SEED, "--vary", "max-num-seqs=1:100000:1", "-f", "csv"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=CHILD_ENV)
-        child.stdout.read(1)
-        child.stdout.close()
-        assert child.wait(20) == 1 and child.stderr.read() == b""
-    else:
-        env = {**CHILD_ENV, "LC_ALL": "C", "PYTHONUTF8": "0"}
-        env.pop("PYTHONIOENCODING", None)
-        done = subprocess.run([*command, "plan", place / "accented.yaml"], capture_output=True, env=env, timeout=20)
-        assert done.returncode == 0, done.stderr
-        assert "Mod\\xe8le" in done.stdout.decode("ascii")
-
-
-# Special files as input: devices, FIFOs, sockets, folders, files over the limit --------------------------------------
-
-SPECIAL = {"a FIFO without a writer": "{place}/fifo", "a link to a FIFO": "{place}/link-to-fifo", "/dev/zero": "/dev/zero",
-           "/dev/urandom": "/dev/urandom", "/dev/null": "/dev/null", "a folder": "{place}/a-folder",
-           "a socket": "{place}/socket", "100 MiB": "{place}/sparse"}
-READERS = {
-    "plan": (["plan", "{file}"], "recipe"), "sweep": (["sweep", "{file}", "--vary", "max-num-seqs=64"], "recipe"),
-    "recommend": (["recommend", "{file}", "--target-concurrency", 1, "--min-kv-tokens", 1], "recipe"),
-    "verify": (["verify", "{file}", "--gpu"], "recipe"), "calibrate": (["calibrate", "{file}", "--set", "gpu=B200"], "log"),
-    "calibrate --recipe": (["calibrate", RTX, "--recipe", "{file}", "--set", "gpu=B200"], "recipe"),
-    "calibrate --after": (["calibrate", RTX, "--set", "gpu=B200", "--after", "{file}"], "--after"),
-}
-
-
-@FEW
-@given(st.sampled_from(sorted(SPECIAL)), st.sampled_from(sorted(READERS)))
-def test_a_file_that_is_not_a_regular_one_or_too_large_is_one_line_at_once(place, kind, reader):
-    # `calibrate /dev/zero` never ended, a FIFO without a writer blocked, and nothing bounded how much was read.
-    file = SPECIAL[kind].replace("{place}", str(place))
-    args, key = READERS[reader]
-    line = one_line(cli(*[file if a == "{file}" else a for a in args]).stderr, f"error: {key}: {file} is ")
-    assert line.endswith(("not a regular file", "MiB: not a recipe", "MiB: not a vLLM startup log")), line
-
-
-@SOME
-@given(st.binary(max_size=3000).filter(lambda data: b"\r" not in data), st.integers(0, 4000), st.integers(1, 300))
-def test_inputs_read_a_regular_file_whole_up_to_the_limit_and_never_beyond(data, limit, line_limit):
-    with tempfile.NamedTemporaryFile() as file:
-        file.write(data)
-        file.flush()
-        path = Path(file.name)
-        if len(data) > limit:
-            with pytest.raises(inputs.Unreadable, match="is over"):
-                inputs.read_bytes(path, limit, "recipe")
-            with pytest.raises(inputs.Unreadable, match="is over"):
-                list(inputs.read_lines(path, limit, "log", line_limit))
-            return
-        assert inputs.read_bytes(path, limit, "recipe") == data
-        lines = list(inputs.read_lines(path, limit, "log", line_limit))
-        assert "".join(lines) == data.decode("utf-8", "replace")
-        assert all(len(line) <= line_limit for line in lines)
-
-
-def test_a_log_that_grows_past_the_limit_while_read_is_refused(tmp_path):
-    log = tmp_path / "growing.log"
-    log.write_text("first line\n")
-    lines = inputs.read_lines(log, 1 << 16, "vLLM startup log", 1 << 10)
-    assert next(lines) == "first line\n"
-    with open(log, "a") as more:
-        more.write("x" * 100 + "\n" * 1000)
-        more.write("y\n" * (1 << 16))
-    with pytest.raises(inputs.Unreadable, match="is over 0 MiB"):
-        list(lines)
 
 
 # Versions of thousands of digits -------------------------------------------------------------------------------------
@@ -389,191 +165,6 @@ def test_verify_without_a_usable_torch_or_gpu_is_exit_3_with_one_line_naming_the
     first = (said if stage == "no GPU" else message).strip().splitlines()
     named = first[0] if first else ("UserWarning" if stage == "no GPU" else kind.__name__)
     assert all(part in line for part in re.split(r"[^ -~]+", named) if part), (named, line)
-
-
-# Outputs: attributes, names near the limit, several at once, signals, a removed working folder, odd names ------------
-
-def access_acl(uids: list[int]) -> bytes:
-    """A POSIX access ACL as Linux stores it (system.posix_acl_access): the owner rw, each uid r, group r, mask r,
-    others nothing."""
-    entry = struct.Struct("<HHI").pack
-    users = b"".join(entry(0x02, 4, uid) for uid in sorted(uids))
-    return struct.pack("<I", 2) + entry(0x01, 6, 2 ** 32 - 1) + users + entry(0x04, 4, 2 ** 32 - 1) + \
-        entry(0x10, 4, 2 ** 32 - 1) + entry(0x20, 0, 2 ** 32 - 1)
-
-
-def xattrs(path: Path) -> dict[str, bytes]:
-    return {name: os.getxattr(path, name) for name in os.listxattr(path)}
-
-
-@FEW
-@given(st.dictionaries(st.text("abcdefghij", min_size=1, max_size=8).map(lambda n: f"user.{n}"),
-                       st.binary(min_size=1, max_size=64), max_size=4),
-       st.lists(st.integers(1000, 60000), unique=True, max_size=3), st.sampled_from([0o600, 0o640, 0o664, 0o751]),
-       st.booleans())
-def test_a_replaced_file_keeps_its_acls_and_attributes_or_is_written_in_place(tmp_path_factory, named, uids, mode,
-                                                                            refused):
-    # --output dropped a file's ACL: the temporary renamed over it was a new file without one.
-    folder = tmp_path_factory.mktemp("attributes")
-    out = folder / "plan.json"
-    out.write_text("old")
-    out.chmod(mode)
-    try:
-        for name, value in named.items():
-            os.setxattr(out, name, value)
-        if uids:
-            os.setxattr(out, "system.posix_acl_access", access_acl(uids))
-    except OSError as error:
-        pytest.skip(f"no extended attributes here: {error.strerror}")
-    before = os.stat(out), xattrs(out)
-    with pytest.MonkeyPatch.context() as patch:
-        if refused:  # an attribute the temporary may not be given (security.*, trusted.* without the privilege)
-            patch.setattr(os, "setxattr", lambda *args: (_ for _ in ()).throw(PermissionError(errno.EPERM, "no")))
-        result = cli("plan", SEED, "-f", "json", "-o", out)
-    assert result.exit_code == 0, result.output
-    after = os.stat(out)
-    assert json.loads(out.read_text())["recipe"]["gpu"] == "B200"
-    assert xattrs(out) == before[1] and stat.S_IMODE(after.st_mode) == stat.S_IMODE(before[0].st_mode)
-    assert (after.st_ino == before[0].st_ino) == (refused and bool(before[1]))  # in place only where it must be
-    assert hidden(folder) == []
-
-
-@FEW
-@given(st.text(st.sampled_from("ab-é字"), min_size=1, max_size=140))
-def test_an_output_name_up_to_the_limit_is_written_and_a_longer_one_refused_before_any_work(tmp_path_factory, name):
-    # A name near the file-name limit failed after the work: the hidden temporary's name was longer.
-    folder = tmp_path_factory.mktemp("names")
-    result = cli("plan", SEED, "-f", "csv", "-o", folder / name)
-    if len(name.encode()) <= os.pathconf(folder, "PC_NAME_MAX"):
-        assert result.exit_code == 0, result.output
-        assert (folder / name).read_text().startswith("backend,") and hidden(folder) == []
-    else:
-        assert one_line(result.stderr).endswith("File name too long") and list(folder.iterdir()) == []
-
-
-def stub_plot(patch, after_rows=lambda: None):
-    """--plot without matplotlib: a PNG of five bytes, drawn after the rows (when after_rows runs too)."""
-    from dsa_kvcalc import plot
-
-    patch.setattr(plot, "load_pyplot", lambda: None)
-    patch.setattr(plot, "png_bytes", lambda series: after_rows() or b"\x89PNG!")
-
-
-@FEW
-@given(st.sampled_from(["new", "existing", "/dev/full"]),
-       st.sampled_from(["new", "existing", "/dev/full", "a FIFO nobody reads", "its folder removed meanwhile"]))
-def test_several_outputs_land_together_or_not_at_all(tmp_path_factory, rows_target, plot_target):
-    # `sweep -o rows.csv --plot p.png` replaced rows.csv, then failed on the plot.
-    folder = tmp_path_factory.mktemp("together")
-    (folder / "plots").mkdir()
-    rows = Path("/dev/full") if rows_target == "/dev/full" else folder / "rows.csv"
-    plot = {"/dev/full": Path("/dev/full"), "a FIFO nobody reads": folder / "plots" / "fifo"}.get(
-        plot_target, folder / "plots" / "p.png")
-    if rows_target == "existing":
-        rows.write_text("old rows\n")
-    if plot_target == "existing":
-        plot.write_bytes(b"old plot")
-    if plot_target == "a FIFO nobody reads":
-        os.mkfifo(plot)
-    removed = plot_target == "its folder removed meanwhile"
-    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    with pytest.MonkeyPatch.context() as patch:
-        from dsa_kvcalc import output
-        patch.setattr(output, "FIFO_WAIT_SECONDS", 0.05)
-        stub_plot(patch, lambda: removed and (folder / "plots").rename(folder / "elsewhere"))
-        result = cli("sweep", SEED, "--vary", "max-num-seqs=64,128", "-f", "csv", "-o", rows, "--plot", plot)
-    fine = rows_target != "/dev/full" and plot_target in ("new", "existing")
-    assert result.exit_code == (0 if fine else 2), result.output
-    now = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    if fine:
-        assert now[rows].startswith(b"max-num-seqs,") and now[plot] == b"\x89PNG!"
-    else:
-        one_line(result.stderr, "error: --output: " if rows_target == "/dev/full" != plot_target else "error: --")
-        assert {p.name: v for p, v in now.items()} == {p.name: v for p, v in before.items()}
-    assert not [p for p in folder.rglob(".*")]
-
-
-SIGNALLED = """import pathlib, sys, time
-from dsa_kvcalc.output import outputs
-def rows():
-    print("writing", flush=True)
-    for i in range(3000):
-        yield "row %d\\n" % i
-        if i % 100 == 0:
-            time.sleep(0.005)
-with outputs() as files:
-    files.write(rows(), pathlib.Path(sys.argv[1]))
-    files.write(["plot\\n"], pathlib.Path(sys.argv[2]), "--plot")
-"""
-CATCHABLE = sorted(s for s in TERMINATING if signal.getsignal(s) is not signal.SIG_IGN)  # Python ignores SIGPIPE
-
-
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(CATCHABLE), st.floats(0, 0.25), st.booleans())
-def test_any_terminating_signal_leaves_every_output_as_it_was_or_written_whole(tmp_path_factory, signum, delay,
-                                                                               ignored):
-    # SIGQUIT left the hidden temporary behind; only SIGTERM, SIGINT and SIGHUP were caught.
-    folder = tmp_path_factory.mktemp("signals")
-    rows, plot = folder / "rows.csv", folder / "p.png"
-    rows.write_text("old\n")
-    plot.write_text("old\n")
-    child = subprocess.Popen([sys.executable, "-c", SIGNALLED, rows, plot], env=CHILD_ENV, stdout=subprocess.PIPE,
-                             text=True, preexec_fn=lambda: ignored and signal.signal(signum, signal.SIG_IGN))
-    assert child.stdout.readline() == "writing\n"
-    time.sleep(delay)
-    child.send_signal(signum)
-    code = child.wait(20)
-    written = (rows.read_text(), plot.read_text())
-    whole = ("".join(f"row {i}\n" for i in range(3000)), "plot\n")
-    assert written in (("old\n", "old\n"), whole) and hidden(folder) == []
-    # Killed by the signal itself (-signum) only once the block is over: its handlers are gone, the files written.
-    assert code == 0 and written == whole if ignored else code in (0, 128 + signum, -signum)
-    assert written == whole or code == 128 + signum
-
-
-RELATIVE = {"plan": ["plan", SEED], "schema": ["schema"], "calibrate": ["calibrate", RTX, "--set", "gpu=B200"],
-            "sweep": ["sweep", SEED, "--vary", "max-num-seqs=64"], "sweep --plot": ["sweep", SEED, "--vary",
-                                                                                   "max-num-seqs=64", "--plot"]}
-
-
-@FEW
-@given(st.sampled_from(sorted(RELATIVE)), st.text("abc-_.", min_size=1, max_size=12).filter(lambda n: n not in (
-    ".", "..")))
-def test_a_relative_output_in_a_removed_working_folder_is_one_line(tmp_path_factory, command, name):
-    folder = tmp_path_factory.mktemp("gone")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        folder.rmdir()
-        stub_plot(patch)
-        option = "--plot" if command.endswith("--plot") else "-o"
-        result = cli(*RELATIVE[command], *([] if option == "--plot" else ["-o"]), name)
-    assert one_line(result.stderr).endswith("the working folder no longer exists"), result.stderr
-    assert result.exit_code == 2
-
-
-# A command line cannot hold half a UTF-16 pair (category Cs): Python decodes argv with surrogateescape, whose
-# \udc80-\udcff the binary names below cover.
-names = st.one_of(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00/"), min_size=1,
-                          max_size=20),
-                  st.binary(min_size=1, max_size=20).filter(lambda b: b"\x00" not in b and b"/" not in b).map(
-                      os.fsdecode))
-
-
-@SOME
-@given(names, st.sampled_from(["recipe", "log", "--after", "output folder", "plot folder"]))
-def test_an_error_names_any_path_on_one_line(tmp_path_factory, name, role):
-    # A path holding a newline gave a multi-line error.
-    folder = tmp_path_factory.mktemp("odd")
-    missing = folder / name / "x"
-    args = {"recipe": ["plan", missing], "log": ["calibrate", missing], "--after": ["calibrate", RTX, "--after", missing],
-            "output folder": ["plan", SEED, "-o", missing], "plot folder": ["sweep", SEED, "--vary",
-                                                                            "max-num-seqs=64", "--plot", missing]}
-    with pytest.MonkeyPatch.context() as patch:
-        stub_plot(patch)
-        result = cli(*args[role])
-    assert result.exit_code == 2
-    one_line(result.stderr)
-    assert list(folder.iterdir()) == []
 
 
 # Meaning: calibrate --after, --vary ---------------------------------------------------------------------------------

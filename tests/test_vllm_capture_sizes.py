@@ -52,9 +52,11 @@ def answers() -> dict:
         return dict(zip(SET_UP, pool.map(vllm_answers, SET_UP)))
 
 
-def plan_rows(release: str, case: dict) -> int | str:
+def case_recipe(release: str, case: dict) -> dict:
+    """An oracle case as a recipe: DeepSeek-V3.2, TP8, on the case's GPU (cudagraph_mode FULL_AND_PIECEWISE unless
+    the case names one)."""
     k = case["num_speculative_tokens"]
-    compilation = {"cudagraph_mode": "FULL_AND_PIECEWISE"} | {
+    compilation = {"cudagraph_mode": case.get("cudagraph_mode", "FULL_AND_PIECEWISE")} | {
         key: case[key] for key in ("max_cudagraph_capture_size", "cudagraph_capture_sizes") if key in case}
     raw = {"model": "DeepSeek-V3.2", "gpu": case["gpu"],
            "tensor-parallel-size": 8, "vllm-version": release, "max-num-seqs": case["max_num_seqs"],
@@ -62,8 +64,12 @@ def plan_rows(release: str, case: dict) -> int | str:
            "compilation-config": compilation}
     if k:
         raw["speculative-config"] = {"method": "mtp", "num_speculative_tokens": k}
+    return raw
+
+
+def plan_rows(release: str, case: dict) -> int | str:
     try:
-        return capacity.cudagraph_logits_rows(load(raw))
+        return capacity.cudagraph_logits_rows(load(case_recipe(release, case)))
     except RecipeError:
         return "refused"
 

@@ -19,13 +19,20 @@ os.environ["VLLM_TARGET_DEVICE"] = "cpu"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, sys.argv[1])
 
-from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
+import importlib  # noqa: E402
 
-try:
-    from vllm.entrypoints.common.cli_args import make_arg_parser  # 0.31 and later
-except ImportError:
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
+with contextlib.redirect_stdout(sys.stderr):  # vLLM's import-time messages
+    from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
 
+    # Where each release keeps make_arg_parser (vllm/entrypoints/cli/serve.py imports it from there)
+    for module in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args",  # 0.33.0; 0.29.0+
+                   "vllm.entrypoints.openai.cli_args"):  # 0.19.0 - 0.28.0
+        try:
+            make_arg_parser = importlib.import_module(module).make_arg_parser
+            break
+        except ModuleNotFoundError as error:
+            if not module.startswith(error.name or "?"):
+                raise
 
 
 def serve_parser():

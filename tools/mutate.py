@@ -46,14 +46,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dsa_kvcalc"
 MODULES = ("engine", "choices", "capacity", "kv_cache", "memory_terms", "defaults", "estimates", "catalog", "calibrate",
-           "vllm_log")
+           "vllm_log", "kv_init_buffers", "weights", "fits", "uncertainty")
 EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
 RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all;
 # vLLM's own planner (about 60 s, where oracle/setup.sh set it up), capture sizes (about 100 s) and argument parser
-# (about 35 s) as well.
-SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_output.py",
-              "test_vllm_oracle.py", "test_vllm_args.py", "test_vllm_capture_sizes.py")
+# (about 35 s) as well, the corpus of real launch commands (about 15 s) and vLLM's own KV-init buffers (about 100 s).
+SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_files_and_streams.py",
+              "test_vllm_oracle.py", "test_vllm_args.py", "test_vllm_capture_sizes.py", "test_command_corpus.py",
+              "test_vllm_kv_init_buffers.py", "test_vllm_cudagraph_estimate.py")
 # The files that pin each module's rules (tests/test_pinned_MODULE.py first), run first so that most mutants die
 # within a second or two.
 FIRST_TESTS = {
@@ -63,10 +64,14 @@ FIRST_TESTS = {
     "kv_cache": ("test_kv_cache.py",),
     "memory_terms": ("test_pinned_capacity.py", "test_kv_cache.py", "test_seed.py"),
     "defaults": ("test_pinned_capacity.py", "test_records.py", "test_seed.py"),
-    "estimates": ("test_pinned_capacity.py", "test_records.py", "test_release_rules.py"),
+    "estimates": ("test_pinned_capacity.py", "test_leave_one_out.py", "test_release_rules.py"),
+    "weights": ("test_weights.py", "test_pinned_catalog.py", "test_leave_one_out.py"),
+    "fits": ("test_leave_one_out.py", "test_pinned_capacity.py"),
+    "uncertainty": ("test_leave_one_out.py",),
     "catalog": ("test_seed.py", "test_release_rules.py"),
     "calibrate": ("test_calibrate.py",),
     "vllm_log": ("test_vllm_log.py", "test_calibrate.py"),
+    "kv_init_buffers": ("test_kv_init_buffers.py",),
 }
 FAST_TIMEOUT = 60  # a fast stage takes a few seconds; a mutant that loops is cut off
 FULL_TIMEOUT = 500  # the slow files about 140 s
@@ -269,7 +274,7 @@ for line in sys.stdin:
     if pid == 0:
         os.setsid()
         # a tool started in the background (nohup, &) ignores SIGINT, SIGQUIT and SIGHUP, and so would the tests'
-        # own children: tests/test_output.py signals them
+        # own children: tests/test_files_and_streams.py signals them
         for name in ("SIGHUP", "SIGQUIT", "SIGTERM"):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)

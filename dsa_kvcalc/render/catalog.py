@@ -6,7 +6,7 @@ import json
 
 from dsa_kvcalc.catalog import GPUS, MODELS
 from dsa_kvcalc.units import GIB
-from dsa_kvcalc.render import print_table
+from dsa_kvcalc.render import print_table, print_prose
 from dsa_kvcalc.report import TOOL
 
 
@@ -17,8 +17,8 @@ def render_models(console) -> None:
             for m in MODELS]
     print_table(console, header, rows)
     for m in MODELS:
-        console.print(f"{m.name}: config {m.config_source}; checkpoint {m.checkpoint.basis}"
-                      + (f"; {m.note}" if m.note else ""), highlight=False, markup=False)
+        print_prose(console, f"{m.name}: config {m.config_source}; checkpoint {m.checkpoint.basis}"
+                             + (f"; {m.note}" if m.note else ""))
 
 
 def render_gpus(console) -> None:
@@ -27,7 +27,7 @@ def render_gpus(console) -> None:
              f"{g.total_memory_bytes / GIB:.2f} GiB", f"{g.total_memory_bytes:,}"] for g in GPUS]
     print_table(console, header, rows, left=(0, 1, 2))
     for g in GPUS:
-        console.print(f"{g.name}: {g.source}", highlight=False, markup=False)
+        print_prose(console, f"{g.name}: {g.source}")
 
 
 def catalog_json(name: str, entries) -> str:

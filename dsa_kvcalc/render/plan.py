@@ -5,10 +5,12 @@ import csv
 import io
 import json
 
-from dsa_kvcalc.capacity import DTYPE_BYTES, BackendPlan, Plan, Reservation, Reserved
+from dsa_kvcalc.capacity import (DTYPE_BYTES, BackendPlan, GraphEstimate, Plan, Reservation, Reserved,
+                                 held_bytes)
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Rows
 from dsa_kvcalc.units import MIB
-from dsa_kvcalc.render import csv_fields, gib, least_widths, print_table, table_width
+from dsa_kvcalc import published
+from dsa_kvcalc.render import csv_fields, gib, least_widths, print_table, print_prose, table_width
 from dsa_kvcalc.report import (assumptions, backend_json, flatten, plan_json, fix_name, reserved_label, summary,
                                warnings)
 
@@ -35,8 +37,7 @@ def quantities(plan: Plan, b: BackendPlan) -> list[tuple[str, str]]:
         ("max concurrency", f"{b.max_concurrency:.2f}x"),
         (VERSUS_AUTO, "" if change is None or b.backend == "auto" else f"{change:+.1%}"),
         (f"tokens {'with' if b.other.reserves_decode_logits else 'without'} fix", f"{b.other.kv_cache_tokens:,}"),
-        ("OOM", f">{b.oom.max_decodes} decodes" if b.oom.at_risk else "no"),
-        ("workaround MiB", f"{b.workaround.prefill_budget_mb:,}" if b.workaround else ""),
+        ("OOM above", f"{b.oom.max_decodes:,} (safe {b.oom.safe_decodes:,})" if b.oom.at_risk else "no risk"),
     ]
 
 
@@ -49,31 +50,43 @@ def table(plan: Plan) -> tuple[list[str], list[list[str]], list[str]]:
     columns = [quantities(plan, group[0]) for group in alike.values()]  # as for the group's first (auto, if in it)
     header = ["", *(", ".join(b.backend + (" *" if b.selected else "") for b in group) for group in alike.values())]
     rows = [[label, *(column[i][1] for column in columns)] for i, (label, _) in enumerate(columns[0])] if columns else []
+    rows = [row for row in rows if any(row[1:])]  # a row no backend fills says nothing
     unavailable = [f"{b.backend}: {b.reason}" for b in plan.backends if not b.available]
     return header, rows, unavailable
 
 
 def summary_lines(s: dict) -> list:
-    """The answer first, as rich Text (plain in a pipe): whether this release starts the recipe and how many KV
-    tokens a rank holds, the OOM risk and its workaround, and the top-k backend worth comparing."""
+    """The answer first, one rich Text an answer (plain in a pipe): whether this release starts the recipe and how
+    many KV tokens a rank holds, the OOM risk and its workaround, and the top-k backend worth comparing."""
     from rich.text import Text
 
     label, oom = s["engine_label"], s["oom"]
-    lines = [] if s["instead_of"] is None else [Text(f"{s['instead_of']} cannot run here: answered for {s['backend']}")]
+    lines = [Text.assemble(("note", "yellow"), f": {note}") for note in s["notes"]]
+    if s["rules_of"] is not None:
+        lines.append(Text(f"{label} is newer than the newest release modelled, {s['rules_of']}: answered by "
+                          f"{s['rules_of']}'s rules, which may have moved since."))
+    if s["instead_of"] is not None:
+        lines.append(Text(f"{s['instead_of']} cannot run here: answered for {s['backend']}"))
     if s["refused"]:
         lines.append(Text.assemble((f"{label} would not start", "bold red"), f": {s['refused']}."))
     else:
+        dp = s["data_parallel_size"]
+        deployment = (f"; the deployment, DP{dp}, holds {dp} x that, {s['deployment_kv_cache_tokens']:,}." if dp > 1
+                      else ".")
+        error = s["kv_cache_tokens_error"]
+        bar = f" (estimated +-{error['relative']:.1%}: {error['basis']})" if error else ""
         lines.append(Text.assemble((f"{label} starts", "bold green"), f". Per rank {s['backend']} holds "
-                                   f"{s['kv_cache_tokens']:,} KV tokens: {s['max_concurrency']:.2f} x "
-                                   f"{s['max_model_len']:,}."))
+                                   f"{s['kv_cache_tokens']:,} KV tokens{bar}: {s['max_concurrency']:.2f} requests of "
+                                   f"max-model-len {s['max_model_len']:,}{deployment}"))
     if s["refused"]:
         pass  # no step runs
     elif oom["at_risk"]:
-        env = oom["workaround_env"]
-        lines += [Text.assemble(("OOM", "bold red"), f" above {oom['max_decodes']:,} concurrent decodes outside CUDA "
-                                f"graphs (max-num-seqs {oom['max_num_seqs']:,}). Fix:"),
-                  Text(f"max-num-seqs {oom['max_decodes']:,}, or {' '.join(f'{k}={v}' for k, v in env.items())} "
-                       f"(-{oom['workaround_cost_tokens']:,} tokens)")]
+        compared = s["compared"] or {}
+        shown = [fix for fix in oom["fixes"]  # deep_select against auto has a line of its own
+                 if not (fix["name"] == "deep_select" and compared.get("backend") == "deep_select")]
+        fixes = f" {', '.join(fix_text(fix, i == 0) for i, fix in enumerate(shown))}." if shown else ""
+        lines.append(Text.assemble(("OOM", "bold red"), f" above {oom['max_decodes']:,} concurrent decodes, safe up to "
+                                   f"{oom['safe_decodes']:,}.{fixes}"))
     elif s["reservation"] == Reserved.BUDGET.name:
         lines.append(Text.assemble(("no OOM risk", "green"), f": the decode logits of {oom['max_num_seqs']:,} "
                                    f"sequences fit"))
@@ -91,6 +104,37 @@ def summary_lines(s: dict) -> list:
     elif s["deep_select_unavailable"]:
         lines.append(Text(f"deep_select cannot run here: {s['deep_select_unavailable']}."))
     return lines
+
+
+FIX_VALUES = {"max-num-seqs": "{value}", "kv-cache-memory-bytes": "{gib} GiB", "env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB":
+              "{value:,} MiB"}
+
+
+def fix_text(fix: dict, first: bool) -> str:
+    """One fix of the summary's OOM verdict: its name, what it sets, and its KV tokens in millions (the first says
+    they are tokens)."""
+    value = FIX_VALUES[fix["key"]].format(value=fix["value"], gib=gib(fix["value"]) if fix["key"] ==
+                                          "kv-cache-memory-bytes" else "") if fix["key"] in FIX_VALUES else ""
+    moves = f", but {fix['moves_risk']}" if fix["moves_risk"] else ""
+    unit = " tokens" if first else ""
+    return f"--fix {fix['name']}{f': {value}' if value else ''} ({fix['kv_cache_tokens_change'] / 1e6:+.2f} M{unit}{moves})"
+
+
+def gap_notes(plan: Plan) -> tuple[list[str], list[str]]:
+    """Where plan is off a published figure for this deployment, per backend: a short note for the first screen, and
+    the figures (this release's side of the fix first) with what is known of why."""
+    by_backend: dict[str, list[published.Gap]] = {}
+    for gap in published.gaps(plan):
+        by_backend.setdefault(gap.backend, []).append(gap)
+    first, details = [], []
+    for backend, gaps in by_backend.items():
+        g = gaps[0]
+        first.append(f"{backend} here is {g.change:+.1%} off the {g.published_tokens:,} KV tokens {g.source} measured "
+                     f"for this deployment (why: the published line below)")
+        figures = " and ".join(f"{gap.published_tokens:,} {'with' if gap.reserves_decode_logits else 'without'} the "
+                               f"fix (plan: {gap.planned_tokens:,}, {gap.change:+.1%})" for gap in gaps)
+        details.append(f"{g.source} measured {backend} at {figures} KV tokens a rank" + (f": {g.why}" if g.why else ""))
+    return first, details
 
 
 def heading(plan: Plan) -> str:
@@ -127,8 +171,8 @@ def kv_line(plan: Plan) -> str:
 CAPTION = ("* the recipe's sparse-indexer-topk-backend; B/element: logits output + FP32 copy; graph logits: the "
            "largest FULL decode graph's rows; ~ estimated, ^ fitted; reserved: this release's profile-run reservation; "
            "tokens with/without fix: the other side of what reserves the decode logits (vLLM #62860, or the model's own "
-           "indexer, as the line above says); workaround: the VLLM_SPARSE_INDEXER_MAX_LOGITS_MB "
-           "that reserves the decode logits on this release")
+           "indexer, as the recipe's line says at its end); OOM above: the decodes at the edge of the room a step has for "
+           "the decode logits at run time, and those safe a margin below it (see the warning)")
 
 
 def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[list[int]]:
@@ -142,31 +186,48 @@ def column_groups(header: list[str], rows: list[list[str]], width: int) -> list[
     return groups
 
 
-def render_table(plan: Plan, console) -> None:
-    from rich.markup import escape
+def render_table(plan: Plan, console, fixes: list = ()) -> None:
+    """The answer and the table first (the first screen), then what they rest on; on a terminal, the answer again
+    last, so that it is on screen when the command ends."""
+    from rich.text import Text
 
     header, rows, unavailable = table(plan)
-    for line in summary_lines(summary(plan)):
-        console.print(line, highlight=False)
+    answer = summary_lines(summary(plan, fixes))
+    first, details = gap_notes(plan)
+    for line in answer:
+        print_prose(console, line, 0)
     for group in column_groups(header, rows, console.width):
         columns = [0, *group]
         print_table(console, [header[i] for i in columns], [[row[i] for i in columns] for row in rows])
-    console.print(heading(plan), highlight=False, markup=False)
-    console.print(CAPTION, highlight=False)
+    for line in first:
+        print_prose(console, Text.assemble(("note:", "yellow"), f" {line}"))
+    print_prose(console, heading(plan))
+    print_prose(console, CAPTION)
     for line in unavailable:
-        console.print(f"unavailable: {line}", highlight=False, markup=False)
-    console.print(memory_line(plan), highlight=False, markup=False)
+        print_prose(console, f"unavailable: {line}")
+    print_prose(console, memory_line(plan))
     for line in warnings(plan):
-        console.print(f"[yellow]warning:[/yellow] {escape(line)}", highlight=False)
+        print_prose(console, Text.assemble(("warning:", "yellow"), f" {line}"))
+    for line in assumptions(plan):
+        print_prose(console, f"assumption: {line}")
+    for line in details:
+        print_prose(console, f"published: {line}")
+    if console.is_terminal:
+        print_prose(console, Text("answer (as at the top):", "dim"))
+        for line in answer:
+            print_prose(console, line, 0)
 
 
-def render_markdown(plan: Plan) -> str:
+def render_markdown(plan: Plan, fixes: list = ()) -> str:
     header, rows, unavailable = table(plan)
-    lines = [*(f"- {line.plain.strip()}" for line in summary_lines(summary(plan))), "", f"**{heading(plan)}**", "",
+    first, details = gap_notes(plan)
+    lines = [*(f"- {line.plain}" for line in summary_lines(summary(plan, fixes))), *(f"- note: {n}" for n in first), "",
+             f"**{heading(plan)}**", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    lines += ["", CAPTION, "", *(f"- unavailable: {u}" for u in unavailable), f"- {memory_line(plan)}",
-              *(f"- warning: {w}" for w in warnings(plan))]
+    lines += ["", "\\" + CAPTION, "", *(f"- unavailable: {u}" for u in unavailable), f"- {memory_line(plan)}",
+              *(f"- warning: {w}" for w in warnings(plan)), *(f"- assumption: {a}" for a in assumptions(plan)),
+              *(f"- published: {d}" for d in details)]
     return "\n".join(lines) + "\n"
 
 
@@ -179,8 +240,8 @@ def render_csv(plan: Plan) -> str:
     return out.getvalue()
 
 
-def render_json(plan: Plan) -> str:
-    return json.dumps(plan_json(plan), indent=2) + "\n"
+def render_json(plan: Plan, fixes: list = ()) -> str:
+    return json.dumps(plan_json(plan, fixes), indent=2) + "\n"
 
 
 def width_rule(plan: Plan, b: BackendPlan) -> str:
@@ -261,9 +322,37 @@ def backend_lines(plan: Plan, b: BackendPlan) -> list[str]:
         f"{dl.bytes_per_element} = {b.cudagraph_logits_bytes:,} B of CUDA graphs {b.cudagraph.bytes:,} B "
         f"({gib(b.cudagraph.bytes)} GiB, {b.cudagraph.provenance})",
         *kv_lines(plan, b),
-        f"  outside CUDA graphs: {b.oom.free_bytes:,} B free / {b.oom.bytes_per_decode:,} B per decode = "
-        f"{b.oom.max_decodes} decodes fit{' (at risk on this release)' if b.oom.at_risk else ''}",
+        *oom_lines(plan, b),
     ]
+
+
+def oom_lines(plan: Plan, b: BackendPlan) -> list[str]:
+    """The room a step has for the decode logits outside FULL CUDA graphs, term by term (capacity.OomRisk)."""
+    o, m = b.oom, plan.memory
+    held = held_bytes(m, b.kv_cache_bytes, b.cudagraph.bytes)
+    return [
+        f"  held = KV {b.kv_cache_bytes:,} + weights {m.weights.bytes:,} + base peak {m.base_peak.bytes:,} + non-torch "
+        f"{m.non_torch.bytes:,} + graph pool {b.cudagraph.bytes:,} = {held:,} B",
+        f"  room outside FULL graphs = total {plan.recipe.gpu.total_memory_bytes:,} - held {held:,} - KV-init buffers "
+        f"{o.kv_init_buffers.bytes:,} ({o.kv_init_buffers.provenance}: {o.kv_init_buffers.source}) - unprofiled "
+        f"{o.unprofiled.bytes:,} ({o.unprofiled.provenance}: {o.unprofiled.source}) = {o.room_bytes:,} B",
+        f"  OOM above room // {o.bytes_per_decode:,} B a decode = {o.max_decodes} decodes; safe = (room - margin "
+        f"{o.margin_bytes:,}) // {o.bytes_per_decode:,} = {o.safe_decodes}; the worst step holds {o.worst_decodes}"
+        f"{': at risk' if o.at_risk else ''}",
+    ]
+
+
+def estimate_line(plan: Plan) -> str:
+    """What vLLM's CUDA-graph estimate holds besides the first captures (capacity.cudagraph_estimate)."""
+    e, r = plan.cudagraph_estimate, plan.recipe
+    graphs = ", ".join(f"{mode} {count:,}" for mode, count in e.graphs.items()) or "none"
+    if e.method is GraphEstimate.NONE:
+        return f"CUDA-graph estimate: none subtracted by {r.engine.label} (graphs captured: {graphs})"
+    sampled = " and ".join(f"{rows:,}" for rows in e.sampled_rows) or "none"
+    return (f"CUDA-graph estimate ({e.method.value}): graphs {graphs}; FULL sampled at {sampled} tokens, the first "
+            f"holding the largest decode graph's logits, the second none (they fit in the blocks the first freed); "
+            f"{e.extrapolated_graphs:,} graphs x {e.per_graph_bytes:,} B floor = {e.floor_bytes:,} B past the first "
+            f"captures, inside the CUDA graphs figure")
 
 
 ROWS_NUMBERS = {Rows.SEQS_CAPPED: "min({seqs}, {tokens}) x {per_seq}", Rows.TOKENS_CAPPED: "min({seqs} x {per_seq}, {tokens})",
@@ -275,8 +364,49 @@ def explain(plan: Plan) -> str:
     r, dl = plan.recipe, plan.backends[0].decode_logits
     numbers = ROWS_NUMBERS[dl.rows_rule].format(seqs=r.max_num_seqs, tokens=r.max_num_batched_tokens,
                                                 per_seq=1 + r.num_speculative_tokens)
-    lines = [heading(plan), "", f"rows = {dl.rows_rule.value} = {numbers} = {dl.rows:,}"]
+    lines = [heading(plan), "", f"rows = {dl.rows_rule.value} = {numbers} = {dl.rows:,}", estimate_line(plan)]
     for b in plan.backends:
         lines += backend_lines(plan, b)
     lines += ["", memory_line(plan)] + [f"assumption: {a}" for a in assumptions(plan)]
     return "\n".join(lines) + "\n"
+
+
+# Several servers of one script (a prefill/decode pair), side by side ------------------------------------------------
+
+def side_by_side_rows(plans: list[Plan]) -> list[list[str]]:
+    """One row a quantity, one column a server: its deployment, then the answered backend's figures."""
+    answered = [next(b for b in p.backends if b.backend == summary(p)["backend"]) for p in plans]
+    figures = [dict(quantities(p, b)) if b.available else {} for p, b in zip(plans, answered)]
+    recipes = [p.recipe for p in plans]
+    rows = [
+        ["model", *(r.model.name.split("/")[-1] for r in recipes)],
+        ["GPU, release", *(f"{r.gpu.name}, {r.engine.label}" for r in recipes)],
+        ["parallel", *(f"TP{r.tensor_parallel_size} DP{r.data_parallel_size}" + (" EP" if r.enable_expert_parallel
+                                                                                 else "") for r in recipes)],
+        ["max-num-seqs", *(f"{r.max_num_seqs:,}" for r in recipes)],
+        ["max-model-len", *(f"{r.max_model_len:,}" for r in recipes)],
+        ["max-num-batched-tokens", *(f"{r.max_num_batched_tokens:,}" for r in recipes)],
+        ["top-k backend", *(b.backend for b in answered)],
+        ["starts", *("no: " + (summary(p)["refused"] or "") if summary(p)["refused"] else "yes" for p in plans)],
+    ]
+    labels = ("KV tokens/rank", "max concurrency", "KV GiB/rank", "OOM", "workaround MiB")
+    return rows + [[label, *(f.get(label, "") for f in figures)] for label in labels]
+
+
+def render_side_by_side(labelled: list[tuple[str, Plan]], console) -> None:
+    """Each server's answer under its label, then one table of them side by side, then each one's warnings."""
+    from rich.markup import escape
+
+    for label, p in labelled:
+        console.print(f"[bold]{escape(label)}[/bold]: {escape(heading(p))}", highlight=False)
+        for line in summary_lines(summary(p)):
+            console.print(line, highlight=False)
+    print_table(console, ["", *(label for label, _ in labelled)], side_by_side_rows([p for _, p in labelled]),
+                prose=range(1, len(labelled) + 1))
+    for label, p in labelled:
+        for line in warnings(p):
+            console.print(f"[yellow]warning ({escape(label)}):[/yellow] {escape(line)}", highlight=False)
+
+
+def side_by_side_json(labelled: list[tuple[str, Plan]]) -> str:
+    return json.dumps({"servers": [{"label": label, **plan_json(p)} for label, p in labelled]}, indent=2) + "\n"

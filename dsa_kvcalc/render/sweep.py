@@ -7,7 +7,7 @@ import json
 import pickle
 import tempfile
 
-from dsa_kvcalc.render import csv_fields, gib, print_table
+from dsa_kvcalc.render import csv_fields, gib, print_table, print_prose
 from dsa_kvcalc.report import TOOL
 from dsa_kvcalc.sweep import Candidate
 
@@ -83,9 +83,9 @@ def table_parts(keys: list[str], rows, console):
         notes: dict[str, int] = {}
         print_table(console, labels, [table_cells(keys, row, notes) for row in chunk], left=(len(keys),))
         for note, number in notes.items():
-            console.print(f"[{number}] {note}", highlight=False, markup=False)
+            print_prose(console, f"[{number}] {note}")
         yield
-    console.print(CAPTION, highlight=False)
+    print_prose(console, CAPTION)
     yield
 
 
@@ -96,13 +96,13 @@ def render_table(keys: list[str], rows, console) -> None:
 
 def render_recommendation(candidates: list[Candidate], target_concurrency: int, min_kv_tokens: int,
                           data_parallel_size: int, console) -> None:
-    console.print(
+    print_prose(console,
         f"Targets, per rank (one vLLM engine; with data-parallel-size {data_parallel_size} the deployment holds "
         f"{data_parallel_size}x): max-num-seqs >= {target_concurrency} so that {target_concurrency} requests run at "
         f"once; a KV cache of >= {min_kv_tokens:,} tokens ({min_kv_tokens // target_concurrency:,} per request at "
         f"that concurrency); no decode-logits OOM on a vLLM without #62860 (so the answer holds with or without "
         f"it); max-num-seqs <= max-num-batched-tokens (vLLM's rule). Preferred: the largest max-num-seqs, then the "
-        f"most spec tokens, then the most KV tokens.", highlight=False)
+        f"most spec tokens, then the most KV tokens.")
     header = ["backend", "spec tokens", "largest max-num-seqs", "KV tokens/rank", "max concurrency",
               "what fails one step up"]
     alike: dict[tuple, list[str]] = {}  # backends with the same numbers share a row
@@ -120,12 +120,12 @@ def render_recommendation(candidates: list[Candidate], target_concurrency: int, 
     print_table(console, header, lines, left=(0, 5), prose=(0, 5))
     best = candidates[0] if candidates and candidates[0].max_num_seqs is not None else None
     if best is None:
-        console.print("No setting meets the targets: see why above.", highlight=False)
+        print_prose(console, "No setting meets the targets: see why above.")
         return
-    console.print(
+    print_prose(console,
         f"Recommended: max-num-seqs {best.max_num_seqs}, speculative-config.num_speculative_tokens "
         f"{best.spec_tokens}, sparse-indexer-topk-backend {best.backend}: {best.kv_cache_tokens:,} KV tokens per "
-        f"rank. One more sequence fails: {'; '.join(best.stops)}.", highlight=False)
+        f"rank. One more sequence fails: {'; '.join(best.stops)}.")
 
 
 def recommendation_json(candidates: list[Candidate], target_concurrency: int, min_kv_tokens: int) -> str:

@@ -3,7 +3,7 @@
 import json
 
 from dsa_kvcalc.units import GIB
-from dsa_kvcalc.render import print_table
+from dsa_kvcalc.render import print_table, print_prose
 from dsa_kvcalc.report import TOOL
 
 
@@ -38,13 +38,14 @@ def heading(report: dict) -> str:
 def render_table(report: dict, console) -> None:
     from rich.text import Text
 
-    console.print(heading(report), highlight=False)
+    print_prose(console, heading(report))
     for note in report["notes"][1:]:
-        console.print(f"note: {note}", highlight=False, markup=False)
+        print_prose(console, f"note: {note}")
     for shape in report["shapes"]:
-        console.print(Text(f"\n{shape['name']}", style="bold"))
+        console.print()
+        print_prose(console, Text(shape["name"], style="bold"))
         for note in shape["notes"]:
-            console.print(f"  note: {note}", highlight=False, markup=False)
+            print_prose(console, f"  note: {note}")
         for names, result in check_groups(shape):
             if result["checks"]:
                 rows = [[check["quantity"], show(check["predicted"]), show(check["measured"]),
@@ -52,31 +53,29 @@ def render_table(report: dict, console) -> None:
                         for check in result["checks"]]
                 print_table(console, ["quantity", "predicted (plan)", "measured", ""], rows, title=", ".join(names))
             colour = {True: "green", False: "red", None: "yellow"}[result["agree"]]
-            console.print(f"  {', '.join(names)}: {result['verdict']}", style=colour, highlight=False, markup=False)
+            print_prose(console, Text(f"  {', '.join(names)}: {result['verdict']}", style=colour))
             for line in result["cannot_show"]:
-                console.print(f"  cannot show here: {line}", highlight=False, markup=False)
+                print_prose(console, f"  cannot show here: {line}")
         for measured in shape["measured"]:
             reference, topk = measured["reference"], measured["topk"]
-            console.print(f"  kernel vs torch reference on rows {reference['rows']}: diff {reference['diff']:.2e}, "
-                          f"max |error| {reference['max_abs_error']:.3g} of {reference['max_abs_reference']:.3g}; "
-                          f"top-k {topk['k']} by {topk['kernel']}: {topk['extra_peak_bytes']:,} B more at peak",
-                          highlight=False)
+            print_prose(console, f"  kernel vs torch reference on rows {reference['rows']}: diff "
+                                 f"{reference['diff']:.2e}, max |error| {reference['max_abs_error']:.3g} of "
+                                 f"{reference['max_abs_reference']:.3g}; top-k {topk['k']} by {topk['kernel']}: "
+                                 f"{topk['extra_peak_bytes']:,} B more at peak")
         if "profile" in shape:
             p = shape["profile"]
-            console.print(
+            print_prose(console,
                 f"  profile ({p['backend']}): free at start {p['free_at_start_bytes'] / GIB:.2f} GiB, CUDA context "
                 f"{p['cuda_context_bytes'] / GIB:.2f} GiB, non-torch {p['non_torch_bytes'] / GIB:.2f} GiB measured "
                 f"(plan {p['non_torch_bytes_planned'] / GIB:.2f}), indexer reservation "
                 f"{p['indexer_reservation_bytes'] / GIB:.2f} GiB, weights {p['weights_bytes'] / GIB:.2f} GiB "
                 f"({'measured' if p['weights_measured'] else 'estimated'}, not loaded): KV cache "
                 f"{p['kv_cache_bytes'] / GIB:.2f} GiB = {p['kv_cache_tokens']:,} tokens "
-                f"(plan {p['kv_cache_tokens_planned']:,})", highlight=False)
+                f"(plan {p['kv_cache_tokens_planned']:,})")
         if "reproduce_oom" in shape:
             oom = shape["reproduce_oom"]
             colour = "green" if oom["agree"] else "red"
-            console.print(f"  reproduce-oom ({oom['backend']}): {oom['verdict']}", style=colour, highlight=False,
-                          markup=False)
-        if "reproduce_oom_skipped" in shape:
-            console.print(f"  reproduce-oom: {shape['reproduce_oom_skipped']}", highlight=False, markup=False)
+            print_prose(console, Text(f"  reproduce-oom ({oom['backend']}): {oom['verdict']}", style=colour))
     verdict = "all agree" if report["exit_code"] == 0 else "differences found"
-    console.print(f"\nverify: {verdict} (exit {report['exit_code']})", highlight=False)
+    console.print()
+    print_prose(console, f"verify: {verdict} (exit {report['exit_code']})")

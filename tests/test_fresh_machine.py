@@ -1,7 +1,10 @@
 """The README's two commands and .ci/run cannot drift apart: CI runs the README's test command verbatim, as a newcomer
 does (a fresh copy, HOME and the oracle's home empty), and the plan command names a bundled recipe."""
 
+import os
 import re
+import subprocess
+import sys
 
 from conftest import ROOT
 
@@ -37,3 +40,20 @@ def test_the_readmes_plan_command_names_a_bundled_recipe():
     plan_command = next(c for c in COMMANDS if " plan " in c)
     recipe = plan_command.split(" plan ")[1].split()[0]
     assert (ROOT / recipe).is_file(), recipe
+
+
+def test_the_oracle_tests_skip_where_the_oracle_is_half_set_up(tmp_path):
+    """A fresh machine (HOME empty), and one where oracle/setup.sh stopped after unpacking a release but before its
+    venv: every test against vLLM's own code skips, one line each, and none errors."""
+    half = tmp_path / "oracle"
+    (half / "releases" / "0.33.0" / "vllm").mkdir(parents=True)
+    (half / "releases" / "0.33.0" / "vllm" / "__init__.py").write_text("")
+    for oracle_home in (tmp_path / "nothing", half):
+        env = {**os.environ, "HOME": str(tmp_path), "DSA_KVCALC_ORACLE_HOME": str(oracle_home)}
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m",
+                               "vllm_oracle", "tests/test_vllm_oracle.py", "tests/test_vllm_capture_sizes.py",
+                               "tests/test_vllm_cudagraph_estimate.py"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        last = done.stdout.strip().splitlines()[-1]
+        assert done.returncode == 0 and "skipped" in last and "error" not in last and "passed" not in last, done.stdout
+        assert "SKIPPED" in done.stdout and "bash oracle/setup.sh" in done.stdout

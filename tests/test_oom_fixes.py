@@ -1,0 +1,56 @@
+"""What a user can deploy from an at-risk plan: the serve line says the risk or applies a fix, recommend and fit never
+hand out a value at the edge, and plan's own seqs fix is fit's answer. The verdicts are re-planned with --set here, as
+a user would check them, not read back from the fix."""
+
+import json
+
+from conftest import SEED, fails, run
+from dsa_kvcalc import capacity
+from dsa_kvcalc.recipe import load_recipe
+
+
+def test_a_serve_line_of_an_at_risk_plan_carries_the_verdict_and_warns_on_stderr():
+    result = run("plan", SEED, "--format", "serve")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("# WARNING: this deployment runs out of memory above 129 concurrent decodes")
+    assert "--max-num-seqs 256" in result.stdout
+    assert result.stderr.startswith("warning: this deployment runs out of memory above 129")
+    config = run("plan", SEED, "--format", "vllm-config")
+    assert config.stdout.startswith("# WARNING:") and "max-num-seqs: 256" in config.stdout
+
+
+def test_each_fix_writes_a_deployment_that_plans_safe():
+    for name, flag in (("seqs", "--max-num-seqs"), ("budget", "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB="),
+                       ("deep_select", "--sparse-indexer-topk-backend"), ("kv", "--kv-cache-memory-bytes")):
+        result = run("plan", SEED, "--format", "serve", "--fix", name)
+        assert result.exit_code == 0 and "WARNING" not in result.stdout and not result.stderr, (name, result.output)
+        assert flag in result.stdout, (name, result.stdout)
+        fixed = json.loads(run("plan", SEED, "--fix", name, "--format", "json").stdout)["summary"]["oom"]
+        assert not fixed["at_risk"] and fixed["fixes"] == [], name
+
+
+def test_fix_is_refused_where_there_is_nothing_to_fix():
+    fails(run("plan", SEED, "--set", "sparse-indexer-topk-backend=deep_select", "--fix", "seqs"),
+          "error: --fix seqs:", "no OOM risk")
+
+
+def test_plans_seqs_fix_is_fits_largest_safe_max_num_seqs_and_one_more_is_at_risk():
+    fix = next(f for f in json.loads(run("plan", SEED, "-f", "json").stdout)["summary"]["oom"]["fixes"]
+               if f["name"] == "seqs")
+    answers = json.loads(run("fit", SEED, "--format", "json", "--backend", "auto").stdout)["answers"]
+    safe = next(a for a in answers if a["question"] == "max-num-seqs")
+    assert safe["largest"] == fix["value"] and not safe["oom"]["at_risk"]
+    assert "OOM risk" in safe["one_more"]
+    one_more = capacity.plan(load_recipe(SEED, [f"max-num-seqs={fix['value'] + 1}"])).backend("auto")
+    assert one_more.oom.at_risk
+
+
+def test_recommend_serves_a_pick_plan_calls_safe():
+    result = run("recommend", SEED, "--target-concurrency", 64, "--min-kv-tokens", 1_000_000, "--format", "serve")
+    assert result.exit_code == 0 and "WARNING" not in result.stdout
+    seqs = int(result.stdout.split("--max-num-seqs ")[1].split()[0])
+    backend = result.stdout.split("--sparse-indexer-topk-backend ")[1].split()[0]
+    picked = capacity.plan(load_recipe(SEED, [f"max-num-seqs={seqs}", f"sparse-indexer-topk-backend={backend}"]))
+    assert not picked.backend(backend).oom.at_risk
+    above = capacity.plan(load_recipe(SEED, [f"max-num-seqs={seqs + 1}", f"sparse-indexer-topk-backend={backend}"]))
+    assert above.backend(backend).oom.at_risk or above.backend(backend).kv_cache_tokens < 1_000_000
