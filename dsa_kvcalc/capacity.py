@@ -636,8 +636,8 @@ def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
     if refused is not None:  # a backend named: vLLM's selector refuses it
         key, reason = refused
         key = key if key == "kv-cache-dtype" else "attention-backend"
-        raise Refusal(key, f"{recipe.cache_dtype} on {recipe.gpu.name} ({recipe.gpu.arch}): "
-                           f"{recipe.engine.label}'s sparse-MLA backend {reason}; vLLM would refuse to start")
+        raise Refusal(key, f"{recipe.cache_dtype} on {recipe.gpu.name} ({recipe.gpu.arch}): {recipe.engine.label} "
+                           f"refuses to start: its sparse-MLA backend {reason}")
     dcp = recipe.decode_context_parallel_size
     if backend == "FLASHMLA_SPARSE" and dcp > 1 and not recipe.quantized_cache and \
             recipe.engine.flashmla_sparse_dcp_needs_quantized:

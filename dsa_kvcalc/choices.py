@@ -7,7 +7,7 @@ from dsa_kvcalc.catalog import (BACKENDS, NOPE_MLA_HEAD_SIZE, SPARSE_MLA_ARCHS, 
                                 SPARSE_MLA_WIDE_ONLY, Backend)
 from dsa_kvcalc.engine import ALL, MTP_METHODS
 from dsa_kvcalc.kv_cache import KvSpec
-from dsa_kvcalc.keys import Recipe, RecipeError
+from dsa_kvcalc.keys import Recipe, Refusal
 
 
 def engine_backends(recipe: Recipe) -> list[Backend]:
@@ -106,11 +106,11 @@ def sparse_mla_backend(recipe: Recipe) -> str:
     refusals = [sparse_mla_refusal(recipe, backend) for backend in candidates]
     if None in refusals:
         return candidates[refusals.index(None)]
-    raise RecipeError(refusals[0][0], f"No valid attention backend found for cuda: {recipe.cache_dtype} on "
-                                      f"{recipe.gpu.name} ({recipe.gpu.arch}) with decode-context-parallel-size "
-                                      f"{recipe.decode_context_parallel_size}: {'; '.join(r[1] for r in refusals)}; "
-                                      f"{recipe.engine.label} refuses to start (vllm==0.33.0 "
-                                      f"vllm/platforms/cuda.py:473, get_attn_backend_cls)")
+    raise Refusal(refusals[0][0], f"{recipe.engine.label} refuses to start: no valid attention backend found for "
+                                  f"cuda (vllm==0.33.0 vllm/platforms/cuda.py:473, get_attn_backend_cls) for "
+                                  f"{recipe.cache_dtype} on {recipe.gpu.name} ({recipe.gpu.arch}) with "
+                                  f"decode-context-parallel-size {recipe.decode_context_parallel_size}: "
+                                  f"{'; '.join(r[1] for r in refusals)}")
 
 
 def on_model_runner_v2(recipe: Recipe) -> bool:

@@ -87,11 +87,13 @@ def check_speculation(recipe: Recipe) -> None:
         return
     draft_model = dict(recipe.passthrough).get("speculative-config.model")
     if drafter not in recipe.model.drafters:
-        problem = f"{recipe.model.name} has no {drafter} drafter of its own in vLLM, which needs " \
-                  f"{DRAFTER_NEEDS[drafter]}; its drafters: {', '.join(recipe.model.drafters)}"
-        raise Refusal("speculative-config.method", problem + (f" (the draft model {draft_model}, whose KV cache "
-                                                              f"this plan does not derive, is not modelled)"
-                                                              if draft_model else ""))
+        problem = f"{recipe.model.name} has no {drafter} drafter of its own in vLLM; its drafters: " \
+                  f"{', '.join(recipe.model.drafters)}"
+        if draft_model:  # vLLM runs the named draft model
+            raise RecipeError("speculative-config.method", f"{problem} (the draft model {draft_model}, whose KV cache "
+                                                           f"this plan does not derive, is not modelled)")
+        raise Refusal("speculative-config.method", f"{problem}; vLLM refuses to start: its {drafter} needs "
+                                                   f"{DRAFTER_NEEDS[drafter]}")
     stages = recipe.pipeline_parallel_size
     if stages > 1 and recipe.engine.drafts_take_target_stages:
         source = recipe.engine.sources["drafts_take_target_stages"]
@@ -116,8 +118,8 @@ def check_release_values(recipe: Recipe) -> None:
             continue
         first, source = RELEASE_VALUES[name].get(value, (engines.OLDEST_VLLM, ""))
         if version < engines.release_tuple(first):
-            raise Refusal(name, f"{value} is not a value of {recipe.engine.label}'s {name} (vLLM {first} and "
-                                f"later: {source}); its parser refuses it, and vLLM would not start")
+            raise Refusal(name, f"{value}: {recipe.engine.label} refuses to start: its parser takes this value "
+                                f"from vLLM {first} on ({source})")
 
 
 def check_decode_context_parallel(recipe: Recipe) -> None:
@@ -126,10 +128,10 @@ def check_decode_context_parallel(recipe: Recipe) -> None:
     dcp, model = recipe.decode_context_parallel_size, recipe.model
     if dcp > 1 and model.sliding_window and recipe.engine.name == "vllm" and recipe.engine.sliding_window_refuses_dcp:
         source = recipe.engine.sources["sliding_window_refuses_dcp"]
-        raise Refusal("decode-context-parallel-size", f"{dcp}: {model.name} keeps a {model.sliding_window}-token "
-                                                      f"sliding window on every layer, and vLLM's KV-cache planner "
-                                                      f"refuses decode context parallelism there: 'DCP not support "
-                                                      f"sliding window.' ({source})")
+        raise Refusal("decode-context-parallel-size", f"{dcp}: vLLM refuses to start: {model.name} keeps a "
+                                                      f"{model.sliding_window}-token sliding window on every layer, "
+                                                      f"and its KV-cache planner asserts 'DCP not support sliding "
+                                                      f"window.' ({source})")
 
 
 def check_capture_sizes(recipe: Recipe) -> None:

@@ -565,7 +565,7 @@ def main() -> int:
         results.append(run(case, folders))
         if progress:
             with open(progress, "a") as file:
-                file.write(json.dumps({"release": release} | results[-1], default=str) + "\n")
+                file.write(json.dumps({"release": release, "case": case} | results[-1], default=str) + "\n")
     json.dump({"release": release, "import_seconds": imported, "results": results}, real_stdout, default=str)
     return 0
 

@@ -2,7 +2,7 @@
 KV cache and the defaults each resolves.
 
     .venv/bin/python oracle/table.py [--releases 0.33.0,0.30.0] [--recipes NAME,...] [--generated N] [--only-generated]
-                                     [--json FILE] [-j 2]
+                                     [--json FILE] [-j 2] [--progress FILE] [--answers FILE]
 
 Today's cases (every bundled recipe, development record and catalog probe on every release set up) and N generated
 ones (oracle/cases.py generated: seeded, on 0.30.0-0.33.0). Needs oracle/setup.sh's venv and releases
@@ -58,18 +58,28 @@ def run_release(release: str, oracle_cases: list[dict]) -> dict:
     return answer
 
 
-def oracle_answers(points: list, jobs: int) -> dict:
-    """{(release, name): vLLM's result} over every point that has a case; a release's cases split over `jobs`
-    processes when there are fewer releases than jobs."""
+def saved_answers(path: str | None) -> dict:
+    """{(release, name): (the case asked, vLLM's result)} from an earlier run's --progress file."""
+    if path is None or not Path(path).exists():
+        return {}
+    saved = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return {(row["release"], row["name"]): (row.pop("case"), row) for row in saved if "case" in row}
+
+
+def oracle_answers(points: list, jobs: int, saved: dict) -> dict:
+    """{(release, name): vLLM's result} over every point that has a case: a saved answer to the same case, else
+    asked; a release's cases split over `jobs` processes when there are fewer releases than jobs."""
+    reused = {key: result for key, (case, result) in saved.items()
+              if any((p.release, p.name) == key and p.case == case for p in points)}
     by_release: dict[str, list] = {}
     for p in points:
-        if p.case is not None:
+        if p.case is not None and (p.release, p.name) not in reused:
             by_release.setdefault(p.release, []).append(p.case)
     shares = [(release, batch[i::max(1, jobs // len(by_release))]) for release, batch in by_release.items()
               for i in range(max(1, jobs // len(by_release)))]
     with ThreadPoolExecutor(jobs) as pool:
         answers = list(pool.map(lambda share: run_release(*share), [s for s in shares if s[1]]))
-    return {(a["release"], result["name"]): result for a in answers for result in a["results"]}
+    return reused | {(a["release"], result["name"]): result for a in answers for result in a["results"]}
 
 
 def differences(plan: dict, vllm: dict) -> list[str]:
@@ -142,6 +152,7 @@ def main() -> int:
     parser.add_argument("--json", help="write the rows as JSON here too")
     parser.add_argument("-j", type=int, default=2, help="processes at once")
     parser.add_argument("--progress", help="append each answer to this file as it comes (JSON lines)")
+    parser.add_argument("--answers", help="an earlier --progress file: its answers to the same cases are reused")
     args = parser.parse_args()
     if args.progress:
         os.environ["ORACLE_PROGRESS"] = str(Path(args.progress).resolve())
@@ -152,7 +163,7 @@ def main() -> int:
     started = time.perf_counter()
     points = [] if args.only_generated else cases.points(releases, args.recipes.split(",") if args.recipes else None)
     points += [p for p in cases.generated_points(args.generated) if p.release in available_releases()]
-    table = rows(points, oracle_answers(points, args.j))
+    table = rows(points, oracle_answers(points, args.j, saved_answers(args.answers)))
     print(text(table))
     print(f"{len(points)} points in {time.perf_counter() - started:.0f} s")
     if args.json:

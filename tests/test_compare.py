@@ -1,6 +1,7 @@
 """compare: each column is plan's own answer for its recipe, read from plan's JSON at that point, and the rules that
 differ are VLLM_RULES' changes between the columns' releases. The three questions of issue 27 in one command
-each: the 0.30.0 -> 0.33.0 upgrade of the seed's recipe, H200 or B200, TP8 or DEP8."""
+each: the 0.31.0 -> 0.33.0 upgrade of the seed's recipe (vLLM 0.30.0 has no indexer_sparse_logits, which the seed
+gives, and refuses it), H200 or B200, TP8 or DEP8."""
 
 import json
 import re
@@ -53,17 +54,17 @@ def check_columns(rows: dict, plans: list[dict]):
         assert rows[key]["differs"] == (len({json.dumps(e) for e in expected}) > 1), key
 
 
-def test_the_upgrade_of_the_seeds_recipe_from_0_30_to_0_33():
-    rows = compared(SEED, "--across", "vllm-version=0.30.0,0.33.0")
-    plans = [plan_json(SEED, f"vllm-version={v}") for v in ("0.30.0", "0.33.0")]
+def test_the_upgrade_of_the_seeds_recipe_from_0_31_to_0_33():
+    rows = compared(SEED, "--across", "vllm-version=0.31.0,0.33.0")
+    plans = [plan_json(SEED, f"vllm-version={v}") for v in ("0.31.0", "0.33.0")]
     check_columns(rows, plans)
     # vLLM PR #62860's table: main (0.33.0's rules) logs 41,050,274 tokens for auto
     assert rows["kv_cache_tokens"]["values"][1] == 41_050_274
-    assert [c["label"] for c in rows["columns"]] == ["0.30.0", "0.33.0"]
+    assert [c["label"] for c in rows["columns"]] == ["0.31.0", "0.33.0"]
     assert rows["recipe.deepgemm"]["values"] == ["2.6", "2.8"]  # the release's DeepGEMM: BF16 logits from 0.33.0
     # the rules: exactly those whose values VLLM_RULES gives differently at the two releases, with every change
-    # after 0.30.0 up to 0.33.0 and its source
-    old, new = release_tuple("0.30.0"), release_tuple("0.33.0")
+    # after 0.31.0 up to 0.33.0 and its source
+    old, new = release_tuple("0.31.0"), release_tuple("0.33.0")
     changed = {name: rule for name, rule in VLLM_RULES.items() if rule.at(old)[0] != rule.at(new)[0]}
     assert [r["rule"] for r in rows["rules"]] == list(changed)
     for r in rows["rules"]:
@@ -76,8 +77,8 @@ def test_the_upgrade_of_the_seeds_recipe_from_0_30_to_0_33():
 
 
 def test_the_upgrades_table_shows_what_differs_and_cites_the_rules():
-    text = " ".join(run("compare", SEED, "--across", "vllm-version=0.30.0,0.33.0").stdout.split())
-    plans = [plan_json(SEED, f"vllm-version={v}")["summary"] for v in ("0.30.0", "0.33.0")]
+    text = " ".join(run("compare", SEED, "--across", "vllm-version=0.31.0,0.33.0").stdout.split())
+    plans = [plan_json(SEED, f"vllm-version={v}")["summary"] for v in ("0.31.0", "0.33.0")]
     assert (f"KV tokens/rank │ {plans[0]['kv_cache_tokens']:,} │ {plans[1]['kv_cache_tokens']:,}" in text)
     assert (f"OOM │ >{plans[0]['oom']['max_decodes']:,} decodes │ >{plans[1]['oom']['max_decodes']:,} decodes"
             in text)
@@ -135,9 +136,9 @@ def test_bad_input_is_one_line(args, key):
 
 
 def test_markdown_is_a_table_and_json_names_the_keys_across():
-    text = run("compare", SEED, "--across", "vllm-version=0.30.0,0.33.0", "--format", "markdown").stdout
+    text = run("compare", SEED, "--across", "vllm-version=0.31.0,0.33.0", "--format", "markdown").stdout
     lines = text.splitlines()
-    assert "| vllm-version | 0.30.0 | 0.33.0 |" in lines and "|---|---|---|" in lines
+    assert "| vllm-version | 0.31.0 | 0.33.0 |" in lines and "|---|---|---|" in lines
     assert any(line.startswith("- vLLM rule default_deepgemm: 2.6 -> 2.8 in 0.33.0") for line in lines)
-    data = json.loads(run("compare", SEED, "--across", "vllm-version=0.30.0,0.33.0", "-f", "json").stdout)
+    data = json.loads(run("compare", SEED, "--across", "vllm-version=0.31.0,0.33.0", "-f", "json").stdout)
     assert data["across"] == "vllm-version" and data["tool"]["name"] == "dsa-kvcalc"

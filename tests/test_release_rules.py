@@ -35,7 +35,7 @@ def test_glm5_runs_fp8_for_auto_on_sm10x_from_032():
 def test_a_cache_dtype_the_backend_refuses_is_an_error_not_a_silent_swap():
     # RTX PRO 6000 (SM120) runs FLASHINFER_MLA_SPARSE_SM120, whose supported dtypes lack bfloat16
     # (vllm==0.33.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py:168-173): vLLM would not start.
-    with pytest.raises(RecipeError, match="kv-cache-dtype: No valid attention backend.*bfloat16.*FLASHINFER_MLA_SPARSE_SM120"):
+    with pytest.raises(RecipeError, match="kv-cache-dtype: .*no valid attention backend.*bfloat16.*FLASHINFER_MLA_SPARSE_SM120"):
         planned(**GLM5_B200 | {"gpu": "RTX PRO 6000", "kv-cache-dtype": "bfloat16"})
     with pytest.raises(RecipeError, match="turboquant_k8v4"):  # a CacheDType no sparse-MLA backend takes
         planned(**GLM5_B200 | {"kv-cache-dtype": "turboquant_k8v4"})

@@ -79,7 +79,7 @@ def test_a_command_for_an_older_vllm_is_read_as_the_newest_release_that_takes_it
     # use_fp4_indexer_cache is an AttentionConfig field of vLLM 0.20.0 - 0.29.0 (vllm/config/attention.py); "True"
     # is what pydantic's lax mode reads as true
     data = command("vllm serve deepseek-ai/DeepSeek-V4-Flash -dp 4 -ep --kv-cache-dtype fp8 "
-                   "--attention_config.use_fp4_indexer_cache True", gpu="H200")
+                   "--attention_config.use_fp4_indexer_cache True", gpu="B200")  # an MXFP4 indexer cache: SM10x
     assert data["recipe"]["vllm-version"] == "0.29.0"
     assert data["recipe"]["attention-config"]["indexer_kv_dtype"] == "mxfp4"
     assert "planned as 0.29.0, the newest release that takes every argument given" in data["summary"]["notes"][0]

@@ -118,7 +118,7 @@ RTX = LOGS / "deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log"
     ["plan", SEED], ["plan", SEED, "--explain"], ["calibrate", RTX, "--set", "gpu=RTX PRO 6000"], ["fit", SEED],
     ["recommend", SEED, "--target-concurrency", 256, "--min-kv-tokens", 8_000_000], ["models"], ["gpus"],
     ["sweep", SEED, "--vary", "max-num-seqs=128,256", "--vary", "kv-cache-dtype=fp8,auto"],
-    ["compare", SEED, "--across", "vllm-version=0.30.0,0.33.0"],
+    ["compare", SEED, "--across", "vllm-version=0.31.0,0.33.0"],
 ], ids=lambda args: " ".join(map(str, args[:2])).replace(str(SEED), "SEED").replace(str(RTX), "LOG"))
 def test_no_command_breaks_a_number_at_the_terminals_edge(args):
     narrow = ANSI.sub("", on_terminal(*args))
@@ -157,7 +157,7 @@ def test_a_row_no_backend_fills_is_left_out(args):
 
 
 def test_compare_fits_80_columns_as_a_table():
-    shown = ANSI.sub("", on_terminal("compare", SEED, "--across", "vllm-version=0.30.0,0.33.0")).splitlines()
+    shown = ANSI.sub("", on_terminal("compare", SEED, "--across", "vllm-version=0.31.0,0.33.0")).splitlines()
     assert max(map(len, shown)) <= 80 and any("━" in line for line in shown)  # a table, not records
 
 

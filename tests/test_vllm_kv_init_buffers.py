@@ -23,6 +23,7 @@ from test_kv_init_buffers import MIB, figure
 sys.path.insert(0, str(ROOT / "oracle"))
 
 import cases  # noqa: E402
+import kv_init_cases  # noqa: E402
 import table  # noqa: E402
 
 pytestmark = pytest.mark.vllm_oracle
@@ -55,7 +56,7 @@ def vllm_buffers() -> dict:
     for release, name in ORACLE_POINTS:
         if release not in SET_UP:
             continue
-        point = cases.point(release, *entries[name])
+        point = kv_init_cases.point(release, *entries[name])
         recipe = load({**entries[name][1], "vllm-version": release})
         by_release.setdefault(release, []).append(dict(point.case, runner="v2" if on_model_runner_v2(recipe) else "v1"))
         raws[(release, name)] = entries[name][1]

@@ -1,0 +1,80 @@
+"""The setups issue 25 found vLLM refusing where plan said they start: plan refuses each as a keys.Refusal (exit 4),
+with the release's own words and the file it cites; the neighbouring setup that vLLM starts, plan starts. Where the
+releases' sources are here (~/.cache/vllm-releases, a git repo with one tag a release), the words are checked
+against the cited file of that release."""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dsa_kvcalc import capacity
+from dsa_kvcalc.keys import Refusal
+from dsa_kvcalc.recipe import load
+
+RELEASES = Path(os.environ.get("VLLM_RELEASES_REPO", Path.home() / ".cache" / "vllm-releases"))
+
+V4 = {"model": "DeepSeek-V4-Flash", "tensor-parallel-size": 8, "enable-expert-parallel": True,
+      "kv-cache-dtype": "fp8"}
+V41 = {"model": "DeepSeek-V4.1-Flash", "tensor-parallel-size": 8, "enable-expert-parallel": True}
+
+# (what, the refused recipe, the one vLLM starts beside it, the key, vLLM's words, the release and file they are in)
+REFUSED = [
+    ("DeepSeek-V4 with DCP", V4 | {"gpu": "H200", "decode-context-parallel-size": 2, "vllm-version": "0.33.0"},
+     {"decode-context-parallel-size": 1}, "decode-context-parallel-size", "DCP not support sliding window.",
+     "vllm/v1/kv_cache_interface.py"),
+    ("DeepSeek-V4.1 with DCP", V41 | {"gpu": "B200", "decode-context-parallel-size": 2, "vllm-version": "0.30.0"},
+     {"decode-context-parallel-size": 1}, "decode-context-parallel-size", "DCP not support sliding window.",
+     "vllm/v1/kv_cache_interface.py"),
+    ("DeepSeek-V4.1 with a bfloat16 cache", V41 | {"gpu": "B200", "kv-cache-dtype": "bfloat16",
+                                                  "vllm-version": "0.31.0"},
+     {"kv-cache-dtype": "fp8"}, "kv-cache-dtype", "DeepseekV4 packed KV layouts only support fp8 kv-cache, got ",
+     "vllm/models/deepseek_v41/attention.py"),
+    ("DeepSeek-V4.1 on SM90 with nvfp4_ds_mla", V41 | {"gpu": "H200", "kv-cache-dtype": "nvfp4_ds_mla",
+                                                      "vllm-version": "0.33.0"},
+     {"gpu": "B200"}, "kv-cache-dtype", "FlashMLA decodes only on SM100.", "vllm/models/deepseek_v41/attention.py"),
+    ("DeepSeek-V4's MXFP4 indexer cache on SM90", V4 | {"gpu": "H200", "attention-config": {"indexer_kv_dtype": "mxfp4"},
+                                                       "vllm-version": "0.33.0"},
+     {"gpu": "B200"}, "attention-config.indexer_kv_dtype", "Blackwell datacenter GPUs",
+     "vllm/v1/attention/backends/mla/indexer.py"),
+]
+
+
+def release_text(version: str, path: str) -> str:
+    if not (RELEASES / ".git").exists() and not (RELEASES / "HEAD").exists():
+        pytest.skip(f"no vLLM release sources at {RELEASES}")
+    return subprocess.run(["git", "-C", str(RELEASES), "show", f"v{version}:{path}"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+@pytest.mark.parametrize("what, refused, started, key, words, path", REFUSED, ids=[r[0] for r in REFUSED])
+def test_plan_refuses_with_the_releases_reason(what, refused, started, key, words, path):
+    with pytest.raises(Refusal) as error:
+        capacity.plan(load(refused))
+    assert error.value.key == key
+    assert words in error.value.problem and path in error.value.problem, error.value.problem
+    capacity.plan(load(refused | started))  # the setup beside it starts
+
+
+@pytest.mark.parametrize("what, refused, started, key, words, path", REFUSED, ids=[r[0] for r in REFUSED])
+def test_the_reason_is_the_releases_own(what, refused, started, key, words, path):
+    # vLLM's words are split over string literals in its source: joined, the release's file holds them
+    source = release_text(refused["vllm-version"], path)
+    joined = re.sub(r'"\s*\n\s*f?"', "", source)
+    assert words.rstrip(" ") in joined.replace("{kv_cache_dtype}", "").replace("\\n", ""), (what, path)
+
+
+def test_flashmla_sparses_bf16_path_refuses_dcp_from_029():
+    # vllm==0.29.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:604-610 (vllm==0.33.0 :784-790): GLM-5.1 NVFP4
+    # on H100 at TP8 with DCP 2 and a BF16 cache: vLLM's SM90 candidates (FlashInfer's SM90 kernel, FlashAttention's
+    # sparse MLA, FlashMLA-sparse) pass over the first two under DCP and FlashMLA-sparse's implementation refuses
+    raw = {"model": "GLM-5.1-NVFP4", "gpu": "H100", "tensor-parallel-size": 8, "enable-expert-parallel": True,
+           "decode-context-parallel-size": 2, "kv-cache-dtype": "bfloat16"}
+    with pytest.raises(Refusal, match="decode-context-parallel-size: 2 with a bfloat16 cache on FLASHMLA_SPARSE"):
+        capacity.plan(load(raw | {"vllm-version": "0.33.0"}))
+    assert capacity.plan(load(raw | {"vllm-version": "0.28.0"})).memory.sparse_mla_backend == "FLASHMLA_SPARSE"
+    assert capacity.plan(load(raw | {"vllm-version": "0.33.0", "kv-cache-dtype": "fp8_ds_mla"}))
+    assert "DCP for FlashMLA sparse requires an fp8_ds_mla kv-cache" in re.sub(
+        r'"\s*\n\s*f?"', "", release_text("0.33.0", "vllm/v1/attention/backends/mla/flashmla_sparse.py"))
