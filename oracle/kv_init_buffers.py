@@ -371,7 +371,8 @@ def planned(built: dict, case: dict):
     """The KV-cache config the release's engine core hands the worker for these specs and this memory."""
     from vllm.v1.engine.core import EngineCore
 
-    executor = stub_harness.Executor(built["specs"], case["available_bytes"], stub_harness.supported_layouts(built["backends"]))
+    executor = stub_harness.Executor([built["specs"]], case["available_bytes"],
+                                     stub_harness.supported_layouts(built["backends"]))
     engine = types.SimpleNamespace(model_executor=executor, available_gpu_memory_for_kv_cache=-1,
                                    collective_rpc=executor.collective_rpc)
     with stub_harness.quiet():

@@ -20,14 +20,16 @@ import dataclasses
 import inspect
 import json
 import logging
-import math
 import os
-import re
 import sys
 import time
 import traceback
 import types
 from pathlib import Path
+
+# What the KV-cache oracle and this harness share: vLLM's log lines, and the planner's answers (families.py and
+# kv_init_buffers.py read them here too)
+from harness import Executor, blocks_per_request, captured_logs, group_summary, logged_tokens, message, supported_layouts
 
 HERE = Path(__file__).resolve().parent
 
@@ -200,33 +202,6 @@ def speculative_config(serving: dict, model: dict, log: dict):
 
 # Logs -------------------------------------------------------------------------------------------------------------
 
-class ListHandler(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record):
-        self.records.append(record)
-
-
-@contextlib.contextmanager
-def captured_logs():
-    """What vLLM logs meanwhile (logger "vllm"), with its *_once caches cleared first."""
-    import vllm.logger as vl
-
-    for name in ("_print_debug_once", "_print_info_once", "_print_warning_once"):
-        getattr(getattr(vl, name, None), "cache_clear", lambda: None)()
-    handler, root = ListHandler(), logging.getLogger("vllm")
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
-        yield handler.records
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
-
-
 @contextlib.contextmanager
 def quiet():
     root = logging.getLogger("vllm")
@@ -238,73 +213,13 @@ def quiet():
         root.setLevel(level)
 
 
-def message(record: logging.LogRecord) -> str:
-    try:
-        return record.getMessage()
-    except Exception:  # noqa: BLE001 - a record whose arguments do not format
-        return str(record.msg)
-
-
-TOKENS_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
-
-
-def logged_tokens(lines: list[str]) -> tuple[int | None, str | None]:
-    for line in lines:
-        if (found := TOKENS_LINE.search(line)) and "Multiplying" not in line:
-            return int(found.group(1).replace(",", "")), line
-    return None, None
-
-
 # The planner ------------------------------------------------------------------------------------------------------
-
-class Executor:
-    """What EngineCore asks its executor while it sizes the KV cache, answered with the oracle's specs and memory."""
-
-    def __init__(self, specs: dict, available: int, layouts: list[str]):
-        self.specs, self.available, self.layouts = specs, available, layouts
-        self.worker_configs = None
-
-    def get_kv_cache_specs(self):
-        return [self.specs]
-
-    def determine_available_memory(self):
-        return [self.available]
-
-    def get_supported_kv_cache_layouts(self):
-        return [list(self.layouts)]
-
-    def set_kv_cache_layout(self, *args, **kwargs):
-        pass
-
-    def initialize_from_config(self, configs):
-        self.worker_configs = configs
-
-    def compile_or_warm_up_model(self):
-        return None
-
-    def get_simple_cpu_offload_num_blocks(self):
-        return None
-
-    def collective_rpc(self, method, *args, **kwargs):
-        return [None]
-
-
-def supported_layouts(backends: list) -> list[str]:
-    """The KV-cache layouts the workers report for their layers' backends (0.29.0+)."""
-    try:
-        import vllm.v1.attention.backends.utils as utils
-    except ImportError:
-        return []
-    if not hasattr(utils, "get_supported_kv_cache_layouts"):
-        return []
-    return [layout.name for layout in utils.get_supported_kv_cache_layouts(backends)]
-
 
 def plan(vllm_config, specs: dict, available: int, backends: list) -> dict:
     """The release's EngineCore._initialize_kv_caches on these specs and this KV memory."""
     from vllm.v1.engine.core import EngineCore
 
-    executor = Executor(specs, available, supported_layouts(backends))
+    executor = Executor([specs], available, supported_layouts(backends))
     engine = types.SimpleNamespace(model_executor=executor, available_gpu_memory_for_kv_cache=-1,
                                    collective_rpc=executor.collective_rpc)
     with captured_logs() as records:
@@ -317,25 +232,6 @@ def plan(vllm_config, specs: dict, available: int, backends: list) -> dict:
             "blocks_per_request": blocks_per_request(vllm_config, scheduler_config), "groups": groups,
             "layout": str(getattr(executor.worker_configs[0], "kv_cache_layout", None)),
             "log": [l for l in lines if "KV cache" in l or "concurrency" in l or "block size" in l.lower()]}
-
-
-def blocks_per_request(vllm_config, scheduler_config) -> int | float:
-    """The blocks one request of max_model_len holds, as the release counts them for its concurrency: num_blocks over
-    its get_max_concurrency_for_kv_cache_config (a byte ratio before 0.27.0, the groups' pages summed since)."""
-    import vllm.v1.core.kv_cache_utils as utils
-
-    ratio = scheduler_config.num_blocks / utils.get_max_concurrency_for_kv_cache_config(vllm_config, scheduler_config)
-    return round(ratio) if abs(ratio - round(ratio)) < 1e-6 else round(ratio, 3)
-
-
-def group_summary(group, vllm_config) -> dict:
-    spec = group.kv_cache_spec
-    most = spec.max_memory_usage_bytes(vllm_config)
-    inner = getattr(spec, "kv_cache_specs", None)
-    pages = sorted({s.page_size_bytes for s in inner.values()}) if isinstance(inner, dict) else [spec.page_size_bytes]
-    return {"type": type(spec).__name__, "layers": len(group.layer_names), "first_layer": group.layer_names[0],
-            "block_size": spec.block_size, "page_bytes": spec.page_size_bytes, "layer_pages": pages,
-            "blocks_per_request": math.ceil(most / spec.page_size_bytes)}
 
 
 def call_with(fn, **available):

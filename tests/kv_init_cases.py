@@ -4,13 +4,18 @@ of that comparison: unlike oracle/harness.py (the KV-cache oracle, which reads t
 every default with the release's own code), the KV-init-buffer oracle is still given plan's catalog shapes and
 resolved values here."""
 
-from dataclasses import dataclass
+import sys
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.choices import kv_spec, sparse_mla_backend
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.units import GIB
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "oracle"))
+
+from cases import Point  # noqa: E402
 
 # Config fields vLLM's model code reads that the tool's catalog does not carry, from the config copies the catalog
 # cites (every checkpoint of an architecture has the same; V4-Pro has 128 heads).
@@ -27,15 +32,6 @@ ARCHITECTURE_CONFIG = {
 HEADS = {"deepseek-ai/DeepSeek-V4-Pro": 128}
 FAMILY = {"mla": "mla", "deepseek_v4": "deepseek_v4", "deepseek_v41": "deepseek_v41", "glm5next": "glm5next"}
 
-
-@dataclass(frozen=True)
-class Point:
-    """One recipe on one release: the oracle's case and plan's figures, or why there is none."""
-    release: str
-    name: str
-    case: dict | None
-    plan: dict | None
-    skip: str = ""
 
 
 def model_config(recipe) -> dict:

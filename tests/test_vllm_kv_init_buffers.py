@@ -28,12 +28,13 @@ import table  # noqa: E402
 
 pytestmark = pytest.mark.vllm_oracle
 SET_UP = table.available_releases()
-# (release, oracle case name): each family on each runner it runs; the masked-MHA mask (V3.2 B200 BF16 at 0.28.0,
+# (release, oracle case name): each family on each runner it runs (V4.1 at 0.30.0 as the probe: the seed's
+# indexer_sparse_logits is no field of 0.30.0); the masked-MHA mask (V3.2 B200 BF16 at 0.28.0,
 # GLM-5 B200 BF16 at 0.29.0);
 # GLM-5.3-Flash's kernel block tables (0.32.0) and its 0.30.0 layout
 ORACLE_POINTS = [
     ("0.33.0", "deepseek-v4.1-flash-4xb200-dep4"), ("0.33.0", "deepseek-v4-flash-4xh200-dep4"),
-    ("0.33.0", "deepseek-v3.2-8xb200-tp8"), ("0.30.0", "deepseek-v4.1-flash-4xb200-dep4"),
+    ("0.33.0", "deepseek-v3.2-8xb200-tp8"), ("0.30.0", "probe deepseek-ai/DeepSeek-V4.1-Flash B200"),
     ("0.30.0", "probe zai-org/GLM-5.3-Flash B200 mtp k=3"), ("0.32.0", "probe zai-org/GLM-5.3-Flash B200"),
     ("0.32.0", "probe zai-org/GLM-5.2-FP8 H200 L=131072"), ("0.29.0", "probe zai-org/GLM-5-FP8 B200"),
     ("0.28.0", "glm-5-8xb200-tp8"), ("0.28.0", "probe deepseek-ai/DeepSeek-V3.2 B200"),
