@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from dsa_kvcalc import estimates
-from dsa_kvcalc.catalog import (STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS,
+from dsa_kvcalc.catalog import (STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS, V4_SM120_ARCHS,
                                 Backend, Layout, Rows)
 from dsa_kvcalc.choices import availability, engine_backends, kv_spec, on_model_runner_v2, sparse_mla_refusal
 from dsa_kvcalc.engine import VLLM_RULES, release_tuple
@@ -622,13 +622,13 @@ def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
         check_v41_cache_dtype(recipe)
     if recipe.model.family == "deepseek_v4":
         flashmla = recipe.gpu.arch in V4_FLASHMLA_ARCHS and recipe.attention_backend != "FLASHINFER_MLA_SPARSE_DSV4"
+        ds_mla_layout = flashmla or recipe.gpu.arch in V4_SM120_ARCHS  # catalog.V4_FLASHMLA_ARCHS
         auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
-        if flashmla and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
+        if ds_mla_layout and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
             source = VLLM_RULES["v4_auto_cache_dtype_fp8"].at(release_tuple(recipe.engine.version))[1]
-            raise Refusal("kv-cache-dtype", f"{recipe.kv_cache_dtype}: DeepSeek-V4's FlashMLA attention on "
-                                            f"{recipe.gpu.name} stores fp8_ds_mla and takes fp8 only in "
-                                            f"{recipe.engine.label} ({source}); vLLM would refuse to start: give "
-                                            f"kv-cache-dtype: fp8")
+            raise Refusal("kv-cache-dtype", f"{recipe.kv_cache_dtype}: {recipe.engine.label} refuses to start: "
+                                            f"DeepSeek-V4's attention on {recipe.gpu.name} stores fp8_ds_mla and "
+                                            f"takes fp8 only ({source}): give kv-cache-dtype: fp8")
     if recipe.model.family not in ("mla", "glm5next"):
         return
     backend = memory.sparse_mla_backend

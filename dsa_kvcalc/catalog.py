@@ -221,11 +221,15 @@ SPARSE_MLA_WIDE_ONLY = {
 }
 
 
-# Where DeepSeek-V4 runs its FlashMLA attention, whose fp8_ds_mla layout takes fp8 cache dtypes only (engine.py
-# v4_auto_cache_dtype_fp8): SM90 and SM10x, unless FLASHINFER_MLA_SPARSE_DSV4 is named (vllm==0.23.0
-# vllm/models/deepseek_v4/nvidia/model.py:716-727; 0.20.0-0.22.1 run FlashMLA only, vllm==0.22.1
-# vllm/models/deepseek_v4/attention.py:671-676). SM12x takes FlashInfer's from 0.24.0 (flashinfer_sparse.py:509).
+# Where DeepSeek-V4 stores DeepSeek's fp8_ds_mla layout, which takes fp8 cache dtypes only (engine.py
+# v4_auto_cache_dtype_fp8): SM90 and SM10x run its FlashMLA attention unless FLASHINFER_MLA_SPARSE_DSV4 is named
+# (vllm==0.23.0 vllm/models/deepseek_v4/nvidia/model.py:716-727; 0.20.0-0.22.1 run FlashMLA only, vllm==0.22.1
+# vllm/models/deepseek_v4/attention.py:671-676); SM12x runs FlashInfer's SM120 attention from 0.24.0, named or not,
+# which stores the same layout (DeepseekV4FlashInferSM120Attention.use_fp8_ds_mla_layout: vllm==0.24.0
+# vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py:509-513, vllm==0.33.0 :619-624; the pick:
+# vllm==0.31.0 vllm/models/deepseek_v4/nvidia/model.py:1146-1177)
 V4_FLASHMLA_ARCHS = ("sm90", "sm100", "sm103")
+V4_SM120_ARCHS = ("sm120", "sm121")
 
 
 # The sparse-MLA backend vLLM runs for a 512-wide latent (kv_lora_rank 512 without RoPE: GLM-5.3-Flash), by arch. On
@@ -420,6 +424,9 @@ V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
 # V4-Pro's have not (oracle/configs; dsa_kvcalc/weights.json records vLLM's refusal)
 V4_FIRST = "0.20.0"
 V4_DRAFTERS = ("mtp", "dspark")
+# DeepSeek-V4.1's DSpark drafts in blocks of 5 tokens (its config.json dspark_block_size: oracle/configs/
+# deepseek-ai--DeepSeek-V4.1-Flash.json; engine.py v41_dspark_tokens_in_blocks)
+V41_DSPARK_BLOCK_TOKENS = 5
 # What a checkpoint needs for each drafter vLLM runs, for the refusal of one it lacks
 DRAFTER_NEEDS = {
     "mtp": "MTP layers (num_nextn_predict_layers; vllm==0.33.0 vllm/config/speculative.py:1474-1486)",

@@ -101,6 +101,8 @@ class Engine:
     dspark_on_model_runner_v2: bool  # speculative method dspark forces Model Runner V2
     drafts_take_target_stages: bool  # the draft model runs on the target's pipeline stages (none of the DSA drafters
     # supports pipeline parallelism)
+    # V4.1's DSpark takes num_speculative_tokens in whole drafting blocks (catalog.V41_DSPARK_BLOCK_TOKENS) above one
+    v41_dspark_tokens_in_blocks: bool
     model_runner_v2_estimates_cudagraphs: bool
     cudagraph_estimate_samples: int  # the largest graphs of a mode whose capture the estimate measures
     cudagraph_per_graph_floor_bytes: int  # the least the estimate counts each graph after the first at
@@ -244,6 +246,13 @@ VLLM_RULES = {
         False, "vllm==0.24.0 vllm/config/speculative.py: no dspark method",
         (Change("0.25.0", True, "vllm==0.25.0 vllm/config/vllm.py:524-532: method dspark forces Model Runner V2 (from "
                                 "vllm==0.29.0 vllm/config/vllm.py:2621-2624 V1 lists it as unsupported)"),)),
+    "v41_dspark_tokens_in_blocks": Rule(
+        False, "vllm==0.29.0: no DeepSeek-V4.1",
+        (Change("0.30.0", True, "vllm==0.30.0 vllm/config/speculative.py:1431-1486: V4.1's DSpark draft config takes "
+                                "n_predict from dspark_block_size, and 'num_speculative_tokens:k must be divisible by "
+                                "n_predict' where k > n_predict"),
+         Change("0.31.0", False, "vllm==0.31.0 vllm/config/speculative.py:1475-1482 (vllm==0.33.0 :1592-1599): DSpark "
+                                 "skips the divisibility check"))),
     "drafts_take_target_stages": Rule(
         True, "vllm==0.29.0 vllm/config/speculative.py:1684-1690 create_draft_parallel_config (the target's "
               "pipeline_parallel_size) and vllm/config/model.py:1424-1430 verify_with_parallel_config, 'Pipeline "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc import launch_script, vllm_args, vllm_cli
-from dsa_kvcalc.catalog import DRAFTER_NEEDS
+from dsa_kvcalc.catalog import DRAFTER_NEEDS, V41_DSPARK_BLOCK_TOKENS
 from dsa_kvcalc.inputs import read_text, yaml_mapping
 from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, Refusal, canonical
 from dsa_kvcalc.names import MODEL_NAMES, find_gpu, find_model
@@ -94,6 +94,12 @@ def check_speculation(recipe: Recipe) -> None:
                                                            f"this plan does not derive, is not modelled)")
         raise Refusal("speculative-config.method", f"{problem}; vLLM refuses to start: its {drafter} needs "
                                                    f"{DRAFTER_NEEDS[drafter]}")
+    k, block = recipe.num_speculative_tokens, V41_DSPARK_BLOCK_TOKENS
+    if drafter == "dspark" and recipe.model.family == "deepseek_v41" and recipe.engine.v41_dspark_tokens_in_blocks \
+            and k > block and k % block:
+        raise Refusal("speculative-config.num_speculative_tokens",
+                      f"{k}: {recipe.engine.label} refuses to start: num_speculative_tokens:{k} must be divisible by "
+                      f"n_predict={block}, V4.1's DSpark block ({recipe.engine.sources['v41_dspark_tokens_in_blocks']})")
     stages = recipe.pipeline_parallel_size
     if stages > 1 and recipe.engine.drafts_take_target_stages:
         source = recipe.engine.sources["drafts_take_target_stages"]

@@ -123,26 +123,33 @@ def draw(rng: random.Random) -> dict:
 
 
 def generated(count: int = GENERATED_COUNT, seed: int = GENERATED_SEED) -> list[tuple[str, str, dict]]:
-    """(release, name, raw recipe) for `count` draws of a seeded generator: the same cases every run. A draw plan
-    refuses for its weights alone is drawn again (no weights are loaded on the CPU: that check is not comparable)."""
-    rng = random.Random(seed)
+    """(release, name, raw recipe) for `count` draws of a seeded generator: the same cases every run, each case drawn
+    from a stream of its own (seed and index), so that a change of plan moves no other case. A draw plan refuses for
+    its weights alone is drawn again from that stream (no weights are loaded on the CPU: that check is not
+    comparable)."""
     cases = []
-    while len(cases) < count:
+    for index in range(count):
+        rng = random.Random(f"{seed}-{index}")
         raw = draw(rng)
-        try:
-            capacity.plan(load(raw))
-        except RecipeError as error:
-            if weights_refusal(error):
-                continue
-        cases.append((raw["vllm-version"], f"generated {len(cases):03d}", raw))
+        while weights_refusal(plan_refusal(raw)):
+            raw = draw(rng)
+        cases.append((raw["vllm-version"], f"generated {index:03d}", raw))
     return cases
+
+
+def plan_refusal(raw: dict) -> RecipeError | None:
+    try:
+        capacity.plan(load(raw))
+    except RecipeError as error:
+        return error
+    return None
 
 
 # plan's answer ----------------------------------------------------------------------------------------------------
 
-def weights_refusal(error: RecipeError) -> bool:
+def weights_refusal(error: RecipeError | None) -> bool:
     """capacity.check_weights_fit's refusal: the weights leave no room (not a check vLLM's code runs on a CPU)."""
-    return "GiB of weights per rank" in error.problem
+    return error is not None and "GiB of weights per rank" in error.problem
 
 
 def plan_answer(raw: dict, release: str, available_gib: float | None) -> dict:

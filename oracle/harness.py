@@ -370,6 +370,23 @@ def attention_backends(vllm_config) -> list:
     return backends
 
 
+def check_builders(vllm_config, backends: list) -> None:
+    """The checks of the config alone that the backends' metadata builders run first when the worker builds them
+    with its KV cache (after the planner, where a GPU is needed for the rest): the DSA indexer's builder resolves its
+    cache dtype by dsa_indexer_uses_fp4, which refuses an MXFP4 indexer cache off the SM10x family
+    (vllm==0.33.0 vllm/v1/attention/backends/mla/indexer.py:1028; 0.30.0 :806). Found by name in the builder's
+    __init__, so a release whose builder does not call it is not asked."""
+    import vllm.v1.attention.backends.mla.indexer as indexer
+
+    for backend in backends:
+        try:
+            source = inspect.getsource(backend.get_builder_cls().__init__)
+        except Exception:  # noqa: BLE001 - a builder the emulation cannot import is not checked here
+            continue
+        if "dsa_indexer_uses_fp4" in source:
+            indexer.dsa_indexer_uses_fp4(vllm_config)
+
+
 # 3. The planner ---------------------------------------------------------------------------------------------------
 
 class Executor:
@@ -530,6 +547,8 @@ def run(case: dict, folders: dict) -> dict:
             available = result["requested_bytes"] if case["kv_cache_bytes"] is None else case["kv_cache_bytes"]
             backends = [b for _, stage_backends in workers for b in stage_backends]
             result |= plan(vllm_config, [specs for specs, _ in workers], available, backends)
+            with raising_lines() as raised:
+                check_builders(vllm_config, backends)
             result["backends"] = sorted({b.get_name() for b in backends})
             result["stride_alignments"] = sorted({str(getattr(spec, "block_stride_alignment", None))
                                                   for specs, _ in workers for spec in specs.values()})

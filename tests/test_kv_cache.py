@@ -96,6 +96,8 @@ BOUNDARIES = [
     ("rocm_model_runner_v1_architectures", "0.31.0", frozenset({V32, V4, GLM5}), "0.32.0", frozenset()),
     ("dspark_on_model_runner_v2", "0.24.0", False, "0.25.0", True),
     ("drafts_take_target_stages", "0.29.0", True, "0.30.0", False),
+    ("v41_dspark_tokens_in_blocks", "0.29.0", False, "0.30.0", True),
+    ("v41_dspark_tokens_in_blocks", "0.30.0", True, "0.31.0", False),
     ("sm90_flashinfer_sparse_mla", "0.29.0", False, "0.30.0", True),
     ("sparse_mla_dcp_backends", "0.29.0", None, "0.30.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"})),
     ("sparse_mla_dcp_backends", "0.32.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"}), "0.33.0",

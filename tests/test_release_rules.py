@@ -130,9 +130,10 @@ def test_graphs_are_subtracted_where_the_runner_estimates_them(model, version, s
 def test_deepseek_v4s_flashmla_attention_takes_fp8_only_and_auto_from_030():
     # vllm==0.29.0 vllm/models/deepseek_v4/attention.py:102-108: the fp8_ds_mla layout asserts an fp8 dtype, so auto
     # stops vLLM; vllm==0.30.0 :107-117 takes auto as fp8 and refuses bfloat16. FlashMLA is V4's attention on SM90 and
-    # SM10x unless FlashInfer's is named (vllm/models/deepseek_v4/nvidia/model.py); SM12x runs FlashInfer's.
+    # SM10x unless FlashInfer's is named (vllm/models/deepseek_v4/nvidia/model.py); SM12x runs FlashInfer's SM120
+    # attention, whose layout is fp8_ds_mla too (vllm==0.29.0 vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py:533).
     v4 = {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 8, "enable-expert-parallel": True}
-    with pytest.raises(RecipeError, match="kv-cache-dtype: auto: DeepSeek-V4's FlashMLA attention on H200") as refused:
+    with pytest.raises(RecipeError, match="kv-cache-dtype: auto: vLLM 0.29.0 refuses to start: DeepSeek-V4's attention on H200") as refused:
         planned(**v4 | {"vllm-version": "0.29.0"})
     assert "(vllm==0.29.0 vllm/models/deepseek_v4/attention.py:102-108" in str(refused.value)  # the release's rule
     assert planned(**v4 | {"vllm-version": "0.30.0"})[1].backend("auto").kv_cache_tokens > 0
@@ -141,8 +142,10 @@ def test_deepseek_v4s_flashmla_attention_takes_fp8_only_and_auto_from_030():
         planned(**v4 | {"gpu": "B200", "kv-cache-dtype": "bfloat16"})
     assert planned(**v4 | {"gpu": "B200", "vllm-version": "0.29.0", "attention-backend": "FLASHINFER_MLA_SPARSE_DSV4"}
                    )[1].backend("auto").kv_cache_tokens > 0
-    assert planned(**v4 | {"gpu": "RTX PRO 6000", "vllm-version": "0.29.0", "tensor-parallel-size": 4}
-                   )[1].backend("auto").kv_cache_tokens > 0
+    sm120 = v4 | {"gpu": "RTX PRO 6000", "vllm-version": "0.29.0", "tensor-parallel-size": 4}
+    with pytest.raises(RecipeError, match="kv-cache-dtype: auto: .*RTX PRO 6000 stores fp8_ds_mla"):
+        planned(**sm120)
+    assert planned(**sm120 | {"kv-cache-dtype": "fp8"})[1].backend("auto").kv_cache_tokens > 0
 
 
 def test_rocm_dspark_before_029_runs_v2_which_estimates_nothing():

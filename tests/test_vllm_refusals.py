@@ -78,3 +78,32 @@ def test_flashmla_sparses_bf16_path_refuses_dcp_from_029():
     assert capacity.plan(load(raw | {"vllm-version": "0.33.0", "kv-cache-dtype": "fp8_ds_mla"}))
     assert "DCP for FlashMLA sparse requires an fp8_ds_mla kv-cache" in re.sub(
         r'"\s*\n\s*f?"', "", release_text("0.33.0", "vllm/v1/attention/backends/mla/flashmla_sparse.py"))
+
+
+def test_v41_dspark_takes_whole_blocks_of_draft_tokens_in_030_only():
+    # vllm==0.30.0 vllm/config/speculative.py:1431-1486: V4.1's DSpark draft config takes n_predict from its
+    # config.json's dspark_block_size (5), and k > n_predict must be a multiple of it; 0.31.0 skips the check for DSpark
+    # (vllm==0.31.0 :1475-1482)
+    raw = {"model": "DeepSeek-V4.1-Flash", "gpu": "GB300", "tensor-parallel-size": 4, "vllm-version": "0.30.0"}
+    for k in (1, 5, 10):
+        load(raw | {"speculative-config": {"method": "dspark", "num_speculative_tokens": k}})
+    with pytest.raises(Refusal, match="num_speculative_tokens: 6: .*must be divisible by n_predict=5"):
+        load(raw | {"speculative-config": {"method": "dspark", "num_speculative_tokens": 6}})
+    load(raw | {"vllm-version": "0.31.0", "speculative-config": {"method": "dspark", "num_speculative_tokens": 6}})
+    source = release_text("0.30.0", "vllm/config/speculative.py")
+    assert '"dspark_block_size", None' in source and "must be divisible by {n_predict=}" in source
+    assert "must be divisible by {n_predict=}" in source.split("if self.use_dspark():")[0] \
+        and "if self.use_dspark():" in release_text("0.31.0", "vllm/config/speculative.py")
+
+
+def test_v4_on_sm12x_stores_fp8_ds_mla_too():
+    # vllm==0.31.0 vllm/models/deepseek_v4/nvidia/model.py:1146-1177: SM12x runs DeepseekV4FlashInferSM120Attention,
+    # whose layout is fp8_ds_mla (flashinfer_sparse.py:619-624), so _resolve_dsv4_kv_cache_dtype refuses bfloat16
+    # (vllm/models/deepseek_v4/attention.py:106-117), as FlashMLA's does on SM90 and SM10x
+    raw = {"model": "DeepSeek-V4-Flash", "gpu": "RTX PRO 6000", "tensor-parallel-size": 8, "vllm-version": "0.31.0"}
+    with pytest.raises(Refusal, match="kv-cache-dtype: bfloat16: vLLM 0.31.0 refuses to start: .* fp8_ds_mla"):
+        capacity.plan(load(raw | {"kv-cache-dtype": "bfloat16"}))
+    capacity.plan(load(raw | {"kv-cache-dtype": "fp8"}))
+    source = release_text("0.31.0", "vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py")
+    sm120 = source.split("class DeepseekV4FlashInferSM120Attention")[1].split("\nclass ")[0]
+    assert "use_fp8_ds_mla_layout: ClassVar[bool] = True" in sm120
