@@ -39,6 +39,11 @@ REFUSED = [
                                                        "vllm-version": "0.33.0"},
      {"gpu": "B200"}, "attention-config.indexer_kv_dtype", "Blackwell datacenter GPUs",
      "vllm/v1/attention/backends/mla/indexer.py"),
+    # the class the last stands for: GLM-5's indexer refuses it where its metadata builder resolves the dtype
+    ("GLM-5's MXFP4 indexer cache on SM90", {"model": "GLM-5", "gpu": "H200", "tensor-parallel-size": 8,
+                                             "attention-config": {"indexer_kv_dtype": "mxfp4"}, "vllm-version": "0.33.0"},
+     {"gpu": "B200"}, "attention-config.indexer_kv_dtype", "Blackwell datacenter GPUs",
+     "vllm/v1/attention/backends/mla/indexer.py"),
 ]
 
 
