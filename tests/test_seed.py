@@ -1,5 +1,5 @@
-"""The figures of vLLM PR #62860 (shared/seeds/vllm-pr-62860-dsa-decode-logits.txt) and the H200 measurements of
-DeepGEMM 2.8.2 (shared/design/deepgemm-on-h200.md), byte for byte. Every expected number here comes from those
+"""The figures of vLLM PR #62860 (the table in its description) and the H200 measurements of DeepGEMM 2.8.2
+(docs/validation.md, GPU runs), byte for byte. Every expected number here comes from those
 texts or is multiplied out by hand in the comment beside it, never from the code under test."""
 
 import dataclasses
@@ -155,7 +155,7 @@ def test_same_recipe_on_h200_is_fp32_256_padded_without_copy():
 
 @pytest.mark.parametrize("columns, stride", [(4096, 4096), (4097, 4352), (5000, 5120), (1_048_576, 1_048_576)])
 def test_sm90_padding_matches_deepgemm_on_the_h200(columns, stride):
-    # Row strides measured on an H200 with DeepGEMM 2.8.2 (shared/design/deepgemm-on-h200.md)
+    # Row strides measured on an H200 with DeepGEMM 2.8.2 (docs/validation.md, GPU runs)
     assert capacity.padded_columns(columns, LAYOUTS[("2.8", "sm90")]) == stride
 
 

@@ -1,5 +1,5 @@
 """plan's KV tokens against vLLM's own KV-cache planner (oracle/): every bundled recipe at the newest release and at a
-spread of older ones. Marked vllm_oracle; skipped unless oracle/setup.sh has set up the releases (see the README).
+spread of older ones. Marked vllm_oracle; skipped unless oracle/setup.sh has set up the releases (docs/validation.md).
 
     .venv/bin/python -m pytest -q -m vllm_oracle tests/test_vllm_oracle.py
 
