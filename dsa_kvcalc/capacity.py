@@ -685,7 +685,7 @@ def fitted(recipe: Recipe, kv_specs: dict | None) -> Recipe:
     length whose request fits it. Noted in the recipe, with the rule."""
     at_most = replace(recipe, fit_max_model_len=False)
     profiled = plan(at_most, kv_specs=kv_specs)
-    runs = [b for b in profiled.backends if b.available]
+    runs = [b for b in profiled.backends if b.available] or profiled.backends  # none runs here: the plan says why
     backend = next((b for b in runs if b.selected), next((b for b in runs if b.backend == "auto"), runs[0]))
     available = backend.kv_cache_bytes
     mla = profiled.memory.sparse_mla_backend

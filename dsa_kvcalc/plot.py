@@ -33,7 +33,7 @@ class Series:
     def __init__(self, keys: list[str], title: str):
         self.keys = keys
         self.title = title  # the model, the GPU and the vLLM release
-        # (backend, other varied values) -> [(x, tokens, reserved, at risk, decodes that fit)]
+        # (backend, other varied values) -> [(x, tokens, reserved, at risk, decodes safe there)]
         self.lines: dict[tuple, list[tuple]] = {}
 
     def tap(self, rows):
@@ -42,7 +42,7 @@ class Series:
             if row.get("available"):
                 line = (row["backend"], *(row[key] for key in other_keys))
                 self.lines.setdefault(line, []).append((row[x_key], row["kv_cache_tokens"], row["reserved_bytes"],
-                                                        row["oom.at_risk"], row["oom.max_decodes"]))
+                                                        row["oom.at_risk"], row["oom.safe_decodes"]))
             yield row
 
 
@@ -107,7 +107,10 @@ def figure(series: Series):
         legend.setdefault(", ".join(names), Line2D([], [], color=color, marker=look["marker"],
                                                    linestyle="-" if numeric else "none"))
         if bound_on_axis and any(risk for *_, risk, _ in points):  # a release that reserves them has no such bound
-            bounds.setdefault((panel, color), set()).update(decodes for *_, decodes in points)
+            # the decodes safe at the first point at risk: the max-num-seqs below which the step keeps its margin
+            # (the room moves a little with max-num-seqs: the block tables grow with it)
+            first_risky = min((p for p in points if p[3]), key=lambda p: position[p[0]])
+            bounds.setdefault((panel, color), set()).add(first_risky[4])
         else:
             risky = [(a, t) for a, t, (*_, risk, _) in zip(at, tokens, points) if risk]
             kv_axes[panel].plot([a for a, _ in risky], [t for _, t in risky], **RISK)
@@ -125,8 +128,8 @@ def figure(series: Series):
         label = ", ".join(f"{key.split('.')[-1]}={value}" for key, value in zip(styled_keys, style))
         legend[label] = Line2D([], [], color="grey", linestyle=STYLES[styles.index(style) % len(STYLES)])
     if bound_on_axis:
-        legend[f"OOM bound (oom.max_decodes): above this {BOUND_KEY} the release runs out of memory outside CUDA "
-               f"graphs, in its backend's colour"] = Line2D([], [], color="grey", linestyle=(0, (2, 2)))
+        legend[f"OOM bound (oom.safe_decodes at the first point at risk): above this {BOUND_KEY} the release is at "
+               f"risk outside CUDA graphs, in its backend's colour"] = Line2D([], [], color="grey", linestyle=(0, (2, 2)))
     else:
         legend["OOM risk on this release at this point (oom.at_risk)"] = Line2D([], [], **RISK)
 

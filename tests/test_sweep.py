@@ -8,7 +8,9 @@ import sys
 import pytest
 
 from conftest import SEED, run, runner
+from dsa_kvcalc import capacity
 from dsa_kvcalc.cli import app
+from dsa_kvcalc.recipe import load_recipe
 from dsa_kvcalc.report import flatten
 from dsa_kvcalc.sweep import parse_vary
 
@@ -168,24 +170,32 @@ def test_recommend_the_issue_example_picks_deep_select():
     result = recommend("--target-concurrency", 256, "--min-kv-tokens", 8_000_000)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert "Recommended: max-num-seqs 456, speculative-config.num_speculative_tokens 5, " \
+    # By hand: the seed's step had 4,907,972,772 B at 256 sequences (tests/test_seed.py); the block tables grow by
+    # 2 copies x 4 B x (8 x 32,768 + 8,192 + 1) columns = 2,162,696 B a sequence (tests/test_kv_init_buffers.py), so
+    # at s sequences the room is 4,907,972,772 - 2,162,696 x (s - 256). deep_select's decode is 6 x 1,049,088 x 2 B =
+    # 12,589,056 B; with the 4 MiB margin s x 12,589,056 + 4,194,304 <= 5,461,622,948 - 2,162,696 s holds up to
+    # s = 369 (369.9): 370 is at risk.
+    assert "Recommended: max-num-seqs 369, speculative-config.num_speculative_tokens 5, " \
            "sparse-indexer-topk-backend deep_select" in text
-    # By hand: a B200 has 182,631 MiB = 191,503,908,864 B; at utilisation 0.97 an unfixed vLLM leaves
-    # 191,503,908,864 - ceil(0.97 x 191,503,908,864) = 5,745,117,265 B free. A decode of 1 + 5 rows at 1,049,088
-    # BF16 columns takes 12,589,056 B with deep_select (456.4 fit) and 37,767,168 B with the FP32 copy (152.1 fit).
-    assert "at 457: OOM risk on vLLM 0.33.0 (no #62860)" in text and "logits of 456 decodes" in text
-    assert "already at 256: OOM risk on vLLM 0.33.0 (no #62860)" in text and "logits of 152 decodes" in text
+    assert "at 370: OOM risk on vLLM 0.33.0" in text
 
 
 def test_recommend_trades_spec_tokens_for_sequences():
     result = recommend("--target-concurrency", 128, "--min-kv-tokens", 1_000_000, "--backend", "auto",
                        "--backend", "deep_select", "--max-spec-tokens", 5)
     text = " ".join(result.output.split())
-    # Fewer spec tokens, fewer rows per decode: with none, a decode's logits are 1 x 1,049,088 x 2 B and 456 x 6
-    # = 2,736 would fit the OOM bound (5,745,117,265 B / 2,098,176 B = 2,738.1), so spec 0 allows the most sequences.
-    assert "Recommended: max-num-seqs 2738, speculative-config.num_speculative_tokens 0, " \
+    # Fewer spec tokens, fewer rows per decode: with none a decode is 1 x 1,049,088 x 2 B, so spec 0 allows the
+    # most sequences. Each pick is plan's edge: safe there, at risk one above.
+    pick = int(text.split("Recommended: max-num-seqs ")[1].split(",")[0])
+    assert f"Recommended: max-num-seqs {pick}, speculative-config.num_speculative_tokens 0, " \
            "sparse-indexer-topk-backend deep_select" in text
-    assert "auto │ 5 │ 152 │" in text  # the seed's setting, unfixed: 152 decodes
+    at = [f"speculative-config.num_speculative_tokens=0", "sparse-indexer-topk-backend=deep_select"]
+    assert not capacity.plan(load_recipe(SEED, at + [f"max-num-seqs={pick}"])).backend("deep_select").oom.at_risk
+    assert capacity.plan(load_recipe(SEED, at + [f"max-num-seqs={pick + 1}"])).backend("deep_select").oom.at_risk
+    # the seed's own setting, auto at 5 spec tokens, is plan's seqs fix
+    fix = next(f for f in json.loads(run("plan", SEED, "-f", "json").stdout)["summary"]["oom"]["fixes"]
+               if f["name"] == "seqs")
+    assert f"auto │ 5 │ {fix['value']} │" in text
 
 
 def test_recommend_stops_where_the_kv_target_binds(tmp_path):

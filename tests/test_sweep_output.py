@@ -75,10 +75,14 @@ def panels(figure) -> list:
 
 def test_the_oom_bound_is_marked_on_the_axis_in_its_backends_colour():
     figure = series_of(["max-num-seqs=64:512:64"])
-    # plan at the seed's recipe: auto is at risk above its bound, deep_select above its own (both within 64-512)
-    plan = json.loads(run("plan", SEED, "--format", "json").stdout)
-    bounds = {b["backend"]: b["oom"]["max_decodes"] for b in plan["backends"]
-              if b["backend"] in ("auto", "deep_select")}
+    # each backend's bound: the decodes plan calls safe at its first point at risk (auto 192, deep_select 384)
+    bounds = {}
+    for backend, first_risky in (("auto", 192), ("deep_select", 384)):
+        plan = json.loads(run("plan", SEED, "--set", f"max-num-seqs={first_risky}", "--format", "json").stdout)
+        below = json.loads(run("plan", SEED, "--set", f"max-num-seqs={first_risky - 64}", "--format", "json").stdout)
+        b, safe = (next(b for b in p["backends"] if b["backend"] == backend) for p in (plan, below))
+        assert b["oom"]["at_risk"] and not safe["oom"]["at_risk"]
+        bounds[backend] = b["oom"]["safe_decodes"]
     legend = legend_colours(figure)
     colour = {backend: next(c for label, c in legend.items() if label.split(",")[0] == backend) for backend in bounds}
     (axes,) = panels(figure)
