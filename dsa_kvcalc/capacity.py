@@ -1,11 +1,11 @@
-"""The capacity model of shared/design/capacity-model.md, as pure arithmetic over a validated Recipe.
+"""The capacity model of docs/design.md, as pure arithmetic over a validated Recipe.
 
-Reads in the design's order, one step a section: the decode logits' rows, width and bytes per element (the doc's
-section 1), the profile run's reservation, the peak it raises, the CUDA graphs, the KV bytes, and the blocks and tokens
-they hold (section 3), then the out-of-memory risk and plan(), which strings the steps together for each top-k backend.
-What vLLM picks before it counts memory (the top-k backends of section 2, the sparse-MLA backend, the KV-cache spec)
-is choices.py's; the terms its profile measures are memory_terms.py's; the KV bytes per token (section 4) are
-kv_cache.py's. Bytes and tokens are integers.
+Reads in the design's order, one step a section: the decode logits' rows, width and bytes per element ("The decode
+logits"), the profile run's reservation, the peak it raises, the CUDA graphs, the KV bytes, and the blocks and tokens
+they hold ("How vLLM sizes the KV cache"), then the out-of-memory risk and plan(), which strings the steps together for
+each top-k backend. What vLLM picks before it counts memory (the "Top-k backends", the sparse-MLA backend, the
+KV-cache spec) is choices.py's; the terms its profile measures are memory_terms.py's; the KV bytes per token ("KV-cache
+groups") are kv_cache.py's. Bytes and tokens are integers.
 """
 
 import math

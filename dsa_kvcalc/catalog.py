@@ -45,7 +45,7 @@ GPUS = [
         "MiB (NVIDIA/gpu-admin-tools#4)", marketed_gb=(94,)),
     Gpu("H200", "sm90", 150_109_880_320, ("NVIDIA H200", "H200-141GB", "H200-SXM", "H200 SXM", "NVIDIA H200 SXM",
                                           "NVIDIA H200 141GB", "NVIDIA H200 SXM 141GB"),
-        "measured on the lent H200 (shared/design/capacity-model.md); 143,156 MiB in torch device properties",
+        "measured on an H200 (docs/validation.md, GPU runs); 143,156 MiB in torch device properties",
         marketed_gb=(141,)),
     Gpu("H200 NVL", "sm90", 150_109_880_320, ("NVIDIA H200 NVL",),
         "nvidia-smi prints 143,771 MiB for H200 NVL as for the SXM part (so the SXM part's measured bytes); "
@@ -132,7 +132,7 @@ LAYOUTS = {
     ("2.8", "sm90"): Layout(
         "2.8.x", ("sm90",), "fp32", 256, True,
         "deepinfer-gemm==2.8.2 sdist: csrc/apis/attention.hpp, split_kv = 256 off SM100, FP32 output; "
-        "measured on an H200 (shared/design/deepgemm-on-h200.md: L=4097 -> stride 4352)"),
+        "measured on an H200 (docs/validation.md, GPU runs: L=4097 -> stride 4352)"),
     ("2.6", "sm100"): Layout(
         "2.3 - 2.6.1", ("sm100", "sm103"), "fp32", 256, True,
         "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (v2.6.1, 54e2261): FP32 logits by default "

@@ -43,7 +43,7 @@ UNIFIED_NON_TORCH_SPREAD = Figure(
     "DeepSeek-V4-Flash TP2 on 2 x H200 NVL): 2 x DGX Spark (GB10) TP2 starts leave 3.56 GiB (a DSpark fork: 0.85 x "
     "121.69 - 79.52 weights - 20.36 KV) and 6.79 GiB (stock vLLM: 0.9 x 121.69 - 74.1 derived weights - 0.70 graphs - "
     "27.93 KV; tests/fixtures/vllm_logs/SOURCES.md, GB10 sections); 2 x GH200 TP2 EP (vllm-project/vllm#44376, "
-    "shared/data) 5.1 GiB more than plan at 30,000 tokens (5.44 GiB of KV logged, 10.5 planned)")
+    "the error message) 5.1 GiB more than plan at 30,000 tokens (5.44 GiB of KV logged, 10.5 planned)")
 CUDAGRAPH_BESIDES_LOGITS = Figure(
     GIB + GIB // 2, "estimated", "CUDA-graph pool memory besides the indexer logits; a vLLM 0.25.0 V4-Flash log "
                                  "estimated 1.58 GiB in all (RTX PRO 6000 TP2), a vLLM 0.26.0 GLM-5.2 log 4.99 GiB "
@@ -76,7 +76,7 @@ GLM53_FLASH_CHECKPOINT = Figure(
 V4_FLASH_CHECKPOINT = Figure(
     bytes_of_gib(2 * 74.08), "fitted",
     "2 x 74.08 GiB: 'Model loading took 74.08 GiB' on each rank of a TP2 vLLM 0.23.0 start without MTP "
-    "(shared/data/dsa-startup-records.json, DeepSeek-V4-Flash on 2 x H200 NVL)")
+    "(dsa_kvcalc/records.py: DeepSeek-V4-Flash on 2 x H200 NVL, a GitHub note)")
 V4_PRO_CHECKPOINT = Figure(865 * 10**9, "estimated", "about 865 GB: 1.6T parameters with MXFP4 routed experts")
 V41_FLASH_CHECKPOINT = Figure(
     bytes_of_gib(476), "estimated",

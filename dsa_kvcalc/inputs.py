@@ -1,10 +1,8 @@
-"""The input boundary: every file dsa-kvcalc reads (a recipe, a vLLM log, a local config.json) is read here, up to its
-reader's limit of bytes, if it is a regular file or a pipe (`plan <(...)`; a FIFO opens without waiting for its
-writer). A recipe's YAML (a file, a --set or --vary value) is read by PyYAML's safe loader, stricter: a key given
-twice is an error (YAML would keep the last), a key is the name written (`yes:` is "yes"), a version the text written
-(0.30 is not 0.3), and aliases expand to no more than a recipe holds (a "billion laughs" file would take all memory
-once its value is shown). Every refusal is one RecipeError or Unreadable; values.py then checks each value.
-"""
+"""The input boundary: every file dsa-kvcalc reads (a recipe, a vLLM log, a config.json) is read here, up to its
+reader's limit, if it is a regular file or a pipe (`plan <(...)`; a FIFO opens without waiting for its writer). A
+recipe's YAML is read by PyYAML's safe loader, stricter: a key given twice is an error, a key is the name written
+(`yes:` is "yes"), a version the text written (0.30 is not 0.3), and aliases expand to no more than a recipe holds (a
+"billion laughs" file). Every refusal is one RecipeError or Unreadable; values.py then checks each value."""
 
 import os
 import stat
@@ -17,13 +15,11 @@ from dsa_kvcalc.keys import TEXT_KEYS, RecipeError, canonical, shown
 from dsa_kvcalc.units import MIB
 
 RECIPE_MAX_BYTES = 1 << 20  # a recipe is a few hundred bytes; anything this large is not one
+PIPES_READ: dict[str, bytes] = {}  # a pipe gives its bytes once: a command that reads its recipe twice gets them here
 
 
 class Unreadable(Exception):
     """A file that is not read; str() is one line: the file and why."""
-
-
-PIPES_READ: dict[str, bytes] = {}  # a pipe gives its bytes once: a command that reads its recipe twice gets them here
 
 
 def read_bytes(path: Path, limit: int, what: str) -> bytes:

@@ -21,7 +21,7 @@ class Published:
 
 
 SEED = Published(
-    source="vLLM PR #62860",  # its table (shared/seeds/vllm-pr-62860-dsa-decode-logits.txt)
+    source="vLLM PR #62860",  # the table in the PR's description
     deployment={"model": "deepseek-ai/DeepSeek-V4.1-Flash", "gpu": "B200", "data-parallel-size": 4,
                 "enable-expert-parallel": True, "max-num-seqs": 256, "max-model-len": 1_048_576,
                 "speculative-config.num_speculative_tokens": 5, "gpu-memory-utilization": 0.97},

@@ -1,7 +1,7 @@
 """Real vLLM startup records of the DSA models: the serving arguments, and what the log printed, each with its source.
 
-The logs are in tests/fixtures/vllm_logs (SOURCES.md) or shared/data's dsa-startup-records.json; the figures here are
-copied from them. The fitted terms (fits.py) are fitted to these records; a record checks a fit only when that fit was
+The logs are in tests/fixtures/vllm_logs (SOURCES.md); a record without a log there names the public page it quotes. The
+figures here are copied from them. The fitted terms (fits.py) are fitted to these records; a record checks a fit only when that fit was
 made without it (fits.leave_out, benchmarks/leave_one_out.py). Records of one deployment (the same start read at
 several max-model-len, or two builds of one release) share a `deployment`: leaving one out leaves them all out.
 """
@@ -42,11 +42,9 @@ H20_MTP = {"tensor-parallel-size": 2, "kv-cache-dtype": "fp8", "gpu-memory-utili
            "vllm-version": "0.26.0", "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}}
 GLM51_H200 = dict(model="zai-org/GLM-5.1-FP8", gpu="NVIDIA H200", **{"tensor-parallel-size": 8,
                                                                       "enforce-eager": True})
-SHARED = "shared/data/dsa-startup-records.json"
-
 RECORDS = [
     Record("V4-Flash 2xH200 NVL TP2, vLLM 0.23.0, L=131,072",
-           f"{SHARED} ('vLLM Remote H200 128K Context Health Probe')", "v4-flash-h200nvl-0.23",
+           "a GitHub note, 'vLLM Remote H200 128K Context Health Probe'", "v4-flash-h200nvl-0.23",
            V4_FLASH_NVL | {"max-model-len": 131072}, 32.08, 1_247_687, weights_gib=74.08),
     Record("V4-Flash 2xH200 NVL TP2, vLLM 0.23.0, L=262,144", "deepseek-v4-flash-2xh200nvl-tp2-eager-v0.23.0-mml262144",
            "v4-flash-h200nvl-0.23", V4_FLASH_NVL | {"max-model-len": 262144}, 32.08, 2_175_276),
@@ -85,13 +83,13 @@ RECORDS = [
                "tensor-parallel-size": 8, "kv-cache-dtype": "fp8", "vllm-version": "0.22.1rc1"}), 24.85, 434_048,
            stated=False),
     Record("GLM-5.1-FP8 2x8xH100 Mega TP8 PP2, vLLM 0.19.0",
-           f"{SHARED} (GitHub README 'GPUDirect-TCPXO Benchmarks on GKE A3 Mega (H100)'; gpu-memory-utilization not "
-           f"stated: vLLM's default taken, 0.95 would give the logged tokens within 1 %)", "glm51-h100-pp2-0.19",
+           "a GitHub README, 'GPUDirect-TCPXO Benchmarks on GKE A3 Mega (H100)'; gpu-memory-utilization not stated: "
+           "vLLM's default taken, 0.95 would give the logged tokens within 1 %", "glm51-h100-pp2-0.19",
            dict(model="zai-org/GLM-5.1-FP8", gpu="H100 Mega 80GB", **{
                "tensor-parallel-size": 8, "pipeline-parallel-size": 2, "kv-cache-dtype": "fp8",
                "max-model-len": 202752, "vllm-version": "0.19.0"}), None, 858_048, stated=False),
     Record("GLM-5.1-NVFP4-MTP 8xRTX PRO 6000 TP8 DCP4, fork of 2026-05-26 (about vLLM 0.22), MTP k=3",
-           f"{SHARED} (voipmonitor GLM-5.1 notes, failing DCP4 run)", "glm51-nvfp4-rtx-fork",
+           "voipmonitor's GLM-5.1 notes on GitHub, the failing DCP4 run", "glm51-nvfp4-rtx-fork",
            dict(model="lukealonso/GLM-5.1-NVFP4-MTP", gpu="RTX PRO 6000", **{
                "tensor-parallel-size": 8, "decode-context-parallel-size": 4, "kv-cache-dtype": "fp8",
                # The fork (about 0.22) ran its own B12X_MLA_SPARSE kernels on 656 B fp8_ds_mla pages; vLLM 0.22.0 as
@@ -107,8 +105,8 @@ RECORDS = [
                "max-model-len": 819200, "vllm-version": "0.26.0"}), 50.62, 1_139_456,
            weights_gib=106.69, peak_activation_gib=6.31, non_torch_gib=0.95, cudagraph_estimate_gib=4.99),
     Record("V4-Flash 2xGH200 TP2 EP, vLLM 0.22 (refused: 6.66 GiB a request, 5.44 available), L=30,000",
-           f"{SHARED} (vllm-project/vllm#44376, simonwalo 2026-06-03: the error message; LLM()'s 16,384 batched "
-           f"tokens on a >= 70 GiB GPU assumed)", "v4-flash-gh200-0.22",
+           "vllm-project/vllm#44376, simonwalo 2026-06-03: the error message; LLM()'s 16,384 batched "
+           "tokens on a >= 70 GiB GPU assumed", "v4-flash-gh200-0.22",
            dict(model="deepseek-ai/DeepSeek-V4-Flash", gpu="GH200", **{
                "tensor-parallel-size": 2, "enable-expert-parallel": True, "kv-cache-dtype": "fp8",
                "max-model-len": 30000, "max-num-batched-tokens": 16384, "gpu-memory-utilization": 0.95,
@@ -116,8 +114,8 @@ RECORDS = [
     # A dev build, 0.1.dev20051+g487ecf187 (PR #53906's image), whose commit is no release's: its GLM-5.3-Flash rules
     # are 0.30.0's and 0.31.0's for this case (prefix caching on, vLLM's default); 0.32.0's would log 433,621.
     Record("GLM-5.3-Flash 4xH200 TP4 bf16 KV, dev build (0.30.0/0.31.0 rules), L=131,072, MTP k=3",
-           f"{SHARED} (GitHub note 'pending-release - 2026-09-01 GLM-5.3-Flash TP4 on 4xH200 (off-gate)', arm D: "
-           f"kv-cache-memory-bytes 6 GiB)", "glm53-flash-h200-dev",
+           "a GitHub note, 'pending-release - 2026-09-01 GLM-5.3-Flash TP4 on 4xH200 (off-gate)', arm D: "
+           "kv-cache-memory-bytes 6 GiB", "glm53-flash-h200-dev",
            dict(model="zai-org/GLM-5.3-Flash", gpu="NVIDIA H200 SXM (143,771 MiB), NVLink mesh", **{
                "tensor-parallel-size": 4, "max-model-len": 131072, "max-num-seqs": 3, "vllm-version": "0.30.0",
                "kv-cache-memory-bytes": 6 * GIB, "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}),

@@ -16,8 +16,8 @@ from dsa_kvcalc.kv_cache import round_up
 from dsa_kvcalc.names import find_gpu
 from dsa_kvcalc.recipe import load, read_recipe
 
-# DeepGEMM's sdist (deepinfer-gemm) imports torch to build and names itself deepgemm unless told: README, "Verify on a
-# GPU", says why each part is there.
+# DeepGEMM's sdist (deepinfer-gemm) imports torch to build and names itself deepgemm unless told: docs/usage.md, "verify on
+# a GPU", says why each part is there.
 INSTALL = ("with a CUDA torch installed (pip install torch setuptools wheel packaging), in the checkout: "
            "DG_PACKAGE_NAME=deepinfer-gemm DG_FORCE_BUILD=1 CXX=g++ pip install --no-build-isolation '.[gpu]'")
 RECIPES_DIR = Path(__file__).parent / "recipes"

@@ -438,7 +438,7 @@ def kda_shapes(calculator, hf: dict, tp: int, k: int):
 
 def build_glm5next(vllm_config, serving: dict, hf: dict, classes: dict) -> tuple[list, dict]:
     """GLM-5.3-Flash (vllm/models/glm5next: nvidia/ in 0.30.0, common/ from 0.31.0), layer by layer in the model's
-    order (notes: /work/notes/glm53.md sections 2-7): a layer whose layer_types entry is linear_attention is a KDA
+    order (docs/design.md, KV-cache groups): a layer whose layer_types entry is linear_attention is a KDA
     layer (Glm5NextLinearAttention, prefix model.layers.{i}.self_attn: its MambaSpec from the release's
     MambaBase.get_kv_cache_spec); the others, and the MTP layer model.layers.{45}.mtp_block, are DSA layers: the
     indexer's kpool K cache (Glm5NextIndexerCache, 132 B, index_kpool tokens an entry), its tail ring

@@ -6,8 +6,9 @@
 #   bash oracle/setup.sh 0.33.0 0.30.0   # only these
 #
 # Where: $DSA_KVCALC_ORACLE_HOME (default ~/.cache/dsa-kvcalc-oracle): venv/ and releases/X.Y.Z/vllm. A release's files
-# come from a git repository of released sources when one has its tag (shared/tools/vllm-releases.sh makes one;
-# $VLLM_RELEASES_REPO, else ~/.cache/vllm-releases, else /work/vllm-releases), else from its wheel on the package index
+# come from a git repository of released sources when one has its tag (each release's wheel, its Python and JSON files
+# only, committed and tagged vX.Y.Z; $VLLM_RELEASES_REPO, else ~/.cache/vllm-releases), else from its wheel on the
+# package index
 # (pip download, about 400 MB while it is unpacked). Each release gets a dist-info naming it X.Y.Z+cpu: 0.19.0-0.27.1
 # pick the CPU platform only from the installed distribution's version (vllm/platforms/__init__.py
 # cpu_platform_plugin); VLLM_TARGET_DEVICE=cpu counts from 0.28.0.
@@ -35,7 +36,7 @@ releases=("$@")
                                      0.26.0 0.27.0 0.27.1 0.28.0 0.29.0 0.30.0 0.31.0 0.32.0 0.33.0)
 repo=""
 if [ -n "${VLLM_RELEASES_REPO+set}" ]; then candidates=("$VLLM_RELEASES_REPO")  # set, even empty: only it (empty: wheels)
-else candidates=("$HOME/.cache/vllm-releases" /work/vllm-releases); fi
+else candidates=("$HOME/.cache/vllm-releases"); fi
 for candidate in "${candidates[@]}"; do
   [ -n "$candidate" ] && [ -d "$candidate/.git" ] && { repo=$candidate; break; }
 done

@@ -234,7 +234,7 @@ def test_a_log_that_names_no_release_is_read_by_the_rules_that_give_its_tokens()
 
 
 def test_a_dcp_log_with_only_kv_lines_calibrates_to_its_tokens(tmp_path):
-    # shared/data: GLM-5.1-NVFP4-MTP on 8 x RTX PRO 6000, DCP4, a fork of about vLLM 0.22 with its own SM12x kernels
+    # records.py's fork record (voipmonitor's notes): GLM-5.1-NVFP4-MTP on 8 x RTX PRO 6000, DCP4, a fork of about vLLM 0.22 with its own SM12x kernels
     # (planned as 0.24.0, the first release with a sparse MLA for SM12x, on the same pages): "Available KV cache memory:
     # 7.58 GiB", "GPU KV cache size: 523,008 tokens", no graph estimate and (second case) no weights line. The
     # per-token figures agree (15,562 logged, 15,563 planned: 79 x 788 B / DCP 4), and the recipe written plans to the

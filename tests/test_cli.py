@@ -134,7 +134,7 @@ def test_local_config_json_is_a_model(tmp_path):
     (tmp_path / "model" / "config.json").write_text(json.dumps(config))
     text = "model: model\ngpu: H200\ntensor-parallel-size: 8\nkv-cache-dtype: fp8\n"
     data = json.loads(run("plan", write(tmp_path, text), "--format", "json").output)
-    assert data["model"]["kv_bytes_per_token"] == 61 * (656 + 132)  # 48,068 (capacity-model.md §4)
+    assert data["model"]["kv_bytes_per_token"] == 61 * (656 + 132)  # 48,068 (docs/design.md, KV-cache groups)
 
 
 def test_output_is_written_atomically_and_only_when_asked(tmp_path):

@@ -155,9 +155,9 @@ def test_recommend_json_holds_the_tables_pick():
     assert data["targets"] == {"concurrency": 256, "kv_cache_tokens": 8_000_000}
 
 
-def test_the_readme_gives_verifys_install_line():
+def test_the_usage_doc_gives_verifys_install_line():
     line = verify.INSTALL.split("in the checkout: ")[1].replace("pip install", ".venv/bin/pip install")
-    assert line in (ROOT / "README.md").read_text()
+    assert line in (ROOT / "docs" / "usage.md").read_text()
 
 
 V32 = RECIPES / "deepseek-v3.2-8xb200-tp8.yaml"

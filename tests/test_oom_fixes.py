@@ -54,3 +54,19 @@ def test_recommend_serves_a_pick_plan_calls_safe():
     assert not picked.backend(backend).oom.at_risk
     above = capacity.plan(load_recipe(SEED, [f"max-num-seqs={seqs + 1}", f"sparse-indexer-topk-backend={backend}"]))
     assert above.backend(backend).oom.at_risk or above.backend(backend).kv_cache_tokens < 1_000_000
+
+
+def test_main_with_62860_stays_at_risk_where_the_room_is_below_the_indexer_headroom():
+    """#62860 reserves the decode logits (9.0 GiB for the seed), but the reservation raises the peak, and so frees
+    KV for the step, only by what it adds beyond the indexer headroom (2.88 GiB measured): the step then holds the
+    logits only where the room without the reservation covers that headroom. At utilisation 0.995 it does not:
+    total x 0.005 = 957,512,418 B - 1,351,223,296 B of KV-init buffers + 514,121,565 B of credit = 120,410,687 B,
+    less than 3,091,880,448 B."""
+    fixed = capacity.plan(load_recipe(SEED, ["vllm-version=main", "gpu-memory-utilization=0.995"])).backend("auto")
+    assert fixed.release.reserves_decode_logits and fixed.reserved_bytes == 9_668_395_008
+    rise = fixed.peak_activation_bytes - capacity.plan(load_recipe(
+        SEED, ["vllm-version=main", "gpu-memory-utilization=0.995"])).memory.base_peak.bytes
+    assert rise == 9_668_395_008 - 3_091_880_448
+    assert fixed.oom.room_bytes - rise < 3_091_880_448 and fixed.oom.at_risk
+    at_097 = capacity.plan(load_recipe(SEED, ["vllm-version=main"])).backend("auto")
+    assert not at_097.oom.at_risk  # 4,907,972,772 B of room before the rise covers the headroom

@@ -70,7 +70,7 @@ def test_glm51_moves_by_the_default_utilisation_between_019_and_020():
 
 
 def test_gh200_refusal_needs_the_logged_bytes_per_request():
-    # vllm-project/vllm#44376 (shared/data): "To serve at least one request with the model's max seq len (30000),
+    # vllm-project/vllm#44376 (the error message): "To serve at least one request with the model's max seq len (30000),
     # (6.66 GiB KV cache is needed ...". LLM() defaults to 16384 batched tokens on a >= 70 GiB GPU (vLLM 0.22).
     plan = capacity.plan(load(dict(model="deepseek-ai/DeepSeek-V4-Flash", gpu="GH200", **{
         "tensor-parallel-size": 2, "enable-expert-parallel": True, "kv-cache-dtype": "fp8", "max-model-len": 30000,

@@ -227,7 +227,7 @@ def test_the_stamp_table_is_read_from_every_release():
     ("NVIDIA H100", "H100"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H100 NVL", "H100 NVL"),
     ("NVIDIA H200 SXM", "H200"), ("NVIDIA GH200", "GH200"), ("NVIDIA DGX Spark", "GB10"), ("DGX Spark", "GB10"),
     ("NVIDIA RTX PRO 6000 Blackwell", "RTX PRO 6000"), ("AMD_Instinct_MI300X", "MI300X"),
-    # as the development records write them (shared/data/dsa-startup-records.json)
+    # as the development records write them (dsa_kvcalc/records.py)
     ("NVIDIA RTX PRO 6000 Blackwell (96 GB)", "RTX PRO 6000"), ("NVIDIA H200 NVL (143,771 MiB)", "H200 NVL"),
     ("NVIDIA H100 Mega 80GB", "H100"), ("NVIDIA GH200 (96 GB)", "GH200"), ("NVIDIA H20 (SM90, 95 GiB)", "H20"),
     ("2x NVIDIA DGX Spark / GB10", "GB10"), ("NVIDIA H200 SXM (143,771 MiB), NVLink mesh", "H200"),
@@ -270,7 +270,7 @@ def test_pipeline_stages_split_the_layers_as_vllm_does_and_the_fullest_stage_dec
 
 
 def test_glm51_pp2_record_is_one_stage_of_39_layers():
-    # shared/data: GLM-5.1 fp8 on H100 (A3 Mega) TP8 x PP2, vLLM 0.19.0: 858,048 tokens = 13,407 blocks x 64 (before
+    # records.py (a GitHub README on GKE's A3 Mega): GLM-5.1 fp8 on H100 (A3 Mega) TP8 x PP2, vLLM 0.19.0: 858,048 tokens = 13,407 blocks x 64 (before
     # 0.20.1 the tokens are blocks x block tokens), 4.23x at 202,752 = 13,407 / 3,168 pages. A stage of 39 layers of
     # fp8_ds_mla and indexer pages costs 39 x (656 + 132) x 64 B a block: 13,407 of them are 24.56 GiB.
     recipe = load({"model": "GLM-5.1-FP8", "gpu": "NVIDIA H100 Mega 80GB", "tensor-parallel-size": 8,

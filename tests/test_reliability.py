@@ -361,7 +361,7 @@ def test_max_model_len_auto_and_minus_one_mean_the_models_maximum(tmp_path, spel
 
 
 def test_deepgemm_2_8_unquoted_is_accepted_and_the_error_lists_the_layouts(tmp_path):
-    # `deepgemm: 2.8` (a YAML float) was rejected, and the error listed layouts that differ from the README's.
+    # `deepgemm: 2.8` (a YAML float) was rejected, and the error listed layouts that differ from docs/design.md's.
     assert cli("plan", write(tmp_path, BASE + "deepgemm: 2.8\n")).exit_code == 0
     fails(cli("plan", write(tmp_path, BASE + "deepgemm: 2.7\n")),
           "error: deepgemm: no known logits layout for DeepGEMM 2.7; known layouts: 2.8, 2.3 - 2.6, 2.1 - 2.2")

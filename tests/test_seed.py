@@ -1,5 +1,5 @@
-"""The figures of vLLM PR #62860 (shared/seeds/vllm-pr-62860-dsa-decode-logits.txt) and the H200 measurements of
-DeepGEMM 2.8.2 (shared/design/deepgemm-on-h200.md), byte for byte. Every expected number here comes from those
+"""The figures of vLLM PR #62860 (the table in its description) and the H200 measurements of DeepGEMM 2.8.2
+(docs/validation.md, GPU runs), byte for byte. Every expected number here comes from those
 texts or is multiplied out by hand in the comment beside it, never from the code under test."""
 
 import dataclasses
@@ -160,7 +160,7 @@ def test_same_recipe_on_h200_is_fp32_256_padded_without_copy():
 
 @pytest.mark.parametrize("columns, stride", [(4096, 4096), (4097, 4352), (5000, 5120), (1_048_576, 1_048_576)])
 def test_sm90_padding_matches_deepgemm_on_the_h200(columns, stride):
-    # Row strides measured on an H200 with DeepGEMM 2.8.2 (shared/design/deepgemm-on-h200.md)
+    # Row strides measured on an H200 with DeepGEMM 2.8.2 (docs/validation.md, GPU runs)
     assert capacity.padded_columns(columns, LAYOUTS[("2.8", "sm90")]) == stride
 
 
@@ -212,3 +212,12 @@ def test_plan_says_where_it_is_off_the_seeds_table_and_only_for_the_seeds_deploy
     assert all(0.93 < planned / figure < 0.95 for figure, planned in gaps.values())
     for sets in (["max-num-seqs=128"], ["vllm-version=0.31.0"], ["gpu-memory-utilization=0.95"]):
         assert published.gaps(capacity.plan(load_recipe(SEED, sets))) == [], sets  # not the deployment measured
+
+
+def test_b300_runs_the_sm100_logits_layout():
+    """B300 is SM 10.3: vLLM takes DeepGEMM's MX path, whose logits are BF16, on the whole 10.x family
+    (vllm==0.33.0 vllm/utils/deep_gemm.py:604-606, is_device_capability_family(100): capability // 10,
+    vllm/platforms/interface.py:577-588), so it writes them in whole 384-column splits at 1024-byte strides as on the
+    B200, and the top-k reads an FP32 copy: 6 B over 1,049,088 columns, not SM90's 4 B over 1,048,576."""
+    logits = capacity.plan(load_recipe(SEED, ["gpu=B300", "memory={}"])).backend("auto").decode_logits
+    assert (logits.logits_dtype, logits.padded_columns, logits.bytes_per_element) == ("bf16", 1_049_088, 6)

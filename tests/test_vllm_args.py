@@ -3,8 +3,8 @@ own source, plans to the recipe's figures; every spelling vLLM's parser takes re
 serve (and vllm-config) plans back to the same figures, and vLLM's own parser of the release (marked vllm_oracle,
 run on a CPU from the release's Python files) accepts it with the same values.
 
-The oracle tests need the Python and the releases' files that oracle/setup.sh sets up (README, "Checked against
-vLLM's own planner"; VLLM_ORACLE_PYTHON and VLLM_ORACLE_RELEASES point elsewhere):
+The oracle tests need the Python and the releases' files that oracle/setup.sh sets up (docs/validation.md, "vLLM's
+own code"; VLLM_ORACLE_PYTHON and VLLM_ORACLE_RELEASES point elsewhere):
     bash oracle/setup.sh && .venv/bin/python -m pytest -q -m vllm_oracle tests/test_vllm_args.py
 (VLLM_ORACLE_RELEASE=0.33.0,0.29.0 checks more releases, about 15 s each)."""
 

@@ -1,6 +1,6 @@
 """The decode rows of the largest FULL CUDA graph, and vLLM's refusals of capture sizes, against the capture sizes each
 release's own VllmConfig._set_cudagraph_sizes and adjust_cudagraph_sizes_for_spec_decode compute (oracle/
-capture_sizes.py). Marked vllm_oracle; skipped unless oracle/setup.sh has set up the releases (see the README).
+capture_sizes.py). Marked vllm_oracle; skipped unless oracle/setup.sh has set up the releases (docs/validation.md).
 
     .venv/bin/python -m pytest -q -m vllm_oracle tests/test_vllm_capture_sizes.py
 """

@@ -2,7 +2,7 @@
 PIECEWISE graphs and its extrapolation, run from the release's cudagraph_utils.py (oracle/cudagraph_estimate.py);
 Model Runner V1's graphs per mode from the release's VllmConfig._set_cudagraph_sizes, the spec-decode rounding and
 the dispatcher's decode bound (oracle/capture_sizes.py). Marked vllm_oracle; skipped unless oracle/setup.sh has set up
-the releases (see the README).
+the releases (docs/validation.md).
 
     .venv/bin/python -m pytest -q -m vllm_oracle tests/test_vllm_cudagraph_estimate.py
 """
