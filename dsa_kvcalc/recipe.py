@@ -129,9 +129,13 @@ def check_release_values(recipe: Recipe) -> None:
 
 
 def check_decode_context_parallel(recipe: Recipe) -> None:
-    """vLLM's planner asserts that no window cache is split by decode context parallelism (engine.py
-    sliding_window_refuses_dcp): DeepSeek-V4 and V4.1 keep a sliding window on every layer."""
-    dcp, model = recipe.decode_context_parallel_size, recipe.model
+    """DCP reuses the TP ranks, so it divides the TP size (vllm==0.33.0 vllm/config/parallel.py:596-600; the same
+    since vllm==0.19.0 :391-395); and vLLM's planner asserts that no window cache is split by decode context
+    parallelism (engine.py sliding_window_refuses_dcp): DeepSeek-V4 and V4.1 keep a sliding window on every layer."""
+    dcp, model, tp = recipe.decode_context_parallel_size, recipe.model, recipe.tensor_parallel_size
+    if tp % dcp and recipe.engine.name == "vllm":
+        raise Refusal("decode-context-parallel-size", f"{dcp}: vLLM refuses to start: tp_size={tp} must be divisible "
+                                                      f"by dcp_size={dcp} (vllm==0.33.0 vllm/config/parallel.py:596-600)")
     if dcp > 1 and model.sliding_window and recipe.engine.name == "vllm" and recipe.engine.sliding_window_refuses_dcp:
         source = recipe.engine.sources["sliding_window_refuses_dcp"]
         raise Refusal("decode-context-parallel-size", f"{dcp}: vLLM refuses to start: {model.name} keeps a "

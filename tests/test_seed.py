@@ -179,7 +179,8 @@ def test_older_deepgemm_pads_fp32_to_256_on_blackwell_too():
 
 
 def test_deep_select_with_dcp_needs_the_fp32_copy():
-    # The seed's V4.1 keeps a sliding window, which vLLM's planner refuses to split over DCP ranks
+    # The seed's V4.1 (at TP2, which DCP2 divides) keeps a sliding window, which vLLM's planner refuses to split over
+    # DCP ranks
     # (vllm==0.33.0 vllm/v1/kv_cache_interface.py:949): the same top-k on V3.2, which has none.
     v32 = SEED.parent / "deepseek-v3.2-8xb200-tp8.yaml"
     without = capacity.plan(load_recipe(v32, ["memory={}"]))
@@ -187,7 +188,7 @@ def test_deep_select_with_dcp_needs_the_fp32_copy():
     assert (without.backend("deep_select").decode_logits.bytes_per_element,
             plan.backend("deep_select").decode_logits.bytes_per_element) == (2, 6)
     with pytest.raises(RecipeError, match="DCP not support sliding window"):
-        load_recipe(SEED, ["decode-context-parallel-size=2", "memory={}"])
+        load_recipe(SEED, ["decode-context-parallel-size=2", "tensor-parallel-size=2", "memory={}"])
 
 
 def test_deepinfer_sizes_logits_over_compressed_keys_in_bf16():

@@ -112,3 +112,12 @@ def test_v4_on_sm12x_stores_fp8_ds_mla_too():
     source = release_text("0.31.0", "vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py")
     sm120 = source.split("class DeepseekV4FlashInferSM120Attention")[1].split("\nclass ")[0]
     assert "use_fp8_ds_mla_layout: ClassVar[bool] = True" in sm120
+
+
+def test_dcp_divides_the_tp_size():
+    # vllm==0.33.0 vllm/config/parallel.py:596-600 (vllm==0.19.0 :391-395): DCP reuses the TP ranks
+    raw = {"model": "GLM-5.1-NVFP4", "gpu": "B200", "tensor-parallel-size": 4, "vllm-version": "0.32.0"}
+    with pytest.raises(Refusal, match="decode-context-parallel-size: 8: .*tp_size=4 must be divisible by dcp_size=8"):
+        load(raw | {"decode-context-parallel-size": 8})
+    load(raw | {"decode-context-parallel-size": 4})
+    assert "must be divisible by dcp_size={dcp}." in release_text("0.33.0", "vllm/config/parallel.py")
