@@ -436,6 +436,10 @@ DRAFTER_NEEDS = {
               "vllm/v1/worker/gpu/spec_decode/utils.py:92-113, the same since vllm==0.25.0)",
 }
 V32_ARCH, GLM5_ARCH, V4_ARCH = "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "DeepseekV4ForCausalLM"
+# Architectures whose config hook takes kv-cache-dtype bfloat16 as auto, before any rule of auto (vLLM's
+# verify_and_update_config), with the source
+BF16_CACHE_AS_AUTO = {V32_ARCH: "vllm==0.33.0 vllm/model_executor/models/config.py:83-86 DeepseekV32ForCausalLM: "
+                                "bfloat16 -> auto (the same since vllm==0.19.0 :40-43)"}
 # A ModelOpt checkpoint whose quantization_config stores the KV cache in FP8 (kv_cache_scheme {num_bits 8, type
 # float, dynamic false}) runs kv-cache-dtype auto as fp8_e4m3, on every GPU, before any model rule
 # (EngineArgs.create_engine_config's resolve_kv_cache_dtype_string: vllm==0.19.0 vllm/utils/torch_utils.py:262-340,

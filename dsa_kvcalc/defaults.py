@@ -3,6 +3,7 @@ the recipe's values as they resolve (a mapping of field name to value, with the 
 whose rules apply), which keys.py declares on the key they default (default_from) or the field they derive (derive)."""
 
 from dsa_kvcalc import engine as engines
+from dsa_kvcalc.catalog import BF16_CACHE_AS_AUTO
 from dsa_kvcalc.units import GIB
 
 BATCHED_DP_ALL2ALL = ("deepep_low_latency", "nixl_ep")  # vllm==0.33.0 vllm/config/parallel.py:796-805
@@ -39,9 +40,11 @@ def max_num_seqs(values) -> int:
 
 
 def cache_dtype(values) -> str:
-    """The KV-cache dtype vLLM runs: the one written, or for auto the model's own default where its rule holds."""
+    """The KV-cache dtype vLLM runs: the one written (bfloat16 as auto where the architecture's config hook says so,
+    catalog.BF16_CACHE_AS_AUTO), or for auto the model's own default where its rule holds."""
     written, engine, gpu = values["kv_cache_dtype"], values["engine"], values["gpu"]
-    if written != "auto":
+    as_auto = written == "bfloat16" and engine.name == "vllm" and values["model"].architecture in BF16_CACHE_AS_AUTO
+    if written != "auto" and not as_auto:
         return written
     return next((dtype for release, archs, dtype, _ in values["model"].auto_kv_cache_dtype
                  if gpu.arch in archs and engines.release_tuple(engine.version) >= engines.release_tuple(release)),

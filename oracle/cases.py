@@ -21,7 +21,7 @@ from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.choices import on_model_runner_v2
 from dsa_kvcalc.engine import RELEASES, release_tuple
-from dsa_kvcalc.keys import RecipeError, canonical
+from dsa_kvcalc.keys import RecipeError, Refusal, canonical
 from dsa_kvcalc.names import find_gpu, find_model
 from dsa_kvcalc.recipe import load, read_recipe
 from dsa_kvcalc.units import GIB
@@ -158,8 +158,8 @@ def plan_answer(raw: dict, release: str, available_gib: float | None) -> dict:
     try:
         recipe = load({**raw, "vllm-version": release})
         planned = capacity.plan(recipe, {recipe.topk_backend})
-    except RecipeError as error:
-        return {"refusal": str(error), "weights": weights_refusal(error)}
+    except RecipeError as error:  # a Refusal says vLLM would refuse; any other, that plan does not derive it
+        return {"refusal": str(error), "weights": weights_refusal(error), "vllm_refuses": isinstance(error, Refusal)}
     kv = planned.memory.kv
     kv_bytes = planned.backend(recipe.topk_backend).kv_cache_bytes if available_gib is None else round(
         available_gib * GIB)
@@ -173,8 +173,8 @@ def plan_answer(raw: dict, release: str, available_gib: float | None) -> dict:
               "requested_bytes": planned.memory.requested_bytes,
               "subtracts_graph_estimate": capacity.cudagraphs_subtracted(recipe)}
     if kv_bytes < kv.request_bytes:
-        answer["refusal"] = (f"one request of max-model-len needs {kv.request_bytes:,} B of KV cache, "
-                             f"{kv_bytes:,} B are available")
+        answer |= {"refusal": f"one request of max-model-len needs {kv.request_bytes:,} B of KV cache, "
+                              f"{kv_bytes:,} B are available", "vllm_refuses": True}
     return answer
 
 

@@ -7,9 +7,10 @@ KV cache and the defaults each resolves.
 Today's cases (every bundled recipe, development record and catalog probe on every release set up) and N generated
 ones (oracle/cases.py generated: seeded, on 0.30.0-0.33.0). Needs oracle/setup.sh's venv and releases
 ($VLLM_ORACLE_PYTHON, $VLLM_ORACLE_RELEASES; default under ~/.cache/dsa-kvcalc-oracle). Each release runs in its own
-process of that venv. Verdicts: equal, both refuse, different (what differs), only vLLM refuses, only plan refuses,
-plan refuses for the weights (not checked on a CPU), oracle error, not run (why). Exit 1 on any different, only one
-refuses or oracle error.
+process of that venv. Verdicts: equal, both refuse, different (what differs), only vLLM refuses, only plan refuses
+(a keys.Refusal: plan says vLLM would refuse), plan does not derive it (another RecipeError: a setup plan does not
+model, where vLLM starts), plan refuses for the weights (not checked on a CPU), oracle error, not run (why). Exit 1
+on any different, only one refuses or oracle error.
 """
 
 import argparse
@@ -105,6 +106,8 @@ def verdict(p, answer: dict | None) -> tuple[str, str]:
         reason = f"{answer['refusal_at']}: {answer['refusal'][:240]}"
         return ("both refuse", f"vLLM {reason} | plan {p.plan['refusal']}") if plan_refuses else \
             ("only vLLM refuses", reason)
+    if plan_refuses and not p.plan["vllm_refuses"]:
+        return "plan does not derive it", p.plan["refusal"]
     if plan_refuses:
         return "only plan refuses", p.plan["refusal"]
     found = differences(p.plan, answer)

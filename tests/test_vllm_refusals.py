@@ -121,3 +121,18 @@ def test_dcp_divides_the_tp_size():
         load(raw | {"decode-context-parallel-size": 8})
     load(raw | {"decode-context-parallel-size": 4})
     assert "must be divisible by dcp_size={dcp}." in release_text("0.33.0", "vllm/config/parallel.py")
+
+
+def test_v32_takes_a_bfloat16_cache_as_auto_so_sm120_starts_on_fp8_ds_mla():
+    # vllm==0.33.0 vllm/model_executor/models/config.py:83-86: DeepseekV32ForCausalLM's hook turns bfloat16 into auto,
+    # which FlashInfer's SM120 sparse MLA takes (as fp8_ds_mla: mla_attention.py:359-376), so vLLM starts where a
+    # bfloat16 cache has no SM120 backend; GLM-5 has no such hook. vLLM 0.33.0's own start-up (oracle/harness.py,
+    # V3.2 on RTX PRO 6000 at TP4 DP8, max-model-len 76,589): cache dtype auto, a block of 3,076,352 B.
+    raw = {"model": "DeepSeek-V3.2", "gpu": "RTX PRO 6000", "tensor-parallel-size": 4, "data-parallel-size": 8,
+           "kv-cache-dtype": "bfloat16", "max-model-len": 76589, "vllm-version": "0.33.0"}
+    recipe = load(raw)
+    assert recipe.cache_dtype == "auto" and capacity.plan(recipe).memory.kv.block_bytes == 3_076_352
+    with pytest.raises(Refusal, match="no valid attention backend"):
+        capacity.plan(load(raw | {"model": "GLM-5", "tensor-parallel-size": 8, "data-parallel-size": 4}))
+    hook = release_text("0.19.0", "vllm/model_executor/models/config.py").split("class DeepseekV32ForCausalLM")[1]
+    assert 'if cache_config.cache_dtype == "bfloat16":\n            cache_config.cache_dtype = "auto"' in hook
