@@ -267,3 +267,21 @@ def test_plan_prints_the_glm53_flash_record_shape(tmp_path):
     assert data["backends"][0]["kv_cache_tokens"] == 443_628
     assert data["kv_cache"]["block_bytes"] == 14_611_968 and data["kv_cache"]["pages_per_request"] == 130
     fails(run("plan", write_recipe(tmp_path, FLASH | {"gpu": "GB10"})), "error: gpu:", "SM90 and SM10x")
+
+
+def test_the_held_out_031_log_is_a_run_with_prefix_caching_off():
+    # H100, TP8 with EP, 262,144 tokens, no speculation, 40 GB of KV memory. vLLM 0.31.0's own start-up on these
+    # arguments (oracle/harness.py) turns prefix caching on (vllm==0.31.0 vllm/config/model.py:2216-2218), so the four
+    # KDA groups hold 2 pages each in mamba_cache_mode 'align' (vllm==0.31.0 vllm/v1/kv_cache_interface.py:1089-1091):
+    # cdiv(262,144, 640) = 410 latent pages + 1 kpool tail page + 4 x 2 = 419, 5,375 blocks, 3,362,825 tokens.
+    # The log's 0.96 % more tokens is 4 pages fewer, 410 + 1 + 4 x 1 = 415: mamba_cache_mode 'none', prefix caching off.
+    held_out = {"model": "GLM-5.3-Flash", "gpu": "H100", "tensor-parallel-size": 8, "enable-expert-parallel": True,
+                "max-model-len": 262144, "vllm-version": "0.31.0", "kv-cache-memory-bytes": 40_000_000_000}
+    default = capacity.plan(load(held_out))
+    assert default.recipe.enable_prefix_caching
+    assert default.memory.kv.pages_per_request == 410 + 1 + 4 * 2
+    assert default.memory.kv.block_bytes == 7_441_280 and 40_000_000_000 // 7_441_280 == 5375
+    assert default.backend("auto").kv_cache_tokens == 5375 * 262144 // 419 == 3_362_825
+    off = capacity.plan(load(held_out | {"enable-prefix-caching": False}))
+    assert off.memory.kv.pages_per_request == 410 + 1 + 4 * 1
+    assert off.backend("auto").kv_cache_tokens == 5375 * 262144 // 415 == 3_395_238  # 0.96 % more
