@@ -18,7 +18,7 @@ from dsa_kvcalc.catalog import (STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS, V4_SM
 from dsa_kvcalc.choices import availability, engine_backends, kv_spec, on_model_runner_v2, sparse_mla_refusal
 from dsa_kvcalc.engine import VLLM_RULES, release_tuple
 from dsa_kvcalc.keys import Recipe, RecipeError, Refusal
-from dsa_kvcalc.kv_cache import SM10X, round_up, v41_packed
+from dsa_kvcalc.kv_cache import SM10X, round_up, stage_layers, v41_packed
 from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
 from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, peak_budget_bytes, profile_budget_bytes, rank_memory
 from dsa_kvcalc.units import GIB, MIB
@@ -613,6 +613,22 @@ def check_v41_cache_dtype(recipe: Recipe) -> None:
                       f"KV rows")
 
 
+def check_v41_pipeline_stages(recipe: Recipe) -> None:
+    """DeepSeek-V4.1's compressed layers read the compressed KV of the latest kv-source layer at or below them, which
+    must be built on the same pipeline stage (vllm==0.33.0 vllm/models/deepseek_v41/attention.py:600-613, the same
+    since vllm==0.30.0 :493-506): a stage with a compressed layer whose source lies on an earlier stage is refused."""
+    model = recipe.model
+    for stage in stage_layers(model.num_layers, recipe.pipeline_parallel_size)[1:]:
+        for layer in stage:
+            source = max(s for s in model.kv_source_layers if s <= layer)
+            if model.compress_ratios[layer] > 0 and source < stage.start:
+                raise Refusal("pipeline-parallel-size", f"{recipe.pipeline_parallel_size}: {recipe.engine.label} "
+                              f"refuses to start: the stage of layers {stage.start}-{stage.stop - 1} holds layer "
+                              f"{layer}, whose compressed KV is layer {source}'s, on the stage before: 'PP splits "
+                              f"inside a v4.1 kv-sharing group are not supported.' (vllm==0.33.0 "
+                              f"vllm/models/deepseek_v41/attention.py:600-613)")
+
+
 def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
     """vLLM starts only where the sparse-MLA backend runs on the GPU and takes the KV-cache dtype (DeepSeek-V4's own
     attention resolves its backend and fp8 layout itself, and its FlashMLA layout takes only fp8; V4.1's by its
@@ -701,6 +717,8 @@ def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = N
         recipe = fitted(recipe, kv_specs)
     memory = rank_memory(recipe, kv_specs)
     check_cache_dtype(recipe, memory)
+    if recipe.model.family == "deepseek_v41" and recipe.engine.name == "vllm":
+        check_v41_pipeline_stages(recipe)
     check_weights_fit(recipe, memory)
     backends = engine_backends(recipe)
     logits = backend_logits(recipe, backends)

@@ -39,6 +39,14 @@ REFUSED = [
                                                        "vllm-version": "0.33.0"},
      {"gpu": "B200"}, "attention-config.indexer_kv_dtype", "Blackwell datacenter GPUs",
      "vllm/v1/attention/backends/mla/indexer.py"),
+    # found by the table: 40 layers over 3 stages are 13 + 14 + 13 (get_pp_indices), so the second stage starts on
+    # layer 13, a ratio-2 layer whose compressed KV is kv source 8's (kv_source_layer_ids 2, 8, 14, 20 in the
+    # config.json oracle/configs keeps); over 2 stages the second starts on kv source 20
+    ("DeepSeek-V4.1 with a pipeline stage inside a kv-sharing group",
+     V41 | {"gpu": "B300", "tensor-parallel-size": 2, "pipeline-parallel-size": 3, "kv-cache-dtype": "fp8",
+            "vllm-version": "0.31.0"},
+     {"pipeline-parallel-size": 2}, "pipeline-parallel-size",
+     "PP splits inside a v4.1 kv-sharing group are not supported.", "vllm/models/deepseek_v41/attention.py"),
     # the class the last stands for: GLM-5's indexer refuses it where its metadata builder resolves the dtype
     ("GLM-5's MXFP4 indexer cache on SM90", {"model": "GLM-5", "gpu": "H200", "tensor-parallel-size": 8,
                                              "attention-config": {"indexer_kv_dtype": "mxfp4"}, "vllm-version": "0.33.0"},
