@@ -33,10 +33,10 @@ V2_RELEASES = [r for r in cases.RELEASES if release_tuple(r) >= (0, 29, 0)]  # V
 V1_RELEASES = [r for r in cases.RELEASES if (0, 20, 0) <= release_tuple(r) < (0, 29, 0)]  # V3.2 on V1, estimating
 FIRST_SAMPLE_BYTES = 9_668_395_008  # any first sample: the extrapolation keeps it whole
 GIVEN = [{}, {"max_cudagraph_capture_size": 1536}, {"cudagraph_capture_sizes": [1, 2, 4, 100, 300]}]
-CASES = [{"arch": arch, "max_num_seqs": seqs, "num_speculative_tokens": k, "max_num_batched_tokens": tokens,
+CASES = [{"gpu": gpu, "arch": arch, "max_num_seqs": seqs, "num_speculative_tokens": k, "max_num_batched_tokens": tokens,
           "performance_mode": "balanced", "cudagraph_mode": mode, "sample_bytes": [FIRST_SAMPLE_BYTES, 0], **given}
-         for arch, seqs, k, tokens, mode, given in itertools.product(
-             ("sm90", "sm100"), (4, 33, 256, 1000), (0, 1, 5), (150, 8192),
+         for (gpu, arch), seqs, k, tokens, mode, given in itertools.product(
+             (("H200", "sm90"), ("B200", "sm100")), (4, 33, 256, 1000), (0, 1, 5), (150, 8192),
              ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "FULL", "PIECEWISE"), GIVEN)]
 
 
