@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from dsa_kvcalc import capacity
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc.catalog import GPUS
-from dsa_kvcalc.choices import draft_layers, kv_spec, sparse_mla_backend
-from dsa_kvcalc.memory_terms import RankMemory, rank_memory
+from dsa_kvcalc.deployment import draft_layers, kv_spec, resolve, sparse_mla_backend
+from dsa_kvcalc.memory_terms import RankMemory
 from dsa_kvcalc.engine import RELEASES, build_of
 from dsa_kvcalc.kv_cache import round_up
 from dsa_kvcalc.units import GIB, MIB
@@ -229,10 +229,9 @@ def version_from_kv(raw: dict, measured: Measured, recipe_dir) -> tuple[str | No
     fits = []
     for release in RELEASES:
         try:
-            recipe = load({**raw, "vllm-version": release}, recipe_dir)
-        except RecipeError:  # a release that predates the model, say
+            kv = resolve(load({**raw, "vllm-version": release}, recipe_dir)).kv
+        except RecipeError:  # a release that predates the model, or refuses it
             continue
-        kv = rank_memory(recipe).kv
         low, high = (kv.tokens(measured.available_kv_bytes + d * PRINT_ROUNDING_BYTES) for d in (-1, 1))
         if low <= measured.kv_tokens <= high:
             fits.append(release)
@@ -547,7 +546,7 @@ def with_memory(raw: dict, memory: dict, gpu: str, rest: str | None = None) -> d
 def measured_kv_bytes(recipe: Recipe, rank: Measured) -> tuple[int, str]:
     if rank.available_kv_bytes is not None:
         return rank.available_kv_bytes, "Available KV cache memory"
-    return (rank_memory(recipe).kv.bytes_for(rank.kv_tokens),
+    return (resolve(recipe).kv.bytes_for(rank.kv_tokens),
             "GPU KV cache size through plan's KV-cache groups")
 
 

@@ -3,9 +3,9 @@
 Reads in the design's order, one step a section: the decode logits' rows, width and bytes per element ("The decode
 logits"), the profile run's reservation, the peak it raises, the CUDA graphs, the KV bytes, and the blocks and tokens
 they hold ("How vLLM sizes the KV cache"), then the out-of-memory risk and plan(), which strings the steps together for
-each top-k backend. What vLLM picks before it counts memory (the "Top-k backends", the sparse-MLA backend, the
-KV-cache spec) is choices.py's; the terms its profile measures are memory_terms.py's; the KV bytes per token ("KV-cache
-groups") are kv_cache.py's. Bytes and tokens are integers.
+each top-k backend. What vLLM decides before it counts memory (the "Top-k backends", the sparse-MLA backend, the
+KV-cache spec) and every refusal of vLLM's at start-up are deployment.py's resolve(); the terms its profile measures are
+memory_terms.py's; the KV bytes per token ("KV-cache groups") are kv_cache.py's. Bytes and tokens are integers.
 """
 
 import math
@@ -13,12 +13,10 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from dsa_kvcalc import estimates
-from dsa_kvcalc.catalog import (STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS, V4_SM120_ARCHS,
-                                Backend, Layout, Rows)
-from dsa_kvcalc.choices import availability, engine_backends, kv_spec, on_model_runner_v2, sparse_mla_refusal
-from dsa_kvcalc.engine import VLLM_RULES, release_tuple
-from dsa_kvcalc.keys import Recipe, RecipeError, Refusal
-from dsa_kvcalc.kv_cache import SM10X, round_up, stage_layers, v41_packed
+from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Backend, Layout, Rows
+from dsa_kvcalc.deployment import Deployment, kv_spec, on_model_runner_v2, resolve
+from dsa_kvcalc.keys import Recipe, RecipeError
+from dsa_kvcalc.kv_cache import round_up
 from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
 from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, peak_budget_bytes, profile_budget_bytes, rank_memory
 from dsa_kvcalc.units import GIB, MIB
@@ -575,93 +573,6 @@ class Plan:
         return next(b for b in self.backends if b.backend == name)
 
 
-def refusal(recipe: Recipe, key: str, rule: str, reason: str) -> Refusal:
-    """A refusal of the release, in its own words and with its source (engine.VLLM_RULES)."""
-    return Refusal(key, f"{reason}: {recipe.engine.label} refuses to start ({recipe.engine.sources[rule]})")
-
-
-def check_indexer_cache_dtype(recipe: Recipe) -> None:
-    """An MXFP4 indexer cache runs on the SM10x family only: from 0.22.0 where use_fp4_indexer_cache is set, from 0.28.0
-    however the dtype is spelt (engine.py mxfp4_indexer_needs_sm10x). ROCm's own MXFP4 rules are not modelled."""
-    checked = recipe.engine.mxfp4_indexer_needs_sm10x
-    arch = recipe.gpu.arch
-    if checked is None or arch.startswith("gfx") or arch in SM10X or recipe.indexer_kv_dtype != "mxfp4":
-        return
-    if checked == "use_fp4_indexer_cache" and "use_fp4_indexer_cache" not in recipe.given:
-        return
-    key = "attention-config." + checked
-    raise refusal(recipe, key, "mxfp4_indexer_needs_sm10x", f"mxfp4 on {recipe.gpu.name} ({arch}): vLLM's MXFP4 "
-                                                            f"indexer cache needs Blackwell datacenter GPUs (sm_10x)")
-
-
-def check_v41_cache_dtype(recipe: Recipe) -> None:
-    """DeepSeek-V4.1's attention resolves the cache dtype by its layout: the packed records take the release's dtypes
-    (v41_packed_cache_dtypes), plain rows none of the packed names (0.31.0+), and nvfp4_ds_mla needs the SM10x family's
-    MXFP8 records (0.31.0+)."""
-    engine, dtype = recipe.engine, recipe.cache_dtype
-    if v41_packed(recipe):
-        dtypes, reason = engine.v41_packed_cache_dtypes
-        if dtype not in dtypes:
-            raise refusal(recipe, "kv-cache-dtype", "v41_packed_cache_dtypes", reason.format(dtype=dtype))
-        if dtype == "nvfp4_ds_mla" and engine.v41_nvfp4_needs_sm10x and recipe.gpu.arch not in SM10X:
-            raise refusal(recipe, "kv-cache-dtype", "v41_nvfp4_needs_sm10x",
-                          f"nvfp4_ds_mla on {recipe.gpu.name}: the V4.1 records it needs FlashMLA decodes only on "
-                          f"SM100")
-    elif dtype.endswith("_ds_mla") and engine.v41_plain_rows_refuse_packed:
-        raise refusal(recipe, "kv-cache-dtype", "v41_plain_rows_refuse_packed",
-                      f"{dtype} is a packed FlashMLA DeepSeek V4.1 KV cache format; the selected backend stores plain "
-                      f"KV rows")
-
-
-def check_v41_pipeline_stages(recipe: Recipe) -> None:
-    """DeepSeek-V4.1's compressed layers read the compressed KV of the latest kv-source layer at or below them, which
-    must be built on the same pipeline stage (vllm==0.33.0 vllm/models/deepseek_v41/attention.py:600-613, the same
-    since vllm==0.30.0 :493-506): a stage with a compressed layer whose source lies on an earlier stage is refused."""
-    model = recipe.model
-    for stage in stage_layers(model.num_layers, recipe.pipeline_parallel_size)[1:]:
-        for layer in stage:
-            source = max(s for s in model.kv_source_layers if s <= layer)
-            if model.compress_ratios[layer] > 0 and source < stage.start:
-                raise Refusal("pipeline-parallel-size", f"{recipe.pipeline_parallel_size}: {recipe.engine.label} "
-                              f"refuses to start: the stage of layers {stage.start}-{stage.stop - 1} holds layer "
-                              f"{layer}, whose compressed KV is layer {source}'s, on the stage before: 'PP splits "
-                              f"inside a v4.1 kv-sharing group are not supported.' (vllm==0.33.0 "
-                              f"vllm/models/deepseek_v41/attention.py:600-613)")
-
-
-def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
-    """vLLM starts only where the sparse-MLA backend runs on the GPU and takes the KV-cache dtype (DeepSeek-V4's own
-    attention resolves its backend and fp8 layout itself, and its FlashMLA layout takes only fp8; V4.1's by its
-    layout), and where the indexer's cache dtype runs on the GPU."""
-    check_indexer_cache_dtype(recipe)
-    if recipe.model.family == "deepseek_v41":
-        check_v41_cache_dtype(recipe)
-    if recipe.model.family == "deepseek_v4":
-        flashmla = recipe.gpu.arch in V4_FLASHMLA_ARCHS and recipe.attention_backend != "FLASHINFER_MLA_SPARSE_DSV4"
-        ds_mla_layout = flashmla or recipe.gpu.arch in V4_SM120_ARCHS  # catalog.V4_FLASHMLA_ARCHS
-        auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
-        if ds_mla_layout and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
-            source = VLLM_RULES["v4_auto_cache_dtype_fp8"].at(release_tuple(recipe.engine.version))[1]
-            raise Refusal("kv-cache-dtype", f"{recipe.kv_cache_dtype}: {recipe.engine.label} refuses to start: "
-                                            f"DeepSeek-V4's attention on {recipe.gpu.name} stores fp8_ds_mla and "
-                                            f"takes fp8 only ({source}): give kv-cache-dtype: fp8")
-    if recipe.model.family not in ("mla", "glm5next"):
-        return
-    backend = memory.sparse_mla_backend
-    refused = sparse_mla_refusal(recipe, backend)
-    if refused is not None:  # a backend named: vLLM's selector refuses it
-        key, reason = refused
-        key = key if key == "kv-cache-dtype" else "attention-backend"
-        raise Refusal(key, f"{recipe.cache_dtype} on {recipe.gpu.name} ({recipe.gpu.arch}): {recipe.engine.label} "
-                           f"refuses to start: its sparse-MLA backend {reason}")
-    dcp = recipe.decode_context_parallel_size
-    if backend == "FLASHMLA_SPARSE" and dcp > 1 and not recipe.quantized_cache and \
-            recipe.engine.flashmla_sparse_dcp_needs_quantized:
-        raise refusal(recipe, "decode-context-parallel-size", "flashmla_sparse_dcp_needs_quantized",
-                      f"{dcp} with a {recipe.cache_dtype} cache on FLASHMLA_SPARSE: DCP for FlashMLA sparse requires an "
-                      f"fp8_ds_mla kv-cache; the bf16 sparse path is not supported under DCP")
-
-
 def check_weights_fit(recipe: Recipe, memory: RankMemory) -> None:
     """Weights that leave no room refuse the plan, unless they are an estimate and the KV memory is pinned
     (kv-cache-memory-bytes): then vLLM's own figure for them does not enter the KV cache."""
@@ -684,11 +595,12 @@ def check_graph_pools(recipe: Recipe, logits_then: dict[str, int]) -> None:
                                     f"its largest FULL decode graph holds: not a measurement of this recipe")
 
 
-def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: dict[str, DecodeLogits],
+def backend_plan(deployment: Deployment, memory: RankMemory, backend: Backend, logits: dict[str, DecodeLogits],
                  graph_rows: int, graph_logits: dict[str, int], logits_then: dict[str, int],
                  floors: tuple[int, int]) -> BackendPlan:
     """The doc's steps for one top-k backend, on this release's side of the fix and on the other; floors: the graph
     estimate's per-graph floors here and where the memory block was measured."""
+    recipe = deployment.recipe
     dl = logits[backend.name]
     headroom = indexer_headroom(recipe, logits, backend.name)
     graphs = cudagraph_pool(recipe, backend.name, graph_logits, logits_then, *floors)
@@ -697,7 +609,7 @@ def backend_plan(recipe: Recipe, memory: RankMemory, backend: Backend, logits: d
              for reserves in (True, False)}
     release = sides[recipe.reserves_decode_logits]
     risk = oom(recipe, memory, dl, release.reservation, release.kv_cache_bytes, graphs.bytes)
-    reason = availability(recipe, backend)
+    reason = deployment.unavailable.get(backend.name)
     note = backend.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows)
     return BackendPlan(
         backend=backend.name, available=reason is None, reason=reason or note,
@@ -715,12 +627,10 @@ def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = N
     max-model-len of auto is first fitted, as vLLM fits it."""
     if recipe.fit_max_model_len:
         recipe = fitted(recipe, kv_specs)
-    memory = rank_memory(recipe, kv_specs)
-    check_cache_dtype(recipe, memory)
-    if recipe.model.family == "deepseek_v41" and recipe.engine.name == "vllm":
-        check_v41_pipeline_stages(recipe)
+    deployment = resolve(recipe, kv_specs)
+    memory = rank_memory(deployment)
     check_weights_fit(recipe, memory)
-    backends = engine_backends(recipe)
+    backends = deployment.backends
     logits = backend_logits(recipe, backends)
     graph_logits = graph_logits_bytes(recipe, logits)
     then = recipe.measured_on
@@ -730,7 +640,7 @@ def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = N
     estimate = cudagraph_estimate(recipe)
     floors = (estimate.floor_bytes, estimate.floor_bytes if then is None else cudagraph_estimate(then).floor_bytes)
     shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
-    return Plan(recipe, memory, estimate, [backend_plan(recipe, memory, b, logits, graph_rows, graph_logits,
+    return Plan(recipe, memory, estimate, [backend_plan(deployment, memory, b, logits, graph_rows, graph_logits,
                                                         logits_then, floors) for b in shown])
 
 

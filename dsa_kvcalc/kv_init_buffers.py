@@ -33,7 +33,7 @@ counted as on one stage.
 
 import math
 
-from dsa_kvcalc.choices import draft_layers, on_model_runner_v2
+from dsa_kvcalc.deployment import draft_layers, on_model_runner_v2
 from dsa_kvcalc.keys import Recipe
 from dsa_kvcalc.kv_cache import (PAGED_MQA_PAGE_SIZES, V41_WINDOW_BLOCK, V4_WINDOW_BLOCK, Group, KvSpec, cdiv,
                                  owns_indexer, round_up)

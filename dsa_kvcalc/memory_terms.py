@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass, replace
 
 from dsa_kvcalc import estimates, kv_cache, weights
-from dsa_kvcalc.choices import kv_spec, sparse_mla_backend
+from dsa_kvcalc.deployment import Deployment
 from dsa_kvcalc.kv_cache import KvSpec
 from dsa_kvcalc.keys import KEYS, Recipe
 
@@ -142,13 +142,13 @@ def non_torch_estimate(recipe: Recipe) -> Term:
                 single.basis if not collectives(recipe) else f"{single.basis}; plus {shared.basis}")
 
 
-def rank_memory(recipe: Recipe, kv_specs: dict | None = None) -> RankMemory:
-    """The terms of one rank's memory; `kv_specs`: a sweep's KV-cache specs so far (choices.kv_spec)."""
-    backend = sparse_mla_backend(recipe)
+def rank_memory(deployment: Deployment) -> RankMemory:
+    """The terms of one rank's memory."""
+    recipe = deployment.recipe
     return RankMemory(
         requested_bytes=math.ceil(recipe.gpu.total_memory_bytes * recipe.gpu_memory_utilization),
         weights=term(recipe, "weights", weights_estimate),
         base_peak=term(recipe, "peak_activation", base_peak_estimate),
         non_torch=term(recipe, "non_torch", non_torch_estimate),
         unprofiled=term(recipe, "unprofiled", lambda _: estimated(estimates.UNPROFILED.value, estimates.UNPROFILED)),
-        kv=kv_spec(recipe, backend, kv_specs), sparse_mla_backend=backend)
+        kv=deployment.kv, sparse_mla_backend=deployment.sparse_mla_backend)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc import launch_script, vllm_args, vllm_cli
-from dsa_kvcalc.catalog import DRAFTER_NEEDS, V41_DSPARK_BLOCK_TOKENS
+from dsa_kvcalc.catalog import DRAFTER_NEEDS
 from dsa_kvcalc.inputs import read_text, yaml_mapping
-from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, Refusal, canonical
+from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, canonical
 from dsa_kvcalc.names import MODEL_NAMES, find_gpu, find_model
 from dsa_kvcalc.overrides import set_override
 from dsa_kvcalc.values import read_values
-from dsa_kvcalc.vllm_config import RELEASE_VALUES, SPARSE_MLA_BACKEND_FIRST, SPARSE_MLA_BACKENDS
+from dsa_kvcalc.vllm_config import SPARSE_MLA_BACKEND_FIRST, SPARSE_MLA_BACKENDS
 
 
 class WithDefaults(dict):
@@ -35,7 +35,8 @@ class WithDefaults(dict):
         return value
 
 
-def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = None, notes: list[str] = ()) -> Recipe:
+def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = None, notes: list[str] = (),
+            spelled: tuple = ()) -> Recipe:
     """The recipe as vLLM runs it: each key the recipe does not give at its declared default (which may depend on the
     GPU, the model, the vLLM version), then the declared overrides; then the checks across keys. notes: what reading
     it noted, to which a model name planned as another checkpoint adds its own."""
@@ -52,11 +53,10 @@ def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = N
     ignored = ignored or {}
     recipe = Recipe(**declared | overridden, ignored_keys=tuple(ignored), passthrough=tuple(ignored.items()),
                     model_arg=model.name if values["model"].lower() in MODEL_NAMES else values["model"],
-                    notes=(*([name_note] if name_note else []), *notes), fit_max_model_len=fits_to_memory(values))
+                    notes=(*([name_note] if name_note else []), *notes), fit_max_model_len=fits_to_memory(values), spelled=spelled)
     check_across(recipe)
     if recipe.engine.name == "vllm":
         vllm_cli.check_release(ignored | given_arguments(recipe), recipe.engine.version)
-        check_release_values(recipe)
     return recipe
 
 
@@ -74,8 +74,8 @@ def check_prefix_caching(values: dict) -> None:
 
 
 def check_speculation(recipe: Recipe) -> None:
-    """The method is one the release accepts, and a drafter the model has (catalog.DRAFTER_NEEDS: V4.1 has no MTP
-    layers; DSpark drafts V4-Flash-0731 and V4.1, whose configs give its token)."""
+    """The method is one the release accepts; a drafter the model lacks with a draft model named is not modelled
+    (the refusals of a drafter are deployment.check_drafter's)."""
     method = recipe.speculative_method
     if method is None or recipe.engine.name != "vllm":
         return
@@ -83,29 +83,12 @@ def check_speculation(recipe: Recipe) -> None:
         raise RecipeError("speculative-config.method", f"{method} is not a method of {recipe.engine.label}; it takes "
                                                        f"{', '.join(sorted(recipe.engine.speculative_methods))}")
     drafter = "mtp" if method in engines.MTP_METHODS else method
-    if drafter not in DRAFTER_NEEDS:
-        return
     draft_model = dict(recipe.passthrough).get("speculative-config.model")
-    if drafter not in recipe.model.drafters:
-        problem = f"{recipe.model.name} has no {drafter} drafter of its own in vLLM; its drafters: " \
-                  f"{', '.join(recipe.model.drafters)}"
-        if draft_model:  # vLLM runs the named draft model
-            raise RecipeError("speculative-config.method", f"{problem} (the draft model {draft_model}, whose KV cache "
-                                                           f"this plan does not derive, is not modelled)")
-        raise Refusal("speculative-config.method", f"{problem}; vLLM refuses to start: its {drafter} needs "
-                                                   f"{DRAFTER_NEEDS[drafter]}")
-    k, block = recipe.num_speculative_tokens, V41_DSPARK_BLOCK_TOKENS
-    if drafter == "dspark" and recipe.model.family == "deepseek_v41" and recipe.engine.v41_dspark_tokens_in_blocks \
-            and k > block and k % block:
-        raise Refusal("speculative-config.num_speculative_tokens",
-                      f"{k}: {recipe.engine.label} refuses to start: num_speculative_tokens:{k} must be divisible by "
-                      f"n_predict={block}, V4.1's DSpark block ({recipe.engine.sources['v41_dspark_tokens_in_blocks']})")
-    stages = recipe.pipeline_parallel_size
-    if stages > 1 and recipe.engine.drafts_take_target_stages:
-        source = recipe.engine.sources["drafts_take_target_stages"]
-        raise Refusal("pipeline-parallel-size", f"{stages}: {recipe.engine.label}'s {drafter} draft model runs on "
-                                                f"the target's {stages} pipeline stages and does not support "
-                                                f"pipeline parallelism; vLLM refuses to start ({source})")
+    if drafter in DRAFTER_NEEDS and drafter not in recipe.model.drafters and draft_model:
+        raise RecipeError("speculative-config.method", f"{recipe.model.name} has no {drafter} drafter of its own in "
+                                                       f"vLLM; its drafters: {', '.join(recipe.model.drafters)} (the "
+                                                       f"draft model {draft_model}, whose KV cache this plan does not "
+                                                       f"derive, is not modelled)")
 
 
 def given_arguments(recipe: Recipe) -> dict:
@@ -116,57 +99,12 @@ def given_arguments(recipe: Recipe) -> dict:
     return {name: value for name, value in given.items() if name.partition(".")[0] in vllm_cli.OPTIONS}
 
 
-def check_release_values(recipe: Recipe) -> None:
-    """A value a release's config type does not have yet (vllm_config.RELEASE_VALUES): vLLM's parser refuses it."""
-    version = engines.release_tuple(recipe.engine.version)
-    for name, value in given_arguments(recipe).items():
-        if name not in RELEASE_VALUES or not isinstance(value, str):
-            continue
-        first, source = RELEASE_VALUES[name].get(value, (engines.OLDEST_VLLM, ""))
-        if version < engines.release_tuple(first):
-            raise Refusal(name, f"{value}: {recipe.engine.label} refuses to start: its parser takes this value "
-                                f"from vLLM {first} on ({source})")
-
-
-def check_decode_context_parallel(recipe: Recipe) -> None:
-    """DCP reuses the TP ranks, so it divides the TP size (vllm==0.33.0 vllm/config/parallel.py:596-600; the same
-    since vllm==0.19.0 :391-395); and vLLM's planner asserts that no window cache is split by decode context
-    parallelism (engine.py sliding_window_refuses_dcp): DeepSeek-V4 and V4.1 keep a sliding window on every layer."""
-    dcp, model, tp = recipe.decode_context_parallel_size, recipe.model, recipe.tensor_parallel_size
-    if tp % dcp and recipe.engine.name == "vllm":
-        raise Refusal("decode-context-parallel-size", f"{dcp}: vLLM refuses to start: tp_size={tp} must be divisible "
-                                                      f"by dcp_size={dcp} (vllm==0.33.0 vllm/config/parallel.py:596-600)")
-    if dcp > 1 and model.sliding_window and recipe.engine.name == "vllm" and recipe.engine.sliding_window_refuses_dcp:
-        source = recipe.engine.sources["sliding_window_refuses_dcp"]
-        raise Refusal("decode-context-parallel-size", f"{dcp}: vLLM refuses to start: {model.name} keeps a "
-                                                      f"{model.sliding_window}-token sliding window on every layer, "
-                                                      f"and its KV-cache planner asserts 'DCP not support sliding "
-                                                      f"window.' ({source})")
-
-
-def check_capture_sizes(recipe: Recipe) -> None:
-    """With CUDA graphs on, vLLM needs a largest capture size of at least 1 token, and one given beside the sizes must
-    be their largest within max_num_batched_tokens (vllm==0.33.0 vllm/config/vllm.py:2551-2626; the same since
-    vllm==0.19.0 :1402-1473)."""
-    given = recipe.max_cudagraph_capture_size
-    if recipe.engine.name != "vllm" or recipe.cudagraph_mode == "NONE" or given is None:
-        return
-    name = KEYS["max_cudagraph_capture_size"].name
-    if given == 0:
-        raise Refusal(name, "0 captures no CUDA graph, which vLLM refuses to start with: set "
-                                "compilation-config.cudagraph_mode NONE (or enforce-eager) instead")
-    largest = max(recipe.kept_capture_sizes, default=0)
-    if recipe.cudagraph_capture_sizes and given != largest:
-        raise Refusal(name, f"{given} is not {largest}, the largest of cudagraph_capture_sizes within "
-                                f"max-num-batched-tokens: vLLM refuses to start; give one of the two only")
-
-
 def check_linear_attention(recipe: Recipe) -> None:
     """A hybrid model's caches (GLM-5.3-Flash) are derived as far as they were read in vLLM and checked against its
     planner: vLLM on SM90 and SM10x with FlashInfer's sparse MLA, one pipeline stage (vLLM balances the KDA groups
     over stages, _pp_balanced_mamba_group_count), no decode context parallelism, vLLM's block size (block-size enters
-    the attention block: vllm==0.30.0 vllm/platforms/interface.py:895-901); tensor parallelism must split the KDA heads
-    (vllm==0.30.0 vllm/model_executor/layers/mamba/mamba_utils.py:317-320, divide())."""
+    the attention block: vllm==0.30.0 vllm/platforms/interface.py:895-901). That TP splits the KDA heads is
+    deployment.check_attention_heads'."""
     model, gpu = recipe.model, recipe.gpu
     if not model.linear_layers:
         return
@@ -185,9 +123,6 @@ def check_linear_attention(recipe: Recipe) -> None:
     if "block-size" in recipe.ignored_keys:
         raise RecipeError("block-size", f"sizes {model.name}'s attention block (128 or block-size, the larger, times "
                                         f"what a KDA state needs), which is derived for vLLM's default only: drop it")
-    if model.linear_heads % recipe.tensor_parallel_size:
-        raise Refusal("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
-                                              f"{model.linear_heads} KDA heads (vLLM would refuse to start)")
 
 
 def check_across(recipe: Recipe) -> None:
@@ -211,13 +146,7 @@ def check_across(recipe: Recipe) -> None:
             model.first_release):
         raise RecipeError("vllm-version", f"{recipe.engine.label} predates {model.name}'s model code (vLLM "
                                           f"{model.first_release}+)")
-    heads = model.num_attention_heads
-    if heads % recipe.tensor_parallel_size:  # vllm==0.33.0 vllm/config/model.py:1557-1564 (vllm==0.19.0 :1111-1116)
-        raise Refusal("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "
-                                              f"{heads} attention heads (vLLM would refuse to start)")
-    check_decode_context_parallel(recipe)
     check_speculation(recipe)
-    check_capture_sizes(recipe)
     check_linear_attention(recipe)
     if recipe.kv_cache_memory_bytes is not None and recipe.kv_cache_memory_bytes > gpu.total_memory_bytes:
         raise RecipeError("kv-cache-memory-bytes", f"{recipe.kv_cache_memory_bytes:,} B is more than {gpu.name}'s "
@@ -231,13 +160,14 @@ def check_across(recipe: Recipe) -> None:
 
 def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: dict, notes: list[str] = ()) -> Recipe:
     """resolve(), with a check across keys naming the key as the raw recipe spells it (max_model_len)."""
+    spelled = tuple((canonical(k), k) for k in raw if isinstance(k, str) and canonical(k) != k)
     try:
-        return resolve(values, recipe_dir, ignored, notes)
+        return resolve(values, recipe_dir, ignored, notes, spelled)
     except RecipeError as error:
-        written = next((k for k in raw if isinstance(k, str) and canonical(k) == error.key != k), None)
+        written = dict(spelled).get(error.key)
         if written is None:
             raise
-        raise type(error)(written, error.problem) from None
+        raise RecipeError(written, error.problem) from None
 
 
 def load(raw: dict, recipe_dir: Path = Path("."), notes: list[str] = ()) -> Recipe:

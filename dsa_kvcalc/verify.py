@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import DecodeLogits, Plan
+from dsa_kvcalc.deployment import check_indexer_cache_dtype
 from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, GPUS, LAYOUTS, Gpu, Layout, layout_for
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc.keys import Recipe, RecipeError
@@ -223,9 +224,9 @@ def shape_for(name: str, raw: dict, recipe_dir: Path, target: Target, as_local: 
 
 def runnable_here(raw: dict, planned: Recipe) -> dict:
     """The recipe with the indexer cache vLLM runs on the planned GPU: an MXFP4 one, which vLLM refuses off the SM10x
-    family (capacity.check_indexer_cache_dtype), is left to the default; the same raw recipe where nothing changes."""
+    family (deployment.check_indexer_cache_dtype), is left to the default; the same raw recipe where nothing changes."""
     try:
-        capacity.check_indexer_cache_dtype(planned)
+        check_indexer_cache_dtype(planned)
         return raw
     except RecipeError:
         attention = {k: v for k, v in (raw.get("attention-config") or {}).items()

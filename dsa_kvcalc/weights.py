@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 
 from dsa_kvcalc import kv_cache
-from dsa_kvcalc.choices import sparse_mla_backend
+from dsa_kvcalc.deployment import sparse_mla_backend
 from dsa_kvcalc.engine import MTP_METHODS
 from dsa_kvcalc.keys import Recipe, RecipeError
 from dsa_kvcalc.kv_cache import round_up

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import MODELS
-from dsa_kvcalc.choices import on_model_runner_v2
+from dsa_kvcalc.deployment import on_model_runner_v2
 from dsa_kvcalc.engine import RELEASES, release_tuple
 from dsa_kvcalc.keys import RecipeError, Refusal, canonical
 from dsa_kvcalc.names import find_gpu, find_model

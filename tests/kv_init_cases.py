@@ -7,7 +7,7 @@ resolved values here."""
 import sys
 
 from dsa_kvcalc import capacity
-from dsa_kvcalc.choices import kv_spec, sparse_mla_backend
+from dsa_kvcalc.deployment import kv_spec, sparse_mla_backend
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.units import GIB

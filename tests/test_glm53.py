@@ -11,6 +11,7 @@ import yaml
 
 from conftest import fails, run
 from dsa_kvcalc import capacity, kv_cache, report
+from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.units import GIB, MIB
@@ -189,7 +190,7 @@ def test_auto_cache_dtype_and_backend(gpu, version, dtype, backend):
     ({"vllm-version": "0.29.0"}, "vllm-version")])
 def test_what_is_not_derived_is_refused_with_its_key(keys, key):
     with pytest.raises(RecipeError) as error:
-        load(FLASH | keys)
+        resolve(load(FLASH | keys))
     assert error.value.key == key
 
 

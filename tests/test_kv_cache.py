@@ -6,14 +6,13 @@ import pytest
 
 from dsa_kvcalc import engine, kv_cache
 from dsa_kvcalc.catalog import MODELS
-from dsa_kvcalc.choices import draft_layers, sparse_mla_backend
+from dsa_kvcalc.deployment import draft_layers, resolve, sparse_mla_backend
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
-from dsa_kvcalc.memory_terms import rank_memory
 
 
 def groups(recipe: dict) -> list[int]:
-    kv = rank_memory(load(recipe)).kv
+    kv = resolve(load(recipe)).kv
     return [g.page_bytes for g in kv.groups]
 
 
@@ -34,7 +33,7 @@ def test_v4_flash_pages_by_hand():
     # and 64 indexer entries of 132 B (8,448 B -> 15 x 576 = 8,640); a ratio-128 layer 2 entries (1,168 -> 1,728).
     # V4-Flash has 21 ratio-4 and 20 ratio-128 layers: 21 x (37,440 + 8,640) + 20 x 1,728 = 1,002,240 B a block
     # since vLLM PR #48993 (the largest group).
-    kv = rank_memory(load(V4_FLASH | {"vllm-version": "0.28.0"})).kv
+    kv = resolve(load(V4_FLASH | {"vllm-version": "0.28.0"})).kv
     assert kv.block_bytes == 21 * (37_440 + 8_640) + 20 * 1_728
     # Pages a 1M-token request holds: cdiv(1,048,576, 256) = 4,096 compressed pages; each window group
     # cdiv(127 + 2 x 16,384, 64) + 1 = 515 (64-token pages, window 128, two batches of 16,384 tokens in flight on a
@@ -47,7 +46,7 @@ def test_gh200_refusal_needs_22_layer_tuples_of_47808_bytes():
     # vLLM's _max_memory_usage_bytes_from_groups for DeepSeek-V4: 22 layer tuples x (37,440 + 8,640 + 1,728) B x the
     # pages one request holds; at 30,000 tokens and 16,384 in flight (vLLM 0.22): 118 + 2 x 259 + 4,099 + 2,065 =
     # 6,800 pages -> 7,152,076,800 B, the 6.66 GiB of vllm-project/vllm#44376.
-    kv = rank_memory(load(dict(model="deepseek-ai/DeepSeek-V4-Flash", gpu="GH200", **{
+    kv = resolve(load(dict(model="deepseek-ai/DeepSeek-V4-Flash", gpu="GH200", **{
         "tensor-parallel-size": 2, "enable-expert-parallel": True, "kv-cache-dtype": "fp8", "max-model-len": 30000,
         "max-num-batched-tokens": 16384, "vllm-version": "0.22.0"}))).kv
     assert kv.request_bytes == 22 * 47_808 * 6_800 == 7_152_076_800
@@ -240,7 +239,7 @@ def test_versions_as_they_exist():
       "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}}, 2_809_344),
 ])
 def test_the_layout_decides_how_a_block_is_padded(raw, block_bytes):
-    assert rank_memory(load(raw | {"tensor-parallel-size": 4})).kv.block_bytes == block_bytes
+    assert resolve(load(raw | {"tensor-parallel-size": 4})).kv.block_bytes == block_bytes
 
 
 @pytest.mark.parametrize("spec, block_bytes", [
@@ -250,7 +249,7 @@ def test_glm53_flash_latents_align_nothing_before_032(spec, block_bytes):
     # (vllm/models/glm5next/common/) sets no block_stride_alignment, so FlashInfer's flat-cache row alignment (one
     # 512 B record) is not applied; the same block as on H200. Aligning it would give 7,441,408 and 8,118,272.
     raw = {"model": "GLM-5.3-Flash", "gpu": "B200", "tensor-parallel-size": 8, "vllm-version": "0.31.0"}
-    assert rank_memory(load(raw | spec)).kv.block_bytes == block_bytes
+    assert resolve(load(raw | spec)).kv.block_bytes == block_bytes
 
 
 class Reads:

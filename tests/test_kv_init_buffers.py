@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SEED
-from dsa_kvcalc.choices import kv_spec, sparse_mla_backend
+from dsa_kvcalc.deployment import kv_spec, sparse_mla_backend
 from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
 from dsa_kvcalc.recipe import load, read_recipe
 

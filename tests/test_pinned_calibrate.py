@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LOGS, SEED
+from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc import calibrate as cal, memory_terms
 from dsa_kvcalc import capacity
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
@@ -171,7 +172,7 @@ def test_tensor_parallel_ranks_without_a_size_need_one_and_a_named_gpu_needs_non
 
 
 def test_the_kv_target_is_the_logged_tokens_or_the_logged_memory():
-    memory = memory_terms.rank_memory(load(V32_H200 | {"kv-cache-dtype": "fp8"}))
+    memory = memory_terms.rank_memory(resolve(load(V32_H200 | {"kv-cache-dtype": "fp8"})))
     block = memory.kv.block_bytes  # 61 x (656 + 132) x 64 = 3,076,352 B, 64 tokens
     # tokens alone: their blocks (64,000 tokens = 1,000 blocks)
     assert cal.kv_target_bytes(memory, cal.Measured("", 1, kv_tokens=64_000)) == (1000 * block, None)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import SEED
-from dsa_kvcalc import capacity, choices, estimates, memory_terms, report, weights
+from dsa_kvcalc import capacity, deployment, estimates, memory_terms, report, weights
 from dsa_kvcalc.catalog import LAYOUTS
 from dsa_kvcalc.fixes import fixes
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
@@ -159,7 +159,7 @@ def test_fp8_e4m3_is_deepseek_v4s_own_fp8_layout_not_an_mla_refusal():
     ({"model": "DeepSeek-V4-Flash", "vllm-version": "0.29.0", "pipeline-parallel-size": 2}, 3),  # V2 for all
 ])
 def test_the_batches_in_flight_as_vllm_counts_them(keys, batches):
-    assert choices.concurrent_batches(load({"gpu": "H200", "tensor-parallel-size": 8} | keys)) == batches
+    assert deployment.concurrent_batches(load({"gpu": "H200", "tensor-parallel-size": 8} | keys)) == batches
 
 
 @pytest.mark.parametrize("model, k, retained", [
@@ -178,8 +178,8 @@ def test_multi_layer_mtp_keeps_k_minus_1_more_tokens_in_every_window(tmp_path, m
                    "tensor-parallel-size": 4, "vllm-version": "0.28.0",
                    "speculative-config": {"method": "mtp", "num_speculative_tokens": k}})
     handed = []
-    monkeypatch.setattr(choices.kv_cache, "spec", lambda *args: handed.append(args[3:]))
-    choices.kv_spec(recipe, "FLASHMLA_SPARSE")
+    monkeypatch.setattr(deployment.kv_cache, "spec", lambda *args: handed.append(args[3:]))
+    deployment.kv_spec(recipe, "FLASHMLA_SPARSE")
     assert handed == [(2 * 8192, retained)]  # two batches of 8192 tokens in flight (H200's default), and the extra
 
 

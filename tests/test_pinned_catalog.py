@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc import capacity, choices, memory_terms, weights
+from dsa_kvcalc import capacity, deployment, memory_terms, weights
 from dsa_kvcalc.catalog import GPUS, KPOOL_INDEXER, LAYOUTS, MODELS
 from dsa_kvcalc.recipe import RecipeError, load
 
@@ -161,9 +161,9 @@ def test_deepseek_v4_runs_from_020_and_drafts_three_dspark_layers():
     # parallel-drafting token, whose absence vLLM's runner refuses first): 0731 has
     dspark = load(v4 | {"model": "DeepSeek-V4-Flash-0731",
                         "speculative-config": {"method": "dspark", "num_speculative_tokens": 3}})
-    assert choices.draft_layers(dspark) == 3
+    assert deployment.draft_layers(dspark) == 3
     with pytest.raises(RecipeError, match="dspark_noise_token_id"):
-        load(v4 | {"speculative-config": {"method": "dspark", "num_speculative_tokens": 3}})
+        deployment.resolve(load(v4 | {"speculative-config": {"method": "dspark", "num_speculative_tokens": 3}}))
 
 
 def test_only_glm5_runs_fp8_for_auto_on_sm10x():

@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from conftest import SEED
+from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc import capacity, kv_cache, memory_terms
 from dsa_kvcalc.recipe import load, load_recipe
 
@@ -92,7 +93,7 @@ def test_v4_mxfp4_indexer_entries_shrink_pages_from_027():
     v4 = {"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4, "kv-cache-dtype": "fp8",
           "attention-config": {"indexer_kv_dtype": "mxfp4"}}
     assert capacity.plan(load(v4 | {"vllm-version": "0.27.0"})).memory.kv.block_bytes == 917_568
-    assert memory_terms.rank_memory(load(v4 | {"vllm-version": "0.26.0"})).kv.groups[0].page_bytes == 1_002_240
+    assert resolve(load(v4 | {"vllm-version": "0.26.0"})).kv.groups[0].page_bytes == 1_002_240
 
 
 def test_before_0201_tokens_are_blocks_per_group_times_the_smallest_block():
@@ -114,7 +115,7 @@ def test_shared_indexers_split_over_pipeline_stages_by_layer():
     # decides: 64 x (39 x 576 + 12 x 132) = 1,539,072 B a block (fp8 on B200: FlashInfer's standard 576 B).
     glm = {"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "pipeline-parallel-size": 2,
            "kv-cache-dtype": "fp8", "max-model-len": 202752}
-    memory = memory_terms.rank_memory(load(glm))
+    memory = memory_terms.rank_memory(resolve(load(glm)))
     assert memory.kv.block_bytes == 1_539_072
     # stage 0's one group is logged: 3,168 pages of 1,539,072 B a request
     assert memory.kv.request_bytes == 3168 * 1_539_072
@@ -135,7 +136,7 @@ def test_shared_indexers_and_the_mtp_layers_own(tmp_path, layers, freq, offset, 
                                   "index_topk_freq": freq, "index_skip_topk_offset": offset}))
     recipe = load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
                    "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
-    assert memory_terms.rank_memory(recipe).kv.groups[0].page_bytes == page
+    assert resolve(recipe).kv.groups[0].page_bytes == page
 
 
 def test_a_flat_bf16_cache_aligns_the_sum_at_031_and_each_layer_from_032():
@@ -162,7 +163,7 @@ def test_v4_flash_packed_groups_at_029():
     # counts 21/21/20: unbalanced), the 4-token states (21 x 32,832 + 21 x 8,640: balanced, two sizes, so at least 21
     # repeats a group) and the ratio-128 states (20 x 32,832). _approximate_gcd([43, 21, 20], 21) = 22 (padding
     # 1 + 1 + 2), so only the windows split, in two: 22 and 21 layers. The same five groups vLLM 0.28.1 printed.
-    kv = memory_terms.rank_memory(load({"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4,
+    kv = resolve(load({"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4,
                                     "kv-cache-dtype": "fp8", "vllm-version": "0.29.0"})).kv
     assert [g.page_bytes for g in kv.groups] == [22 * 37_440, 21 * 37_440, 1_002_240, 21 * (32_832 + 8640), 20 * 32_832]
 
@@ -180,7 +181,7 @@ def test_one_group_needs_its_pages_times_its_page():
     # 3,168 pages of 64 tokens: vLLM's "KV cache is needed" 3,168 x 64 x 47,700 = 9,671,270,400 B
     recipe = load({"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
                    "max-model-len": 202752})
-    assert memory_terms.rank_memory(recipe).kv.request_bytes == 9_671_270_400
+    assert resolve(recipe).kv.request_bytes == 9_671_270_400
 
 
 @pytest.mark.parametrize("in_flight, extra, pages", [(8257, 0, 132), (8258, 0, 133), (8255, 2, 132), (8257, 2, 133)])
@@ -188,8 +189,9 @@ def test_a_sliding_window_holds_its_window_less_one_plus_the_tokens_in_flight(in
     # vllm==0.28.0 vllm/v1/kv_cache_interface.py:565-572: cdiv(min(window - 1 + extra + in flight, L), block) + 1.
     # V4-Flash's 128-token window in 64-token pages: 127 + 8257 = 8384 = 131 x 64 -> 132 pages; one more token
     # (in flight or retained) starts a 132nd page -> 133
-    recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "vllm-version": "0.28.0"})
-    window = next(g for g in memory_terms.rank_memory(recipe).kv.groups if g.kind == "window" and g.block == 64)
+    recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "vllm-version": "0.28.0",
+                   "kv-cache-dtype": "fp8"})  # auto: vLLM 0.28.0 refuses V4 on the H200
+    window = next(g for g in resolve(recipe).kv.groups if g.kind == "window" and g.block == 64)
     assert kv_cache.group_pages(recipe, window, in_flight, extra) == pages
 
 
@@ -200,7 +202,7 @@ def test_flashmla_s_ds_mla_pages_off_sm10x_align_to_nothing_at_031():
     # 61 x (64 x 656 + 64 x 132) = 3,076,352 B, not rounded up to 656 B (4,690 x 656 = 3,076,640)
     recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
                    "vllm-version": "0.31.0"})
-    assert memory_terms.rank_memory(recipe).kv.block_bytes == 3_076_352
+    assert resolve(recipe).kv.block_bytes == 3_076_352
 
 
 def test_flashmla_s_bf16_pages_are_a_flat_cache_aligned_to_one_row_at_031():
@@ -210,7 +212,7 @@ def test_flashmla_s_bf16_pages_are_a_flat_cache_aligned_to_one_row_at_031():
     # -> 4,352 x 1152 = 5,013,504
     recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "vllm-version": "0.31.0",
                    "attention-backend": "FLASHMLA_SPARSE"})
-    assert memory_terms.rank_memory(recipe).kv.block_bytes == 5_013_504
+    assert resolve(recipe).kv.block_bytes == 5_013_504
 
 
 def test_pipeline_stages_price_a_block_by_the_widest_stage_with_the_drafts_on_the_last():
@@ -220,15 +222,15 @@ def test_pipeline_stages_price_a_block_by_the_widest_stage_with_the_drafts_on_th
     # on another stage, or one stage holding every layer, would make it 17 or 62 layers.)
     recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 4,
                    "vllm-version": "0.30.0", "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
-    assert memory_terms.rank_memory(recipe).kv.block_bytes == 16 * 82_176
+    assert resolve(recipe).kv.block_bytes == 16 * 82_176
     # without the MTP layer the widest stage is still the second-last's 16 layers (the last holds 15)
     plain = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 4,
                   "vllm-version": "0.30.0"})
-    assert memory_terms.rank_memory(plain).kv.block_bytes == 16 * 82_176
+    assert resolve(plain).kv.block_bytes == 16 * 82_176
     # PP2: [31, 30], the first stage the widest: 31 x 82,176
     pp2 = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 2,
                 "vllm-version": "0.30.0"})
-    assert memory_terms.rank_memory(pp2).kv.block_bytes == 31 * 82_176
+    assert resolve(pp2).kv.block_bytes == 31 * 82_176
 
 
 def test_one_request_of_a_one_group_model_needs_its_pages_at_the_padded_block_stride():
@@ -238,4 +240,4 @@ def test_one_request_of_a_one_group_model_needs_its_pages_at_the_padded_block_st
     # 2,764,224; cdiv(163,840, 64) = 2,560 blocks: 2,560 x 2,764,224 = 7,076,413,440 B (not 2,560 x 2,764,032)
     recipe = load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
                    "vllm-version": "0.31.0"})
-    assert memory_terms.rank_memory(recipe).kv.request_bytes == 7_076_413_440
+    assert resolve(recipe).kv.request_bytes == 7_076_413_440

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import LOGS
 from dsa_kvcalc import capacity
+from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.vllm_log import read_log_file
@@ -310,8 +311,8 @@ def test_tensor_parallelism_must_divide_the_attention_heads(model, heads):
     # vllm==0.33.0 vllm/config/model.py:1557-1564 (vllm==0.19.0 :1111-1116): "Total number of attention heads must be
     # divisible by tensor parallel size"; the heads are each config's num_attention_heads
     with pytest.raises(RecipeError, match=f"tensor-parallel-size: 3 does not divide .*'s {heads} attention heads"):
-        load({"model": model, "gpu": "B200", "tensor-parallel-size": 3})
-    load({"model": model, "gpu": "B200", "tensor-parallel-size": 4})
+        resolve(load({"model": model, "gpu": "B200", "tensor-parallel-size": 3}))
+    resolve(load({"model": model, "gpu": "B200", "tensor-parallel-size": 4}))
 
 
 CAPTURE = "compilation-config.max_cudagraph_capture_size"
@@ -338,10 +339,10 @@ def test_vllm_refuses_capture_sizes_it_cannot_reconcile(compilation, refused):
     recipe = {"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "max-num-batched-tokens": 8192,
               "compilation-config": compilation}
     if refused is None:
-        load(recipe)
+        resolve(load(recipe))
     else:
         with pytest.raises(RecipeError, match=f"{CAPTURE}: {refused}"):
-            load(recipe)
+            resolve(load(recipe))
 
 
 @pytest.mark.parametrize("keys, largest", [

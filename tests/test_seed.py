@@ -9,6 +9,7 @@ import pytest
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import LAYOUTS
+from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.fixes import fixes, prefill_overshoot
@@ -188,7 +189,7 @@ def test_deep_select_with_dcp_needs_the_fp32_copy():
     assert (without.backend("deep_select").decode_logits.bytes_per_element,
             plan.backend("deep_select").decode_logits.bytes_per_element) == (2, 6)
     with pytest.raises(RecipeError, match="DCP not support sliding window"):
-        load_recipe(SEED, ["decode-context-parallel-size=2", "tensor-parallel-size=2", "memory={}"])
+        resolve(load_recipe(SEED, ["decode-context-parallel-size=2", "tensor-parallel-size=2", "memory={}"]))
 
 
 def test_deepinfer_sizes_logits_over_compressed_keys_in_bf16():

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc.choices import on_model_runner_v2
+from dsa_kvcalc.deployment import on_model_runner_v2
 from dsa_kvcalc.recipe import load
 from test_kv_init_buffers import MIB, figure
 

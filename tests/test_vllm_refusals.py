@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dsa_kvcalc import capacity
+from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc.keys import Refusal
 from dsa_kvcalc.recipe import load
 
@@ -99,10 +100,11 @@ def test_v41_dspark_takes_whole_blocks_of_draft_tokens_in_030_only():
     # (vllm==0.31.0 :1475-1482)
     raw = {"model": "DeepSeek-V4.1-Flash", "gpu": "GB300", "tensor-parallel-size": 4, "vllm-version": "0.30.0"}
     for k in (1, 5, 10):
-        load(raw | {"speculative-config": {"method": "dspark", "num_speculative_tokens": k}})
+        resolve(load(raw | {"speculative-config": {"method": "dspark", "num_speculative_tokens": k}}))
     with pytest.raises(Refusal, match="num_speculative_tokens: 6: .*must be divisible by n_predict=5"):
-        load(raw | {"speculative-config": {"method": "dspark", "num_speculative_tokens": 6}})
-    load(raw | {"vllm-version": "0.31.0", "speculative-config": {"method": "dspark", "num_speculative_tokens": 6}})
+        resolve(load(raw | {"speculative-config": {"method": "dspark", "num_speculative_tokens": 6}}))
+    resolve(load(raw | {"vllm-version": "0.31.0", "speculative-config": {"method": "dspark",
+                                                                         "num_speculative_tokens": 6}}))
     source = release_text("0.30.0", "vllm/config/speculative.py")
     assert '"dspark_block_size", None' in source and "must be divisible by {n_predict=}" in source
     assert "must be divisible by {n_predict=}" in source.split("if self.use_dspark():")[0] \
@@ -126,8 +128,8 @@ def test_dcp_divides_the_tp_size():
     # vllm==0.33.0 vllm/config/parallel.py:596-600 (vllm==0.19.0 :391-395): DCP reuses the TP ranks
     raw = {"model": "GLM-5.1-NVFP4", "gpu": "B200", "tensor-parallel-size": 4, "vllm-version": "0.32.0"}
     with pytest.raises(Refusal, match="decode-context-parallel-size: 8: .*tp_size=4 must be divisible by dcp_size=8"):
-        load(raw | {"decode-context-parallel-size": 8})
-    load(raw | {"decode-context-parallel-size": 4})
+        resolve(load(raw | {"decode-context-parallel-size": 8}))
+    resolve(load(raw | {"decode-context-parallel-size": 4}))
     assert "must be divisible by dcp_size={dcp}." in release_text("0.33.0", "vllm/config/parallel.py")
 
 

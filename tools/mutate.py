@@ -45,7 +45,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dsa_kvcalc"
-MODULES = ("engine", "choices", "capacity", "kv_cache", "memory_terms", "defaults", "estimates", "catalog", "calibrate",
+MODULES = ("engine", "deployment", "capacity", "kv_cache", "memory_terms", "defaults", "estimates", "catalog", "calibrate",
            "vllm_log", "kv_init_buffers", "weights", "fits", "uncertainty")
 EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
 RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
@@ -59,7 +59,7 @@ SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two
 # within a second or two.
 FIRST_TESTS = {
     "engine": ("test_release_rules.py", "test_kv_cache.py"),
-    "choices": ("test_pinned_capacity.py", "test_release_rules.py", "test_seed.py"),
+    "deployment": ("test_pinned_capacity.py", "test_release_rules.py", "test_seed.py"),
     "capacity": ("test_release_rules.py", "test_seed.py"),
     "kv_cache": ("test_kv_cache.py",),
     "memory_terms": ("test_pinned_capacity.py", "test_kv_cache.py", "test_seed.py"),

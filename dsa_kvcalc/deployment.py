@@ -1,0 +1,391 @@
+"""What vLLM decides for a recipe before it counts any memory, decided once: resolve(recipe) -> Deployment.
+
+The top-k backends its engine offers and which of them run here, the sparse-MLA backend, the model runner, the draft
+layers, the batches and tokens in flight, and from them the KV-cache spec (kv_cache.py). Every start-up check of vLLM's
+that refuses a recipe runs here, and only here: one Refusal type (keys.Refusal, the CLI's exit 4), its key named as
+the recipe spells it. recipe.load() validates the input; capacity.py and memory_terms.py read the Deployment; none of
+its values is a byte count of memory.
+
+The walk runs one way: recipe -> deployment -> capacity (plan) -> report -> render.
+"""
+
+from dataclasses import dataclass
+
+from dsa_kvcalc import kv_cache
+from dsa_kvcalc.catalog import (BACKENDS, DRAFTER_NEEDS, NOPE_MLA_HEAD_SIZE, SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES,
+                                SPARSE_MLA_WIDE_ONLY, V4_FLASHMLA_ARCHS, V4_SM120_ARCHS, V41_DSPARK_BLOCK_TOKENS,
+                                Backend)
+from dsa_kvcalc.engine import ALL, MTP_METHODS, OLDEST_VLLM, VLLM_RULES, release_tuple
+from dsa_kvcalc.keys import KEYS, Recipe, Refusal
+from dsa_kvcalc.kv_cache import SM10X, KvSpec, stage_layers, v41_packed
+from dsa_kvcalc.recipe import given_arguments
+from dsa_kvcalc.vllm_config import RELEASE_VALUES
+
+
+def engine_backends(recipe: Recipe) -> list[Backend]:
+    return [b for b in BACKENDS if recipe.engine.name in b.engines]
+
+
+def availability(recipe: Recipe, backend: Backend) -> str | None:
+    """None when the backend runs on this recipe's engine, GPU and model, else why not."""
+    if recipe.engine.name not in backend.engines:
+        return f"a {'/'.join(backend.engines)} backend; this recipe runs {recipe.engine.label}"
+    if not recipe.engine.topk_backend_flag and backend.name != "auto":
+        return f"{recipe.engine.label} has no --sparse-indexer-topk-backend (vLLM 0.30.0+): its built-in chain runs"
+    if recipe.gpu.arch not in backend.archs:
+        return f"needs {'/'.join(backend.archs)}; {recipe.gpu.name} is {recipe.gpu.arch}"
+    if backend.topk is not None and recipe.model.index_topk not in backend.topk:
+        supported = f"<= {backend.topk[-1]}" if len(backend.topk) > 8 else "/".join(map(str, backend.topk))
+        return f"index_topk {recipe.model.index_topk} not supported ({supported})"
+    return None
+
+
+def sparse_mla_candidates(recipe: Recipe) -> list[str]:
+    """vLLM's sparse-MLA backends for the GPU in its order of priority (vllm==0.33.0 vllm/platforms/cuda.py:84-160,
+    _get_backend_priorities): on SM10x FlashInfer's first for a quantized cache, for BF16 the release's few-heads
+    backend first at <= 16 heads a rank, else FlashMLA-sparse; on SM12x the release's SM12x backend; on SM90
+    FlashAttention's sparse MLA (0.25.0+), FlashMLA-sparse, and from 0.30.0 FlashInfer's SM90 kernel, first for a
+    512-wide latent and last otherwise (engine.py sm90_flashinfer_sparse_mla); ROCm's only one (vllm/platforms/rocm.py
+    :537-539)."""
+    arch, engine = recipe.gpu.arch, recipe.engine
+    if arch.startswith("gfx"):
+        return ["ROCM_AITER_MLA_SPARSE"]
+    if arch in ("sm120", "sm121"):
+        return [engine.sm12x_sparse_mla_backend]
+    if arch in kv_cache.SM10X:
+        if recipe.quantized_cache:
+            return ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]
+        if recipe.model.num_attention_heads // recipe.tensor_parallel_size <= 16:
+            few = engine.sm10x_few_heads_unquantized_sparse_mla_backend
+            return list(dict.fromkeys([few, "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]))
+        return ["FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"]
+    tail = list(dict.fromkeys([engine.sm90_unquantized_sparse_mla_backend, "FLASHMLA_SPARSE"]))
+    if engine.sm90_flashinfer_sparse_mla:
+        nope = recipe.model.mla_head_size == NOPE_MLA_HEAD_SIZE
+        tail = ["FLASHINFER_MLA_SPARSE_SM90", *tail] if nope else [*tail, "FLASHINFER_MLA_SPARSE_SM90"]
+    return tail
+
+
+def sparse_mla_refusal(recipe: Recipe, backend: str) -> tuple[str, str] | None:
+    """Why vLLM's selector passes over this sparse-MLA backend for the recipe (validate_configuration and the
+    backend's supports_combination), as the recipe key to change and the reason, or None: the archs it runs on, the
+    cache dtypes it takes (canonicalized later, vllm/model_executor/layers/attention/mla_attention.py
+    _canonicalize_sparse_mla_kv_cache_dtype), the latent width, decode context parallelism (engine.py
+    sparse_mla_dcp_backends), and FA4's gathered head counts."""
+    engine, arch, dtype = recipe.engine, recipe.gpu.arch, recipe.cache_dtype
+    dcp, model = recipe.decode_context_parallel_size, recipe.model
+    archs, source = SPARSE_MLA_ARCHS[backend]
+    if arch not in archs:
+        return "gpu", f"{backend} runs on {', '.join(archs)} only ({source})"
+    dtypes, source = SPARSE_MLA_CACHE_DTYPES[backend]
+    rocm_fp8 = backend == "ROCM_AITER_MLA_SPARSE" and recipe.quantized_cache and not engine.rocm_accepts_fp8
+    nvfp4 = dtype == "nvfp4_ds_mla" and (arch not in kv_cache.SM10X or not engine.nvfp4_ds_mla)
+    if dtype not in dtypes or rocm_fp8 or nvfp4:
+        return "kv-cache-dtype", f"{backend} takes {', '.join(dtypes)} ({source})"
+    if model.mla_head_size == NOPE_MLA_HEAD_SIZE and backend in SPARSE_MLA_WIDE_ONLY:
+        return "model", f"{backend} takes a {model.mla_head_size}-wide latent only ({SPARSE_MLA_WIDE_ONLY[backend]})"
+    if model.mla_head_size == NOPE_MLA_HEAD_SIZE and backend == "FLASHMLA_SPARSE":
+        nope = engine.flashmla_sparse_nope_cache_dtypes
+        if arch != "sm90" or dtype not in nope:
+            return "kv-cache-dtype", (f"FLASHMLA_SPARSE takes a 512-wide latent on SM90 with {', '.join(nope) or 'no'} "
+                                      f"cache only ({engine.sources['flashmla_sparse_nope_cache_dtypes']})")
+    if dcp > 1 and backend == "FLASH_ATTN_MLA_SPARSE":
+        return "decode-context-parallel-size", ("FlashAttention MLA Sparse does not support DCP for now (vllm==0.25.0 "
+                                                "vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:97-98; "
+                                                "vllm==0.33.0 :117-118)")
+    if dcp > 1 and engine.sparse_mla_dcp_backends is not None and backend not in engine.sparse_mla_dcp_backends:
+        source = engine.sources["sparse_mla_dcp_backends"]
+        return "decode-context-parallel-size", f"{backend}: DCP not supported ({source})"
+    if backend == "FLASH_ATTN_MLA_SPARSE_FA4":
+        gathered = model.num_attention_heads // recipe.tensor_parallel_size * dcp
+        counts = (8, 16, 32, 64) if dcp > 1 else (8, 16, 32, 64, 128)
+        if gathered not in counts or model.index_topk % 128:
+            return "tensor-parallel-size", (f"FA4 sparse MLA requires {counts} gathered query heads and index_topk % "
+                                            f"128 == 0, got {gathered} and {model.index_topk} (vllm==0.33.0 "
+                                            f"vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:314-341)")
+    return None
+
+
+def sparse_mla_backend(recipe: Recipe) -> str:
+    """vLLM's sparse-MLA backend: the recipe's attention-backend, else the first of vLLM's candidates that takes the
+    recipe (sparse_mla_candidates, sparse_mla_refusal); vLLM refuses to start where none does. DeepSeek-V4 and V4.1
+    pick their own attention: for them the first candidate stands."""
+    if recipe.attention_backend:
+        return recipe.attention_backend
+    candidates = sparse_mla_candidates(recipe)
+    if recipe.model.family not in ("mla", "glm5next"):
+        return candidates[0]
+    refusals = [sparse_mla_refusal(recipe, backend) for backend in candidates]
+    if None in refusals:
+        return candidates[refusals.index(None)]
+    raise Refusal(refusals[0][0], f"{recipe.engine.label} refuses to start: no valid attention backend found for "
+                                  f"cuda (vllm==0.33.0 vllm/platforms/cuda.py:473, get_attn_backend_cls) for "
+                                  f"{recipe.cache_dtype} on {recipe.gpu.name} ({recipe.gpu.arch}) with "
+                                  f"decode-context-parallel-size {recipe.decode_context_parallel_size}: "
+                                  f"{'; '.join(r[1] for r in refusals)}")
+
+
+def on_model_runner_v2(recipe: Recipe) -> bool:
+    """Model Runner V2 runs the model by default where the release lists its architecture (engine.py), on ROCm unless
+    the release keeps it on V1, and whenever DSpark drafts (which V1 lacks)."""
+    engine, architectures = recipe.engine, {ALL, recipe.model.architecture}
+    if recipe.speculative_method == "dspark" and engine.dspark_on_model_runner_v2:
+        return True
+    if recipe.gpu.arch.startswith("gfx") and architectures & engine.rocm_model_runner_v1_architectures:
+        return False
+    return bool(architectures & engine.model_runner_v2_architectures)
+
+
+def draft_layers(recipe: Recipe) -> int:
+    """The draft layers whose caches join the KV cache: all the checkpoint's MTP layers under MTP, whatever k
+    (vllm==0.26.0 vllm/models/deepseek_v4/nvidia/mtp.py:174-200), DeepSeek-V4's DSpark drafts under dspark."""
+    method = recipe.speculative_method
+    if not recipe.num_speculative_tokens:
+        return 0
+    if method == "dspark":
+        return recipe.model.dspark_layers
+    return recipe.model.mtp_layers if method is None or method in MTP_METHODS else 0
+
+
+def concurrent_batches(recipe: Recipe) -> int:
+    """The batches in flight whose new tokens a window holds (vllm==0.26.0 vllm/config/vllm.py:512-533): with async
+    scheduling PP + 1 on Model Runner V2, 2 on V1 (PP 1), else PP; one before vLLM 0.26.0."""
+    stages = recipe.pipeline_parallel_size
+    if not recipe.engine.windows_count_concurrent_batches:
+        return 1
+    if not recipe.async_scheduling:
+        return stages
+    if on_model_runner_v2(recipe):
+        return stages + 1
+    return 2 if stages <= 1 else stages
+
+
+def kv_spec(recipe: Recipe, backend: str, specs: dict | None = None) -> KvSpec:
+    """The recipe's KV-cache groups (kv_cache.py), with the tokens in flight that windows hold (vLLM 0.26.0+: two
+    batches under async scheduling) and the draft tokens multi-layer MTP keeps (0.28.0+). A sweep passes `specs`,
+    the specs it has built by all that kv_cache.spec reads: most of its points share one."""
+    engine, k = recipe.engine, recipe.num_speculative_tokens
+    in_flight = recipe.max_num_batched_tokens * concurrent_batches(recipe)
+    multi_layer_mtp = recipe.speculative_method != "dspark" and draft_layers(recipe) > 1 and k > 1
+    extra = k - 1 if engine.retains_draft_tokens and multi_layer_mtp else 0
+    arguments = (backend, draft_layers(recipe), in_flight, extra)
+    if specs is None:
+        return kv_cache.spec(recipe, *arguments)
+    key = (*(getattr(recipe, name) for name in kv_cache.SPEC_FIELDS), *arguments)
+    if key not in specs:
+        specs[key] = kv_cache.spec(recipe, *arguments)
+    return specs[key]
+
+
+# vLLM's start-up checks that refuse a recipe -------------------------------------------------------------------------
+
+def refusal(recipe: Recipe, key: str, rule: str, reason: str) -> Refusal:
+    """A refusal of the release, in its own words and with its source (engine.VLLM_RULES)."""
+    return Refusal(key, f"{reason}: {recipe.engine.label} refuses to start ({recipe.engine.sources[rule]})")
+
+
+def check_attention_heads(recipe: Recipe) -> None:
+    """TP divides the attention heads (vllm==0.33.0 vllm/config/model.py:1557-1564; vllm==0.19.0 :1111-1116), and a
+    hybrid model's KDA heads (vllm==0.30.0 vllm/model_executor/layers/mamba/mamba_utils.py:317-320, divide())."""
+    model, tp = recipe.model, recipe.tensor_parallel_size
+    if model.num_attention_heads % tp:
+        raise Refusal("tensor-parallel-size", f"{tp} does not divide {model.name}'s {model.num_attention_heads} "
+                                              f"attention heads (vLLM would refuse to start)")
+    if model.linear_layers and recipe.engine.name == "vllm" and model.linear_heads % tp:
+        raise Refusal("tensor-parallel-size", f"{tp} does not divide {model.name}'s {model.linear_heads} KDA heads "
+                                              f"(vLLM would refuse to start)")
+
+
+def check_decode_context_parallel(recipe: Recipe) -> None:
+    """DCP reuses the TP ranks, so it divides the TP size (vllm==0.33.0 vllm/config/parallel.py:596-600; the same
+    since vllm==0.19.0 :391-395); and vLLM's planner asserts that no window cache is split by decode context
+    parallelism (engine.py sliding_window_refuses_dcp): DeepSeek-V4 and V4.1 keep a sliding window on every layer."""
+    dcp, model, tp = recipe.decode_context_parallel_size, recipe.model, recipe.tensor_parallel_size
+    if tp % dcp and recipe.engine.name == "vllm":
+        raise Refusal("decode-context-parallel-size", f"{dcp}: vLLM refuses to start: tp_size={tp} must be divisible "
+                                                      f"by dcp_size={dcp} (vllm==0.33.0 vllm/config/parallel.py:596-600)")
+    if dcp > 1 and model.sliding_window and recipe.engine.name == "vllm" and recipe.engine.sliding_window_refuses_dcp:
+        source = recipe.engine.sources["sliding_window_refuses_dcp"]
+        raise Refusal("decode-context-parallel-size", f"{dcp}: vLLM refuses to start: {model.name} keeps a "
+                                                      f"{model.sliding_window}-token sliding window on every layer, "
+                                                      f"and its KV-cache planner asserts 'DCP not support sliding "
+                                                      f"window.' ({source})")
+
+
+def check_capture_sizes(recipe: Recipe) -> None:
+    """With CUDA graphs on, vLLM needs a largest capture size of at least 1 token, and one given beside the sizes must
+    be their largest within max_num_batched_tokens (vllm==0.33.0 vllm/config/vllm.py:2551-2626; the same since
+    vllm==0.19.0 :1402-1473)."""
+    given = recipe.max_cudagraph_capture_size
+    if recipe.engine.name != "vllm" or recipe.cudagraph_mode == "NONE" or given is None:
+        return
+    name = KEYS["max_cudagraph_capture_size"].name
+    if given == 0:
+        raise Refusal(name, "0 captures no CUDA graph, which vLLM refuses to start with: set "
+                                "compilation-config.cudagraph_mode NONE (or enforce-eager) instead")
+    largest = max(recipe.kept_capture_sizes, default=0)
+    if recipe.cudagraph_capture_sizes and given != largest:
+        raise Refusal(name, f"{given} is not {largest}, the largest of cudagraph_capture_sizes within "
+                                f"max-num-batched-tokens: vLLM refuses to start; give one of the two only")
+
+
+def check_release_values(recipe: Recipe) -> None:
+    """A value a release's config type does not have yet (vllm_config.RELEASE_VALUES): vLLM's parser refuses it."""
+    version = release_tuple(recipe.engine.version)
+    for name, value in given_arguments(recipe).items():
+        if name not in RELEASE_VALUES or not isinstance(value, str):
+            continue
+        first, source = RELEASE_VALUES[name].get(value, (OLDEST_VLLM, ""))
+        if version < release_tuple(first):
+            raise Refusal(name, f"{value}: {recipe.engine.label} refuses to start: its parser takes this value "
+                                f"from vLLM {first} on ({source})")
+
+
+def check_indexer_cache_dtype(recipe: Recipe) -> None:
+    """An MXFP4 indexer cache runs on the SM10x family only: from 0.22.0 where use_fp4_indexer_cache is set, from 0.28.0
+    however the dtype is spelt (engine.py mxfp4_indexer_needs_sm10x). ROCm's own MXFP4 rules are not modelled."""
+    checked = recipe.engine.mxfp4_indexer_needs_sm10x
+    arch = recipe.gpu.arch
+    if checked is None or arch.startswith("gfx") or arch in SM10X or recipe.indexer_kv_dtype != "mxfp4":
+        return
+    if checked == "use_fp4_indexer_cache" and "use_fp4_indexer_cache" not in recipe.given:
+        return
+    key = "attention-config." + checked
+    raise refusal(recipe, key, "mxfp4_indexer_needs_sm10x", f"mxfp4 on {recipe.gpu.name} ({arch}): vLLM's MXFP4 "
+                                                            f"indexer cache needs Blackwell datacenter GPUs (sm_10x)")
+
+
+def check_v41_cache_dtype(recipe: Recipe) -> None:
+    """DeepSeek-V4.1's attention resolves the cache dtype by its layout: the packed records take the release's dtypes
+    (v41_packed_cache_dtypes), plain rows none of the packed names (0.31.0+), and nvfp4_ds_mla needs the SM10x family's
+    MXFP8 records (0.31.0+)."""
+    engine, dtype = recipe.engine, recipe.cache_dtype
+    if v41_packed(recipe):
+        dtypes, reason = engine.v41_packed_cache_dtypes
+        if dtype not in dtypes:
+            raise refusal(recipe, "kv-cache-dtype", "v41_packed_cache_dtypes", reason.format(dtype=dtype))
+        if dtype == "nvfp4_ds_mla" and engine.v41_nvfp4_needs_sm10x and recipe.gpu.arch not in SM10X:
+            raise refusal(recipe, "kv-cache-dtype", "v41_nvfp4_needs_sm10x",
+                          f"nvfp4_ds_mla on {recipe.gpu.name}: the V4.1 records it needs FlashMLA decodes only on "
+                          f"SM100")
+    elif dtype.endswith("_ds_mla") and engine.v41_plain_rows_refuse_packed:
+        raise refusal(recipe, "kv-cache-dtype", "v41_plain_rows_refuse_packed",
+                      f"{dtype} is a packed FlashMLA DeepSeek V4.1 KV cache format; the selected backend stores plain "
+                      f"KV rows")
+
+
+def check_v41_pipeline_stages(recipe: Recipe) -> None:
+    """DeepSeek-V4.1's compressed layers read the compressed KV of the latest kv-source layer at or below them, which
+    must be built on the same pipeline stage (vllm==0.33.0 vllm/models/deepseek_v41/attention.py:600-613, the same
+    since vllm==0.30.0 :493-506): a stage with a compressed layer whose source lies on an earlier stage is refused."""
+    model = recipe.model
+    for stage in stage_layers(model.num_layers, recipe.pipeline_parallel_size)[1:]:
+        for layer in stage:
+            source = max(s for s in model.kv_source_layers if s <= layer)
+            if model.compress_ratios[layer] > 0 and source < stage.start:
+                raise Refusal("pipeline-parallel-size", f"{recipe.pipeline_parallel_size}: {recipe.engine.label} "
+                              f"refuses to start: the stage of layers {stage.start}-{stage.stop - 1} holds layer "
+                              f"{layer}, whose compressed KV is layer {source}'s, on the stage before: 'PP splits "
+                              f"inside a v4.1 kv-sharing group are not supported.' (vllm==0.33.0 "
+                              f"vllm/models/deepseek_v41/attention.py:600-613)")
+
+
+def check_cache_dtype(recipe: Recipe, backend: str) -> None:
+    """vLLM starts only where the sparse-MLA backend runs on the GPU and takes the KV-cache dtype (DeepSeek-V4's own
+    attention resolves its backend and fp8 layout itself, and its FlashMLA layout takes only fp8; V4.1's by its
+    layout), and where the indexer's cache dtype runs on the GPU."""
+    check_indexer_cache_dtype(recipe)
+    if recipe.model.family == "deepseek_v41":
+        check_v41_cache_dtype(recipe)
+    if recipe.model.family == "deepseek_v4":
+        flashmla = recipe.gpu.arch in V4_FLASHMLA_ARCHS and recipe.attention_backend != "FLASHINFER_MLA_SPARSE_DSV4"
+        ds_mla_layout = flashmla or recipe.gpu.arch in V4_SM120_ARCHS  # catalog.V4_FLASHMLA_ARCHS
+        auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
+        if ds_mla_layout and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
+            source = VLLM_RULES["v4_auto_cache_dtype_fp8"].at(release_tuple(recipe.engine.version))[1]
+            raise Refusal("kv-cache-dtype", f"{recipe.kv_cache_dtype}: {recipe.engine.label} refuses to start: "
+                                            f"DeepSeek-V4's attention on {recipe.gpu.name} stores fp8_ds_mla and "
+                                            f"takes fp8 only ({source}): give kv-cache-dtype: fp8")
+    if recipe.model.family not in ("mla", "glm5next"):
+        return
+    refused = sparse_mla_refusal(recipe, backend)
+    if refused is not None:  # a backend named: vLLM's selector refuses it
+        key, reason = refused
+        key = key if key == "kv-cache-dtype" else "attention-backend"
+        raise Refusal(key, f"{recipe.cache_dtype} on {recipe.gpu.name} ({recipe.gpu.arch}): {recipe.engine.label} "
+                           f"refuses to start: its sparse-MLA backend {reason}")
+    dcp = recipe.decode_context_parallel_size
+    if backend == "FLASHMLA_SPARSE" and dcp > 1 and not recipe.quantized_cache and \
+            recipe.engine.flashmla_sparse_dcp_needs_quantized:
+        raise refusal(recipe, "decode-context-parallel-size", "flashmla_sparse_dcp_needs_quantized",
+                      f"{dcp} with a {recipe.cache_dtype} cache on FLASHMLA_SPARSE: DCP for FlashMLA sparse requires an "
+                      f"fp8_ds_mla kv-cache; the bf16 sparse path is not supported under DCP")
+
+
+def check_drafter(recipe: Recipe) -> None:
+    """A drafter the model has (catalog.DRAFTER_NEEDS: V4.1 has no MTP layers; DSpark drafts V4-Flash-0731 and V4.1,
+    whose configs give its token), V4.1's DSpark drafting whole blocks, and no draft model over pipeline stages where
+    the release refuses them."""
+    method = recipe.speculative_method
+    if method is None or recipe.engine.name != "vllm":
+        return
+    drafter = "mtp" if method in MTP_METHODS else method
+    if drafter not in DRAFTER_NEEDS:
+        return
+    if drafter not in recipe.model.drafters:  # with a draft model named, recipe.load refused it as not modelled
+        raise Refusal("speculative-config.method", f"{recipe.model.name} has no {drafter} drafter of its own in vLLM; "
+                                                   f"its drafters: {', '.join(recipe.model.drafters)}; vLLM refuses "
+                                                   f"to start: its {drafter} needs {DRAFTER_NEEDS[drafter]}")
+    k, block = recipe.num_speculative_tokens, V41_DSPARK_BLOCK_TOKENS
+    if drafter == "dspark" and recipe.model.family == "deepseek_v41" and recipe.engine.v41_dspark_tokens_in_blocks \
+            and k > block and k % block:
+        raise Refusal("speculative-config.num_speculative_tokens",
+                      f"{k}: {recipe.engine.label} refuses to start: num_speculative_tokens:{k} must be divisible by "
+                      f"n_predict={block}, V4.1's DSpark block ({recipe.engine.sources['v41_dspark_tokens_in_blocks']})")
+    stages = recipe.pipeline_parallel_size
+    if stages > 1 and recipe.engine.drafts_take_target_stages:
+        source = recipe.engine.sources["drafts_take_target_stages"]
+        raise Refusal("pipeline-parallel-size", f"{stages}: {recipe.engine.label}'s {drafter} draft model runs on "
+                                                f"the target's {stages} pipeline stages and does not support "
+                                                f"pipeline parallelism; vLLM refuses to start ({source})")
+
+
+# resolve(recipe) -> Deployment ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Deployment:
+    """What vLLM decides for a recipe before it counts memory: plain values, each decided once."""
+    recipe: Recipe
+    backends: tuple[Backend, ...]  # the top-k backends the recipe's engine offers, in the catalog's order
+    unavailable: dict[str, str]  # backend -> why it does not run here (availability)
+    sparse_mla_backend: str
+    model_runner_v2: bool
+    draft_layers: int
+    concurrent_batches: int
+    kv: KvSpec
+
+
+def resolve(recipe: Recipe, kv_specs: dict | None = None) -> Deployment:
+    """The recipe's Deployment, after every check of vLLM's that refuses it at start-up (a Refusal, its key as the
+    recipe spells it); `kv_specs`: a sweep's KV-cache specs so far (kv_spec)."""
+    try:
+        check_attention_heads(recipe)
+        check_decode_context_parallel(recipe)
+        check_drafter(recipe)
+        check_capture_sizes(recipe)
+        if recipe.engine.name == "vllm":
+            check_release_values(recipe)
+        mla_backend = sparse_mla_backend(recipe)
+        check_cache_dtype(recipe, mla_backend)
+        if recipe.model.family == "deepseek_v41" and recipe.engine.name == "vllm":
+            check_v41_pipeline_stages(recipe)
+    except Refusal as error:
+        raise Refusal(dict(recipe.spelled).get(error.key, error.key), error.problem) from None
+    backends = engine_backends(recipe)
+    reasons = {b.name: availability(recipe, b) for b in backends}
+    return Deployment(
+        recipe=recipe, backends=tuple(backends),
+        unavailable={name: reason for name, reason in reasons.items() if reason is not None},
+        sparse_mla_backend=mla_backend, model_runner_v2=on_model_runner_v2(recipe),
+        draft_layers=draft_layers(recipe), concurrent_batches=concurrent_batches(recipe),
+        kv=kv_spec(recipe, mla_backend, kv_specs))
