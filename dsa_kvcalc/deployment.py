@@ -15,7 +15,7 @@ from dsa_kvcalc import kv_cache
 from dsa_kvcalc.catalog import (BACKENDS, DRAFTER_NEEDS, NOPE_MLA_HEAD_SIZE, SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES,
                                 SPARSE_MLA_WIDE_ONLY, V4_FLASHMLA_ARCHS, V4_SM120_ARCHS, V41_DSPARK_BLOCK_TOKENS,
                                 Backend)
-from dsa_kvcalc.engine import ALL, MTP_METHODS, OLDEST_VLLM, VLLM_RULES, release_tuple
+from dsa_kvcalc.engine import ALL, MTP_METHODS, VLLM_RULES
 from dsa_kvcalc.keys import KEYS, Recipe, Refusal
 from dsa_kvcalc.kv_cache import SM10X, KvSpec, stage_layers, v41_packed
 from dsa_kvcalc.recipe import given_arguments
@@ -231,14 +231,12 @@ def check_capture_sizes(recipe: Recipe) -> None:
 
 def check_release_values(recipe: Recipe) -> None:
     """A value a release's config type does not have yet (vllm_config.RELEASE_VALUES): vLLM's parser refuses it."""
-    version = release_tuple(recipe.engine.version)
     for name, value in given_arguments(recipe).items():
-        if name not in RELEASE_VALUES or not isinstance(value, str):
-            continue
-        first, source = RELEASE_VALUES[name].get(value, (OLDEST_VLLM, ""))
-        if version < release_tuple(first):
+        rule = RELEASE_VALUES.get(name, {}).get(value) if isinstance(value, str) else None
+        if rule and not getattr(recipe.engine, rule):
+            first = VLLM_RULES[rule].changes[0]
             raise Refusal(name, f"{value}: {recipe.engine.label} refuses to start: its parser takes this value "
-                                f"from vLLM {first} on ({source})")
+                                f"from vLLM {first.release} on ({first.source})")
 
 
 def check_indexer_cache_dtype(recipe: Recipe) -> None:
@@ -302,7 +300,7 @@ def check_cache_dtype(recipe: Recipe, backend: str) -> None:
         ds_mla_layout = flashmla or recipe.gpu.arch in V4_SM120_ARCHS  # catalog.V4_FLASHMLA_ARCHS
         auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
         if ds_mla_layout and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
-            source = VLLM_RULES["v4_auto_cache_dtype_fp8"].at(release_tuple(recipe.engine.version))[1]
+            source = recipe.engine.sources["v4_auto_cache_dtype_fp8"]
             raise Refusal("kv-cache-dtype", f"{recipe.kv_cache_dtype}: {recipe.engine.label} refuses to start: "
                                             f"DeepSeek-V4's attention on {recipe.gpu.name} stores fp8_ds_mla and "
                                             f"takes fp8 only ({source}): give kv-cache-dtype: fp8")

@@ -18,7 +18,7 @@ from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, canonical
 from dsa_kvcalc.names import MODEL_NAMES, find_gpu, find_model
 from dsa_kvcalc.overrides import set_override
 from dsa_kvcalc.values import read_values
-from dsa_kvcalc.vllm_config import SPARSE_MLA_BACKEND_FIRST, SPARSE_MLA_BACKENDS
+from dsa_kvcalc.vllm_config import SPARSE_MLA_BACKENDS
 
 
 class WithDefaults(dict):
@@ -53,10 +53,11 @@ def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = N
     ignored = ignored or {}
     recipe = Recipe(**declared | overridden, ignored_keys=tuple(ignored), passthrough=tuple(ignored.items()),
                     model_arg=model.name if values["model"].lower() in MODEL_NAMES else values["model"],
-                    notes=(*([name_note] if name_note else []), *notes), fit_max_model_len=fits_to_memory(values), spelled=spelled)
+                    notes=(*([name_note] if name_note else []), *notes), fit_max_model_len=fits_to_memory(values),
+                    spelled=spelled)
     check_across(recipe)
     if recipe.engine.name == "vllm":
-        vllm_cli.check_release(ignored | given_arguments(recipe), recipe.engine.version)
+        vllm_cli.check_release(ignored | given_arguments(recipe), recipe.engine)
     return recipe
 
 
@@ -137,15 +138,14 @@ def check_across(recipe: Recipe) -> None:
     if recipe.attention_backend is not None and recipe.attention_backend not in SPARSE_MLA_BACKENDS:
         raise RecipeError("attention-backend", f"{recipe.attention_backend} is no sparse-MLA backend; DSA models run "
                                                f"on {', '.join(SPARSE_MLA_BACKENDS)}")
-    first, line = SPARSE_MLA_BACKEND_FIRST.get(recipe.attention_backend, (engines.OLDEST_VLLM, 0))
-    if recipe.engine.name == "vllm" and engines.release_tuple(recipe.engine.version) < engines.release_tuple(first):
+    if recipe.attention_backend is not None and recipe.attention_backend not in recipe.engine.sparse_mla_backends:
+        first = engines.VLLM_RULES["sparse_mla_backends"].adding(recipe.attention_backend)
         raise RecipeError("attention-backend", f"{recipe.attention_backend} is not a backend of {recipe.engine.label}: "
-                                               f"vLLM {first} adds it (vllm=={first} "
-                                               f"vllm/v1/attention/backends/registry.py:{line})")
-    if recipe.engine.name == "vllm" and engines.release_tuple(recipe.engine.version) < engines.release_tuple(
-            model.first_release):
+                                               f"vLLM {first.release} adds it ({first.source})")
+    first = engines.VLLM_RULES["model_architectures"].adding(model.architecture)
+    if first and model.architecture not in recipe.engine.model_architectures:
         raise RecipeError("vllm-version", f"{recipe.engine.label} predates {model.name}'s model code (vLLM "
-                                          f"{model.first_release}+)")
+                                          f"{first.release}+)")
     check_speculation(recipe)
     check_linear_attention(recipe)
     if recipe.kv_cache_memory_bytes is not None and recipe.kv_cache_memory_bytes > gpu.total_memory_bytes:
