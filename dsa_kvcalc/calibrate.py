@@ -393,7 +393,7 @@ def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
         notes.append(f"{recipe.engine.label} logs peak activation with the CUDA-graph estimate in it (vLLM PR #49208): "
                      f"taken out")
     # vLLM's sizing identity, solved for what the log gives only as a sum: activation + non-torch
-    subtracted = graphs if capacity.cudagraphs_subtracted(recipe) else 0
+    subtracted = graphs if estimate.cudagraph_estimate.subtracted else 0
     residual = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, 0, 0, subtracted) - target
     if residual < 0:
         logged_bytes = weights + subtracted + target
@@ -417,7 +417,7 @@ def logged_graphs(recipe: Recipe, estimate: capacity.Plan, measured: Measured) -
     estimate where it does but the log does not print it (an excerpt, a fork)."""
     if measured.cudagraph_bytes is not None:
         return measured.cudagraph_bytes, "log", []
-    if not capacity.cudagraphs_subtracted(recipe):
+    if not estimate.cudagraph_estimate.subtracted:
         return 0, "log (none)", [f"no CUDA graph estimate in the log, and {recipe.engine.label} subtracts none for this "
                                  f"recipe"]
     graphs = estimate.backend(recipe.topk_backend).cudagraph.bytes
@@ -498,7 +498,7 @@ def logged_weights(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
         return measured.weights_bytes, None, []
     weights = estimate.memory.weights.bytes
     others = estimate.memory.base_peak.bytes + estimate.memory.non_torch.bytes
-    subtracted = graphs if capacity.cudagraphs_subtracted(recipe) else 0
+    subtracted = graphs if estimate.cudagraph_estimate.subtracted else 0
     spare = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, others, 0, subtracted) - target
     if spare > 0 or recipe.kv_cache_memory_bytes is not None:
         return weights, None, [f"the log prints no weights: plan's estimate ({weights / GIB:.2f} GiB) stands in, and "

@@ -14,7 +14,8 @@ from enum import Enum
 
 from dsa_kvcalc import estimates
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Backend, Layout, Rows
-from dsa_kvcalc.deployment import Deployment, kv_spec, on_model_runner_v2, resolve
+from dsa_kvcalc.deployment import Deployment, kv_spec, resolve
+from dsa_kvcalc.graphs import CudagraphEstimate
 from dsa_kvcalc.keys import Recipe, RecipeError
 from dsa_kvcalc.kv_cache import round_up
 from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
@@ -185,214 +186,12 @@ def raised_peak_bytes(memory: RankMemory, reserved: int, headroom: int) -> int:
     return memory.base_peak.bytes + max(0, reserved - headroom)
 
 
-# 6. Graphs: the graphs vLLM captures, the decode logits its FULL graphs hold, and what it subtracts for them -------
+# 6. Graphs: the decode logits vLLM's FULL graphs hold, and the pool it subtracts for them (which graphs it captures
+# and how it estimates them is deployment.py's, graphs.py) ----------------------------------------------------------
 
-FULL_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-PIECEWISE_MODES = ("PIECEWISE", "FULL_AND_PIECEWISE")
-GRID_RUN_START, GRID_RUN_STEP = 256, 16  # the grid's multiples of 16 from 256
-
-
-def capture_grid(limit: int, interactive: bool) -> tuple[set[int], range]:
-    """vLLM's capture grid up to limit: 1, 2, 4 (every size up to 32 with performance-mode interactivity), multiples
-    of 8 below 256, multiples of 16 from 256 (vllm==0.33.0 vllm/config/vllm.py _set_cudagraph_sizes); the last as a
-    range, which a given max_cudagraph_capture_size can make hundreds of millions long."""
-    small = range(1, 33) if interactive else (1, 2, 4)
-    listed = {size for size in (*small, *range(8, GRID_RUN_START, 8)) if size <= limit}
-    return listed, range(GRID_RUN_START, limit + 1, GRID_RUN_STEP)
-
-
-@dataclass(frozen=True)
-class Graphs:
-    """Capture sizes rounded up to whole requests of per_seq tokens and kept within a bound (per_seq 1: the sizes as
-    they are), in tokens: a few listed, already rounded, and the sizes of the grid's run whose round-up is within the
-    bound. 16 apart, the run's sizes round apart where per_seq <= 16; where it is larger, they round to every multiple
-    between their ends."""
-    listed: frozenset
-    run: range
-    per_seq: int
-
-    def run_holds(self, graph: int) -> bool:
-        """Does a size of the run round up to this graph, a multiple of per_seq: is one in (graph - per_seq, graph]?"""
-        low = max(graph - self.per_seq + 1, self.run.start)
-        first = self.run.start + -(-(low - self.run.start) // self.run.step) * self.run.step
-        return bool(self.run) and first <= min(graph, self.run[-1])
-
-    def run_count(self) -> int:
-        if not self.run:
-            return 0
-        if self.per_seq <= self.run.step:
-            return len(self.run)
-        return (round_up(self.run[-1], self.per_seq) - round_up(self.run[0], self.per_seq)) // self.per_seq + 1
-
-    def __len__(self) -> int:
-        return self.run_count() + sum(not self.run_holds(graph) for graph in self.listed)
-
-    @property
-    def top(self) -> int:
-        """The largest graph; 0 where there is none."""
-        return next(iter(self.largest(1)), 0)
-
-    def largest(self, count: int) -> list[int]:
-        """The count largest graphs, largest first."""
-        if self.per_seq <= self.run.step:
-            from_run = {round_up(size, self.per_seq) for size in self.run[::-1][:count]}
-        else:
-            top = round_up(self.run[-1], self.per_seq) if self.run else 0
-            from_run = set(range(top, top - count * self.per_seq, -self.per_seq)[:self.run_count()])
-        return sorted(from_run | self.listed, reverse=True)[:count]
-
-
-def whole_requests(listed: set[int], run: range, per_seq: int, bound: int) -> Graphs:
-    """Each size rounded up to a multiple of per_seq, kept where that is within bound."""
-    top = bound // per_seq * per_seq
-    kept = frozenset(round_up(size, per_seq) for size in listed if round_up(size, per_seq) <= bound)
-    return Graphs(kept, range(run.start, min(run.stop, top + 1), run.step), per_seq)
-
-
-# vLLM's default largest capture size off SM10x in every release modelled: capture_ceiling_sm10x's value before
-# 0.28.0 raised it on SM10x alone (vllm==0.28.0 vllm/config/vllm.py:1936-1943)
-DEFAULT_CAPTURE_CEILING = 512
-
-
-def capture_ceiling(recipe: Recipe) -> int:
-    return recipe.engine.capture_ceiling_sm10x if recipe.gpu.arch in ("sm100", "sm103") else DEFAULT_CAPTURE_CEILING
-
-
-def capture_sizes(recipe: Recipe) -> Graphs:
-    """The batch sizes vLLM's config captures, in tokens, before any rounding to whole requests: the recipe's
-    cudagraph_capture_sizes that vLLM keeps, or its grid up to min(max_num_seqs x (1 + k) x 2, ceiling) (or the given
-    max_cudagraph_capture_size), at most max_num_batched_tokens, with the sizes each release adds (engine.py):
-    max_num_batched_tokens itself, whole requests n x (1 + k) with n on the request grid up to
-    min(max_num_seqs, ceiling) or n that top (vllm==0.29.0 vllm/config/vllm.py:2030-2037), and max_num_seqs."""
-    if recipe.cudagraph_capture_sizes:
-        return Graphs(frozenset(recipe.kept_capture_sizes), range(0), 1)
-    engine, seqs, tokens = recipe.engine, recipe.max_num_seqs, recipe.max_num_batched_tokens
-    per_seq = 1 + recipe.num_speculative_tokens
-    given_limit = recipe.max_cudagraph_capture_size  # None: vLLM's default rule
-    ceiling = capture_ceiling(recipe)
-    limit = min(min(seqs * per_seq * 2, ceiling) if given_limit is None else given_limit, tokens)
-    listed, run = capture_grid(limit, recipe.performance_mode == "interactivity")
-    if engine.captures_max_num_batched_tokens:
-        listed.add(tokens)
-    if given_limit is None and per_seq == 1 and engine.captures_max_num_seqs:
-        listed.add(seqs)
-    if given_limit is None and per_seq > 1 and engine.captures_whole_requests:
-        # request counts: 1, 2, 4, multiples of 8 and 16 and the count itself, whatever the performance mode
-        requests = min(seqs, ceiling)
-        request_counts, request_run = capture_grid(requests, False)
-        listed |= {n * per_seq for n in request_counts | set(request_run) | {requests}}
-    return whole_requests(listed, run, 1, limit)
-
-
-def runner_capture_sizes(recipe: Recipe) -> Graphs:
-    """The sizes the model runner captures its mixed-batch graphs at: Model Runner V1 rounds every size up to whole
-    requests of 1 + k tokens, within the largest, where a FULL mode captures decode graphs with draft tokens
-    (vllm==0.33.0 vllm/config/compilation.py:1496-1508, 1537-1565 adjust_cudagraph_sizes_for_spec_decode;
-    vllm==0.19.0 :1235-1280); Model Runner V2 keeps them (its decode graphs round themselves, decode_graphs)."""
-    sizes = capture_sizes(recipe)
-    per_seq = 1 + recipe.num_speculative_tokens
-    if on_model_runner_v2(recipe) or recipe.cudagraph_mode not in FULL_MODES:
-        return sizes
-    return whole_requests(sizes.listed, sizes.run, per_seq, sizes.top)
-
-
-def decode_graphs(recipe: Recipe) -> Graphs:
-    """The uniform decode batches vLLM captures FULL, in tokens (each one indexer logits row): every capture size
-    rounded up to whole requests of 1 + k tokens, kept within the largest capture size and max_num_seqs requests
-    (Model Runner V2: vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:321-350; V1 rounds the sizes themselves,
-    runner_capture_sizes, and its dispatcher keeps those within (1 + k) x max_num_seqs,
-    vllm/v1/cudagraph_dispatcher.py:203-229). The same whole-request graphs stand for the decode batches of mode
-    FULL, whose graphs are the capture sizes themselves."""
-    if recipe.cudagraph_mode not in FULL_MODES:
-        return Graphs(frozenset(), range(0), 1)
-    sizes = capture_sizes(recipe)
-    per_seq = 1 + recipe.num_speculative_tokens
-    return whole_requests(sizes.listed, sizes.run, per_seq, min(sizes.top, recipe.max_num_seqs * per_seq))
-
-
-def cudagraph_logits_rows(recipe: Recipe) -> int:
-    """Decode rows whose logits the graph pool holds: the largest FULL decode graph, whole requests of 1 + k tokens,
-    at most the decode worst case (which bounds it: max_num_batched_tokens bounds the sizes, max_num_seqs the
-    requests)."""
-    return decode_graphs(recipe).top
-
-
-def full_graphs(recipe: Recipe) -> Graphs:
-    """The FULL graphs vLLM captures, in tokens: the decode graphs where FULL is the decode mode beside PIECEWISE or
-    none (FULL_AND_PIECEWISE, FULL_DECODE_ONLY), every mixed-batch size in mode FULL
-    (vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:321-374, vllm/v1/cudagraph_dispatcher.py:187-229)."""
-    if recipe.cudagraph_mode == "FULL":
-        return runner_capture_sizes(recipe)
-    return decode_graphs(recipe)
-
-
-def graph_logits_bytes(recipe: Recipe, logits: dict[str, DecodeLogits]) -> dict[str, int]:
+def graph_logits_bytes(rows: int, logits: dict[str, DecodeLogits]) -> dict[str, int]:
     """Per backend, the indexer logits the graph pool holds: the largest FULL decode graph's rows at the padded width."""
-    rows = cudagraph_logits_rows(recipe)
     return {name: rows * dl.padded_columns * dl.bytes_per_element for name, dl in logits.items()}
-
-
-def cudagraphs_subtracted(recipe: Recipe) -> bool:
-    """Does this vLLM subtract its CUDA-graph estimate before sizing the KV cache? From v0.20.0
-    (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS), on ROCm from v0.26.0, where it captures graphs at all (no estimate
-    under cudagraph_mode NONE: vllm==0.20.0 vllm/v1/worker/gpu_worker.py:379-385, vllm==0.33.0 :700-709); Model
-    Runner V2 estimates nothing before 0.29.0."""
-    engine = recipe.engine
-    if not engine.estimates_cudagraphs or (recipe.gpu.arch.startswith("gfx") and not engine.rocm_estimates_cudagraphs):
-        return False
-    if recipe.cudagraph_mode == "NONE":
-        return False
-    return not on_model_runner_v2(recipe) or engine.model_runner_v2_estimates_cudagraphs
-
-
-class GraphEstimate(Enum):
-    """How the release's model runner estimates its CUDA graphs before it sizes the KV cache
-    (docs/cudagraph-estimate.md)."""
-    NONE = "none subtracted"
-    SAMPLED = ("Model Runner V1: each mode's two largest graphs warmed up and captured; the larger first capture + "
-               "(graphs - 1) x max(second, floor) per mode")
-    EXTRAPOLATED = ("Model Runner V2: the whole capture measured with only the two largest FULL graphs; those two "
-                    "swapped for the first + (FULL graphs - 1) x max(second, floor)")
-
-
-@dataclass(frozen=True)
-class CudagraphEstimate:
-    """What vLLM's estimate adds beyond the first captures, which hold the pool's memory (the indexer logits of the
-    largest FULL decode graph among it): the extrapolated graphs at the per-graph floor. A later capture holds no
-    indexer logits of its own: its rows are fewer at the same width, and every graph shares one pool, captured
-    largest first, so they fit in the blocks the first capture freed (vllm==0.33.0
-    vllm/v1/worker/gpu/cudagraph_utils.py:183, 377, 444-447, 1032-1034; vllm/v1/cudagraph_dispatcher.py:336-346).
-    Its sample is the driver's per-graph overhead, taken at the floor the release puts under it."""
-    method: GraphEstimate
-    graphs: dict  # mode -> graphs captured
-    sampled_rows: tuple[int, ...]  # the FULL graphs whose capture is measured, largest first
-    extrapolated_graphs: int  # graphs the estimate counts at the per-graph cost
-    per_graph_bytes: int  # the release's floor under the second sample (1 MiB)
-
-    @property
-    def floor_bytes(self) -> int:
-        return self.extrapolated_graphs * self.per_graph_bytes
-
-
-def cudagraph_estimate(recipe: Recipe) -> CudagraphEstimate:
-    """V1 (vllm==0.19.0 vllm/v1/worker/gpu_model_runner.py:5862-5960; the same to vllm==0.33.0 :6268-6415):
-        estimate = max over modes of the first capture + sum over modes of (graphs - 1) x max(second capture, floor)
-    V2 (vllm==0.29.0 vllm/v1/worker/gpu/cudagraph_utils.py:712-831; the same to vllm==0.33.0 :916-1039):
-        estimate = the capture measured - both samples + first + (FULL graphs - 1) x max(second, floor)
-    PIECEWISE graphs are sampled by V1 and measured in full by V2. None where the release subtracts none."""
-    engine = recipe.engine
-    full = full_graphs(recipe)
-    piecewise = len(runner_capture_sizes(recipe)) if recipe.cudagraph_mode in PIECEWISE_MODES else 0
-    graphs = {mode: count for mode, count in (("PIECEWISE", piecewise), ("FULL", len(full))) if count}
-    sampled = tuple(full.largest(engine.cudagraph_estimate_samples))
-    if not cudagraphs_subtracted(recipe):
-        return CudagraphEstimate(GraphEstimate.NONE, graphs, (), 0, 0)
-    if on_model_runner_v2(recipe):
-        return CudagraphEstimate(GraphEstimate.EXTRAPOLATED, graphs, sampled, max(len(full) - 1, 0),
-                                 engine.cudagraph_per_graph_floor_bytes)
-    extrapolated = sum(count - 1 for count in graphs.values())
-    return CudagraphEstimate(GraphEstimate.SAMPLED, graphs, sampled, extrapolated,
-                             engine.cudagraph_per_graph_floor_bytes)
 
 
 def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], logits_then: dict[str, int],
@@ -604,15 +403,14 @@ def backend_plan(deployment: Deployment, memory: RankMemory, backend: Backend, l
     dl = logits[backend.name]
     headroom = indexer_headroom(recipe, logits, backend.name)
     graphs = cudagraph_pool(recipe, backend.name, graph_logits, logits_then, *floors)
-    subtracted = graphs.bytes if cudagraphs_subtracted(recipe) else 0
+    subtracted = graphs.bytes if deployment.cudagraph_estimate.subtracted else 0
     sides = {reserves: sizing(recipe, memory, reserves, reservation(recipe, dl, reserves), headroom, subtracted)
              for reserves in (True, False)}
     release = sides[recipe.reserves_decode_logits]
     risk = oom(recipe, memory, dl, release.reservation, release.kv_cache_bytes, graphs.bytes)
-    reason = deployment.unavailable.get(backend.name)
-    note = backend.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows)
     return BackendPlan(
-        backend=backend.name, available=reason is None, reason=reason or note,
+        backend=backend.name, available=backend.name in deployment.available,
+        reason=deployment.reasons[backend.name],
         selected=backend.name == recipe.topk_backend,
         decode_logits=dl, prefill_budget_bytes=recipe.prefill_budget_bytes,
         cudagraph_logits_rows=graph_rows, cudagraph_logits_bytes=graph_logits[backend.name], cudagraph=graphs,
@@ -632,13 +430,14 @@ def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = N
     check_weights_fit(recipe, memory)
     backends = deployment.backends
     logits = backend_logits(recipe, backends)
-    graph_logits = graph_logits_bytes(recipe, logits)
+    graph_rows = deployment.cudagraph_logits_rows
+    graph_logits = graph_logits_bytes(graph_rows, logits)
     then = recipe.measured_on
-    logits_then = graph_logits if then is None else graph_logits_bytes(then, backend_logits(then, backends))
+    logits_then = graph_logits if then is None else graph_logits_bytes(deployment.cudagraph_logits_rows_then,
+                                                                       backend_logits(then, backends))
     check_graph_pools(recipe, logits_then)
-    graph_rows = cudagraph_logits_rows(recipe)
-    estimate = cudagraph_estimate(recipe)
-    floors = (estimate.floor_bytes, estimate.floor_bytes if then is None else cudagraph_estimate(then).floor_bytes)
+    estimate = deployment.cudagraph_estimate
+    floors = (estimate.floor_bytes, deployment.cudagraph_floor_then_bytes)
     shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
     return Plan(recipe, memory, estimate, [backend_plan(deployment, memory, b, logits, graph_rows, graph_logits,
                                                         logits_then, floors) for b in shown])

@@ -11,11 +11,12 @@ The walk runs one way: recipe -> deployment -> capacity (plan) -> report -> rend
 
 from dataclasses import dataclass
 
-from dsa_kvcalc import kv_cache
+from dsa_kvcalc import graphs, kv_cache
 from dsa_kvcalc.catalog import (BACKENDS, DRAFTER_NEEDS, NOPE_MLA_HEAD_SIZE, SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES,
                                 SPARSE_MLA_WIDE_ONLY, V4_FLASHMLA_ARCHS, V4_SM120_ARCHS, V41_DSPARK_BLOCK_TOKENS,
                                 Backend)
 from dsa_kvcalc.engine import ALL, MTP_METHODS, VLLM_RULES
+from dsa_kvcalc.graphs import CudagraphEstimate
 from dsa_kvcalc.keys import KEYS, Recipe, Refusal
 from dsa_kvcalc.kv_cache import SM10X, KvSpec, stage_layers, v41_packed
 from dsa_kvcalc.recipe import given_arguments
@@ -355,12 +356,18 @@ class Deployment:
     """What vLLM decides for a recipe before it counts memory: plain values, each decided once."""
     recipe: Recipe
     backends: tuple[Backend, ...]  # the top-k backends the recipe's engine offers, in the catalog's order
-    unavailable: dict[str, str]  # backend -> why it does not run here (availability)
+    reasons: dict[str, str]  # backend -> why it does not run here (availability), or its note where it runs
+    available: frozenset[str]  # the backends that run here
     sparse_mla_backend: str
     model_runner_v2: bool
     draft_layers: int
     concurrent_batches: int
     kv: KvSpec
+    cudagraph_estimate: CudagraphEstimate
+    cudagraph_logits_rows: int  # the largest FULL decode graph's tokens: the indexer logits rows the graph pool holds
+    # the same two at the shape the recipe's memory block was measured at (recipe.measured_on), else these
+    cudagraph_logits_rows_then: int
+    cudagraph_floor_then_bytes: int
 
 
 def resolve(recipe: Recipe, kv_specs: dict | None = None) -> Deployment:
@@ -380,10 +387,19 @@ def resolve(recipe: Recipe, kv_specs: dict | None = None) -> Deployment:
     except Refusal as error:
         raise Refusal(dict(recipe.spelled).get(error.key, error.key), error.problem) from None
     backends = engine_backends(recipe)
-    reasons = {b.name: availability(recipe, b) for b in backends}
+    why_not = {b.name: availability(recipe, b) for b in backends}
+    notes = {b.name: b.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows) for b in backends}
+    model_runner_v2 = on_model_runner_v2(recipe)
+    estimate = graphs.cudagraph_estimate(recipe, model_runner_v2)
+    then = recipe.measured_on
+    estimate_then = estimate if then is None else graphs.cudagraph_estimate(then, on_model_runner_v2(then))
     return Deployment(
         recipe=recipe, backends=tuple(backends),
-        unavailable={name: reason for name, reason in reasons.items() if reason is not None},
-        sparse_mla_backend=mla_backend, model_runner_v2=on_model_runner_v2(recipe),
+        reasons={name: reason or notes[name] for name, reason in why_not.items()},
+        available=frozenset(name for name, reason in why_not.items() if reason is None),
+        sparse_mla_backend=mla_backend, model_runner_v2=model_runner_v2,
         draft_layers=draft_layers(recipe), concurrent_batches=concurrent_batches(recipe),
-        kv=kv_spec(recipe, mla_backend, kv_specs))
+        kv=kv_spec(recipe, mla_backend, kv_specs), cudagraph_estimate=estimate,
+        cudagraph_logits_rows=graphs.cudagraph_logits_rows(recipe),
+        cudagraph_logits_rows_then=graphs.cudagraph_logits_rows(recipe if then is None else then),
+        cudagraph_floor_then_bytes=estimate_then.floor_bytes)

@@ -5,6 +5,7 @@ from dsa_kvcalc import __version__, capacity, published
 from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved, Sizing
 from dsa_kvcalc.engine import MAIN, NEWEST_VLLM, VLLM_RULES
 from dsa_kvcalc.keys import KEYS
+from dsa_kvcalc.graphs import CudagraphEstimate
 from dsa_kvcalc.memory_terms import Term
 from dsa_kvcalc.uncertainty import error_bar
 from dsa_kvcalc.units import GIB, MIB
@@ -308,7 +309,7 @@ def kv_json(plan: Plan) -> dict:
             "request_bytes": kv.request_bytes, "provenance": "derived", "source": kv_source(plan)}
 
 
-def cudagraph_estimate_json(estimate: capacity.CudagraphEstimate) -> dict:
+def cudagraph_estimate_json(estimate: CudagraphEstimate) -> dict:
     return {"method": estimate.method.name, "description": estimate.method.value, "graphs": estimate.graphs,
             "sampled_graph_tokens": list(estimate.sampled_rows), "extrapolated_graphs": estimate.extrapolated_graphs,
             "per_graph_bytes": estimate.per_graph_bytes, "floor_bytes": estimate.floor_bytes}

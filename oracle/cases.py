@@ -172,7 +172,7 @@ def plan_answer(raw: dict, release: str, available_gib: float | None) -> dict:
                            "gpu_memory_utilization": recipe.gpu_memory_utilization,
                            "model_runner_v2": on_model_runner_v2(recipe)},
               "requested_bytes": planned.memory.requested_bytes,
-              "subtracts_graph_estimate": capacity.cudagraphs_subtracted(recipe)}
+              "subtracts_graph_estimate": planned.cudagraph_estimate.subtracted}
     if kv_bytes < kv.request_bytes:
         answer |= {"refusal": f"one request of max-model-len needs {kv.request_bytes:,} B of KV cache, "
                               f"{kv_bytes:,} B are available", "vllm_refuses": True}

@@ -1,4 +1,4 @@
-"""vLLM's CUDA-graph estimate (capacity.cudagraph_estimate; docs/cudagraph-estimate.md): the graphs each model runner
+"""vLLM's CUDA-graph estimate (graphs.cudagraph_estimate; docs/cudagraph-estimate.md): the graphs each model runner
 counts, against two startup logs' own count and hand derivations from the release code; what the estimate adds past
 its first captures; and the seed's deep_select figures, which neither reading of the release code reaches. The
 release's own code gives the same counts and extrapolation in tests/test_vllm_cudagraph_estimate.py (vllm_oracle)."""
@@ -9,7 +9,8 @@ import pytest
 
 from conftest import ROOT, SEED
 from dsa_kvcalc import capacity, report
-from dsa_kvcalc.capacity import GraphEstimate
+from dsa_kvcalc.deployment import on_model_runner_v2, resolve
+from dsa_kvcalc.graphs import GraphEstimate, runner_capture_sizes, whole_requests
 from dsa_kvcalc.recipe import load, load_recipe
 from test_records import RECORDS
 
@@ -31,10 +32,11 @@ def test_model_runner_v1_counts_the_graphs_its_log_profiles(log, record):
     # are its 43 grid sizes up to 384 rounded up to whole requests of 3 tokens (1 and 2 both become 3).
     piecewise, piecewise_largest, full, full_largest = map(int, PROFILED.search((LOGS / log).read_text()).groups())
     recipe = load(next(r for r in RECORDS if r.name == record).recipe)
-    estimate = capacity.cudagraph_estimate(recipe)
+    estimate = resolve(recipe).cudagraph_estimate
     assert estimate.method is GraphEstimate.SAMPLED
     assert estimate.graphs == {"PIECEWISE": piecewise, "FULL": full}
-    assert (capacity.runner_capture_sizes(recipe).top, estimate.sampled_rows[0]) == (piecewise_largest, full_largest)
+    captured = runner_capture_sizes(recipe, on_model_runner_v2(recipe))
+    assert (captured.top, estimate.sampled_rows[0]) == (piecewise_largest, full_largest)
     assert estimate.floor_bytes == (piecewise - 1 + full - 1) * MIB
 
 
@@ -60,14 +62,14 @@ def test_model_runner_v1_samples_both_modes_and_v2_only_its_full_graphs():
     # and 256..512 by 16: 3 + 31 + 17 = 51 sizes, each a PIECEWISE graph and (within 1,024 requests) a FULL one.
     # 0.28.0 runs V3.2 on V1, which counts (51 - 1) + (51 - 1) graphs at the floor; 0.29.0 on V2, which measures the
     # PIECEWISE graphs whole and extrapolates its 51 FULL graphs: 50.
-    v1 = capacity.cudagraph_estimate(load(V32_H200 | {"vllm-version": "0.28.0"}))
-    v2 = capacity.cudagraph_estimate(load(V32_H200 | {"vllm-version": "0.29.0"}))
+    v1 = resolve(load(V32_H200 | {"vllm-version": "0.28.0"})).cudagraph_estimate
+    v2 = resolve(load(V32_H200 | {"vllm-version": "0.29.0"})).cudagraph_estimate
     assert (v1.method, v1.graphs, v1.floor_bytes) == (GraphEstimate.SAMPLED, {"PIECEWISE": 51, "FULL": 51}, 100 * MIB)
     assert (v2.method, v2.graphs, v2.floor_bytes) == (GraphEstimate.EXTRAPOLATED, {"PIECEWISE": 51, "FULL": 51},
                                                       50 * MIB)
     piecewise = {"compilation-config": {"cudagraph_mode": "PIECEWISE"}}
-    v1 = capacity.cudagraph_estimate(load(V32_H200 | {"vllm-version": "0.28.0"} | piecewise))
-    v2 = capacity.cudagraph_estimate(load(V32_H200 | {"vllm-version": "0.29.0"} | piecewise))
+    v1 = resolve(load(V32_H200 | {"vllm-version": "0.28.0"} | piecewise)).cudagraph_estimate
+    v2 = resolve(load(V32_H200 | {"vllm-version": "0.29.0"} | piecewise)).cudagraph_estimate
     assert (v1.graphs, v1.floor_bytes, v1.sampled_rows) == ({"PIECEWISE": 51}, 50 * MIB, ())
     assert (v2.graphs, v2.floor_bytes) == ({"PIECEWISE": 51}, 0)
 
@@ -78,7 +80,7 @@ def test_a_single_full_graph_extrapolates_nothing():
     recipe = load_recipe(SEED, ["compilation-config.cudagraph_capture_sizes=[6]",
                                 "compilation-config.max_cudagraph_capture_size=6",
                                 "compilation-config.cudagraph_mode=FULL_DECODE_ONLY"])
-    estimate = capacity.cudagraph_estimate(recipe)
+    estimate = resolve(recipe).cudagraph_estimate
     assert (estimate.graphs, estimate.sampled_rows, estimate.floor_bytes) == ({"FULL": 1}, (6,), 0)
 
 
@@ -86,11 +88,12 @@ def test_a_single_full_graph_extrapolates_nothing():
     V32_H200 | {"vllm-version": "0.19.1"},  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (vllm/envs.py:1654-1655)
     # V4 on Model Runner V2 in 0.28.0, whose profile_cudagraph_memory returns 0 (vllm/v1/worker/gpu/model_runner.py:
     # 843-845)
-    {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "vllm-version": "0.28.0"},
+    {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "vllm-version": "0.28.0",
+     "kv-cache-dtype": "fp8"},  # auto: vLLM 0.28.0 refuses V4 on the H200
     {"model": "DeepSeek-V3.2", "gpu": "MI300X", "tensor-parallel-size": 8, "vllm-version": "0.25.1"},  # CUDA only
 ])
 def test_releases_that_subtract_no_estimate_count_no_floors(raw):
-    estimate = capacity.cudagraph_estimate(load(raw))
+    estimate = resolve(load(raw)).cudagraph_estimate
     assert (estimate.method, estimate.sampled_rows, estimate.extrapolated_graphs, estimate.per_graph_bytes) == (
         GraphEstimate.NONE, (), 0, 0)
     assert estimate.graphs  # the graphs are captured all the same
@@ -125,14 +128,14 @@ def test_neither_reading_of_the_release_code_reaches_the_seeds_deep_select():
 @pytest.mark.parametrize("bound", [0, 255, 271, 600, 1536, 1537, 10_000])
 def test_graphs_counted_without_listing_them_are_those_listed_one_by_one(per_seq, bound):
     # A given max_cudagraph_capture_size can make the grid's run of multiples of 16 from 256 hundreds of millions
-    # long, so capacity.Graphs counts the run's round-ups by arithmetic: each size apart where 1 + k <= 16, every
+    # long, so graphs.Graphs counts the run's round-ups by arithmetic: each size apart where 1 + k <= 16, every
     # multiple between the ends where it is larger. Here against every size rounded up, one by one, as vLLM rounds
     # them (vllm==0.33.0 vllm/config/compilation.py:1537-1565; vllm/v1/worker/gpu/cudagraph_utils.py:321-350).
     # 259 rounds up to 260 with 5 tokens a request, as 256 does: the run's size 260 - 5 + 1 alone holds that graph
     listed, run = {1, 2, 4, 8, 100, 259, 300, 1000, 1540}, range(256, 1537, 16)
     one_by_one = sorted({-(-size // per_seq) * per_seq for size in listed | set(run)
                          if -(-size // per_seq) * per_seq <= bound}, reverse=True)
-    graphs = capacity.whole_requests(listed, run, per_seq, bound)
+    graphs = whole_requests(listed, run, per_seq, bound)
     assert (len(graphs), graphs.largest(len(graphs)), graphs.largest(2), graphs.top) == (
         len(one_by_one), one_by_one, one_by_one[:2], (one_by_one or [0])[0])
 
@@ -146,9 +149,9 @@ def test_mode_full_captures_every_size_as_a_full_graph():
     # 100 x 2 = 200 tokens: 2, 4, 8..200 by 8 = 27 (the same in both runners), beside V1's 43 PIECEWISE graphs.
     k1 = {"max-num-seqs": 100, "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}}
     full = {"compilation-config": {"cudagraph_mode": "FULL"}}
-    assert capacity.cudagraph_estimate(load(V32_H200 | k1 | full | {"vllm-version": "0.28.0"})).graphs == {"FULL": 43}
-    assert capacity.cudagraph_estimate(load(V32_H200 | k1 | full | {"vllm-version": "0.29.0"})).graphs == {"FULL": 44}
-    assert capacity.cudagraph_estimate(load(V32_H200 | k1 | {"vllm-version": "0.28.0"})).graphs == {
+    assert resolve(load(V32_H200 | k1 | full | {"vllm-version": "0.28.0"})).cudagraph_estimate.graphs == {"FULL": 43}
+    assert resolve(load(V32_H200 | k1 | full | {"vllm-version": "0.29.0"})).cudagraph_estimate.graphs == {"FULL": 44}
+    assert resolve(load(V32_H200 | k1 | {"vllm-version": "0.28.0"})).cudagraph_estimate.graphs == {
         "PIECEWISE": 43, "FULL": 27}
 
 
@@ -156,7 +159,7 @@ def test_interactivity_captures_every_size_up_to_32_as_a_graph():
     # 0.30.0, 20 sequences, no draft tokens: the limit is min(20 x 2, 512) = 40; interactivity captures 1..32 and 40
     # (33 sizes, vllm/config/vllm.py _set_cudagraph_sizes), and the decode graphs within 20 requests are 1..20
     recipe = load(V32_H200 | {"max-num-seqs": 20, "vllm-version": "0.30.0", "performance-mode": "interactivity"})
-    assert capacity.cudagraph_estimate(recipe).graphs == {"PIECEWISE": 33, "FULL": 20}
+    assert resolve(recipe).cudagraph_estimate.graphs == {"PIECEWISE": 33, "FULL": 20}
 
 
 def test_given_capture_sizes_are_the_graphs():
@@ -165,6 +168,6 @@ def test_given_capture_sizes_are_the_graphs():
     # largest sampled
     recipe = load_recipe(SEED, ["compilation-config.cudagraph_capture_sizes=[1, 2, 4, 100, 300]",
                                 "compilation-config.max_cudagraph_capture_size=300"])
-    estimate = capacity.cudagraph_estimate(recipe)
+    estimate = resolve(recipe).cudagraph_estimate
     assert (estimate.graphs, estimate.sampled_rows, estimate.floor_bytes) == ({"PIECEWISE": 5, "FULL": 3}, (300, 102),
                                                                               2 * MIB)

@@ -8,6 +8,8 @@ import pytest
 from conftest import SEED
 from dsa_kvcalc import capacity, deployment, estimates, memory_terms, report, weights
 from dsa_kvcalc.catalog import LAYOUTS
+from dsa_kvcalc.deployment import resolve
+from dsa_kvcalc.graphs import cudagraph_logits_rows
 from dsa_kvcalc.fixes import fixes
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
 from dsa_kvcalc.sweep import load_base
@@ -18,7 +20,7 @@ MTP = {"method": "mtp", "num_speculative_tokens": 1}
 
 
 def rows(**keys) -> int:
-    return capacity.cudagraph_logits_rows(load(V32_H200 | keys))
+    return cudagraph_logits_rows(load(V32_H200 | keys))
 
 
 # 1. Decode logits ---------------------------------------------------------------------------------------------------
@@ -246,8 +248,8 @@ def test_rocm_0280_keeps_deepseek_v4_on_v1_which_subtracts_its_graphs():
     # vllm==0.28.0 vllm/config/vllm.py:84-93: on ROCm the V2 list loses DeepseekV4ForCausalLM, so V1, whose estimate
     # ROCm runs from 0.26.0 (gpu_worker.py:500-506); on CUDA 0.28.0 runs V4 on V2, whose estimate is 0
     v4 = {"model": "DeepSeek-V4-Flash", "tensor-parallel-size": 4, "vllm-version": "0.28.0"}
-    assert capacity.cudagraphs_subtracted(load(v4 | {"gpu": "MI300X"}))
-    assert not capacity.cudagraphs_subtracted(load(v4 | {"gpu": "H200"}))
+    assert resolve(load(v4 | {"gpu": "MI300X"})).cudagraph_estimate.subtracted
+    assert not resolve(load(v4 | {"gpu": "H200", "kv-cache-dtype": "fp8"})).cudagraph_estimate.subtracted  # auto: refused
 
 
 # CUDA-graph capture sizes (vllm==0.33.0 vllm/config/vllm.py:2398-2640 _set_cudagraph_sizes) -------------------------
@@ -298,7 +300,7 @@ def test_graph_rows_are_whole_numbers():
     # (vllm/config/vllm.py:2030-2037): 300 rows, an integer (JSON prints 300, not 300.0)
     recipe = load(V32_H200 | {"gpu": "B200", "max-num-seqs": 100, "vllm-version": "0.29.0",
                               "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}})
-    graph_rows = capacity.cudagraph_logits_rows(recipe)
+    graph_rows = cudagraph_logits_rows(recipe)
     assert graph_rows == 300 and type(graph_rows) is int
 
 
@@ -470,4 +472,4 @@ def test_one_request_of_three_tokens_is_a_full_decode_graph_when_the_batch_takes
     # So the largest FULL decode graph holds 3 rows (of the 2 x 3 = 6 of the decode worst case).
     recipe = load(V32_H200 | {"vllm-version": "0.33.0", "max-num-seqs": 2, "max-num-batched-tokens": 4,
                               "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}})
-    assert capacity.cudagraph_logits_rows(recipe) == 3
+    assert cudagraph_logits_rows(recipe) == 3

@@ -9,6 +9,7 @@ import pytest
 from conftest import LOGS
 from dsa_kvcalc import capacity
 from dsa_kvcalc.deployment import resolve
+from dsa_kvcalc.graphs import cudagraph_logits_rows
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.vllm_log import read_log_file
@@ -125,7 +126,7 @@ def test_batched_dp_moe_defaults_to_256_tokens_and_throughput_doubles_the_tier()
 def test_graphs_are_subtracted_where_the_runner_estimates_them(model, version, subtracted):
     recipe, _ = planned(model=model, gpu="H200", **{"tensor-parallel-size": 8, "vllm-version": version,
                                                     "kv-cache-dtype": "fp8"})
-    assert capacity.cudagraphs_subtracted(recipe) is subtracted
+    assert resolve(recipe).cudagraph_estimate.subtracted is subtracted
 
 
 def test_deepseek_v4s_flashmla_attention_takes_fp8_only_and_auto_from_030():
@@ -153,8 +154,8 @@ def test_rocm_dspark_before_029_runs_v2_which_estimates_nothing():
     # DSpark forces Model Runner V2 from 0.25.0 (vllm/config/vllm.py:524-532); V2's estimate is 0 until 0.29.0
     v4 = {"model": "DeepSeek-V4-Flash-0731", "gpu": "MI300X", "tensor-parallel-size": 4,
           "speculative-config": {"method": "dspark", "num_speculative_tokens": 3}}
-    assert not capacity.cudagraphs_subtracted(load(v4 | {"vllm-version": "0.28.0"}))
-    assert capacity.cudagraphs_subtracted(load(v4 | {"vllm-version": "0.29.0"}))
+    assert not resolve(load(v4 | {"vllm-version": "0.28.0"})).cudagraph_estimate.subtracted
+    assert resolve(load(v4 | {"vllm-version": "0.29.0"})).cudagraph_estimate.subtracted
 
 
 @pytest.mark.parametrize("version, width, element", [("0.32.0", 163_840, 4), ("0.33.0", 164_352, 6)])
@@ -186,7 +187,7 @@ def test_decode_logits_are_fp32_before_033_and_bf16_plus_copy_on_sm100_after(ver
 ])
 def test_capture_sizes_by_release(settings, rows):
     recipe = load({"model": "GLM-5", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8"} | settings)
-    assert capacity.cudagraph_logits_rows(recipe) == rows
+    assert cudagraph_logits_rows(recipe) == rows
 
 
 def test_block_stride_aligned_to_656_bytes_from_031_on_sm10x_flashmla():
@@ -360,7 +361,7 @@ def test_vllm_refuses_capture_sizes_it_cannot_reconcile(compilation, refused):
 ])
 def test_capture_sizes_at_their_edges(keys, largest):
     recipe = {"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "max-num-seqs": 512} | keys
-    assert capacity.cudagraph_logits_rows(load(recipe)) == largest
+    assert cudagraph_logits_rows(load(recipe)) == largest
 
 
 def test_enforce_eager_and_deepinfer_are_not_held_to_vllms_capture_sizes():
@@ -377,5 +378,5 @@ def test_no_graph_estimate_is_subtracted_where_no_graph_is_captured(keys):
     # vllm==0.20.0 vllm/v1/worker/gpu_worker.py:379-385 (vllm==0.33.0 :700-709): profile_cudagraph_memory runs only
     # where cudagraph_mode is not NONE, which enforce-eager makes it
     glm = {"model": "GLM-5.1-FP8", "gpu": "H200", "tensor-parallel-size": 8}
-    assert capacity.cudagraphs_subtracted(load(glm))
-    assert not capacity.cudagraphs_subtracted(load(glm | keys))
+    assert resolve(load(glm)).cudagraph_estimate.subtracted
+    assert not resolve(load(glm | keys)).cudagraph_estimate.subtracted

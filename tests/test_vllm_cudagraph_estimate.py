@@ -16,8 +16,9 @@ import sys
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc import capacity
+from dsa_kvcalc.deployment import on_model_runner_v2
 from dsa_kvcalc.engine import release_tuple
+from dsa_kvcalc.graphs import PIECEWISE_MODES, GraphEstimate, cudagraph_estimate, full_graphs, runner_capture_sizes
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
 
@@ -69,22 +70,23 @@ def differences(script: str, release: str, oracle_cases: list[dict], compare) ->
 
 
 def v2_graphs(recipe, case: dict, answer: dict) -> tuple:
-    estimate = capacity.cudagraph_estimate(recipe)
-    full = capacity.full_graphs(recipe)
-    piecewise = capacity.runner_capture_sizes(recipe) if case["cudagraph_mode"] in capacity.PIECEWISE_MODES else []
+    v2 = on_model_runner_v2(recipe)
+    estimate = cudagraph_estimate(recipe, v2)
+    full = full_graphs(recipe, v2)
+    piecewise = runner_capture_sizes(recipe, v2) if case["cudagraph_mode"] in PIECEWISE_MODES else []
     ours = (estimate.method, full.largest(len(full)), len(piecewise), list(estimate.sampled_rows),
             FIRST_SAMPLE_BYTES + estimate.floor_bytes if answer["full"] else 0)
-    theirs = (capacity.GraphEstimate.EXTRAPOLATED, answer["full"], len(answer["piecewise"]), answer["sampled"],
+    theirs = (GraphEstimate.EXTRAPOLATED, answer["full"], len(answer["piecewise"]), answer["sampled"],
               answer["extrapolated"])
     return ours, theirs
 
 
 def v1_graphs(recipe, case: dict, answer: dict) -> tuple:
-    estimate = capacity.cudagraph_estimate(recipe)
+    estimate = cudagraph_estimate(recipe, on_model_runner_v2(recipe))
     pieces, full = len(answer["sizes"]), len(answer["full_decode"])
     ours = (estimate.method, estimate.graphs.get("PIECEWISE", 0), estimate.graphs.get("FULL", 0),
             estimate.extrapolated_graphs)
-    return ours, (capacity.GraphEstimate.SAMPLED, pieces, full, pieces - 1 + max(full - 1, 0))
+    return ours, (GraphEstimate.SAMPLED, pieces, full, pieces - 1 + max(full - 1, 0))
 
 
 @pytest.mark.parametrize("release", V2_RELEASES)

@@ -5,9 +5,9 @@ import csv
 import io
 import json
 
-from dsa_kvcalc.capacity import (DTYPE_BYTES, BackendPlan, GraphEstimate, Plan, Reservation, Reserved,
-                                 held_bytes)
+from dsa_kvcalc.capacity import DTYPE_BYTES, BackendPlan, Plan, Reservation, Reserved, held_bytes
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Rows
+from dsa_kvcalc.graphs import GraphEstimate
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc import published
 from dsa_kvcalc.render import csv_fields, gib, least_widths, print_table, print_prose, table_width
@@ -343,7 +343,7 @@ def oom_lines(plan: Plan, b: BackendPlan) -> list[str]:
 
 
 def estimate_line(plan: Plan) -> str:
-    """What vLLM's CUDA-graph estimate holds besides the first captures (capacity.cudagraph_estimate)."""
+    """What vLLM's CUDA-graph estimate holds besides the first captures (graphs.cudagraph_estimate)."""
     e, r = plan.cudagraph_estimate, plan.recipe
     graphs = ", ".join(f"{mode} {count:,}" for mode, count in e.graphs.items()) or "none"
     if e.method is GraphEstimate.NONE:
