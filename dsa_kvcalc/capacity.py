@@ -14,7 +14,7 @@ from enum import Enum
 
 from dsa_kvcalc import estimates
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Backend, Layout, Rows
-from dsa_kvcalc.deployment import Deployment, kv_spec, resolve
+from dsa_kvcalc.deployment import Deployment, Known, kv_spec, resolve
 from dsa_kvcalc.graphs import CudagraphEstimate
 from dsa_kvcalc.keys import Recipe, RecipeError
 from dsa_kvcalc.kv_cache import round_up
@@ -419,13 +419,13 @@ def backend_plan(deployment: Deployment, memory: RankMemory, backend: Backend, l
         oom=risk)
 
 
-def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = None) -> Plan:
+def plan(recipe: Recipe, only: set[str] | None = None, known: Known | None = None) -> Plan:
     """Every backend of the recipe's engine through the doc's steps, or those in `only` (and auto, which the report
-    compares them with): a sweep plans just the backends it shows, with the KV-cache specs it has built so far. A
+    compares them with): a sweep plans just the backends it shows, with what it has resolved so far (Known). A
     max-model-len of auto is first fitted, as vLLM fits it."""
     if recipe.fit_max_model_len:
-        recipe = fitted(recipe, kv_specs)
-    deployment = resolve(recipe, kv_specs)
+        recipe = fitted(recipe, known)
+    deployment = resolve(recipe, known)
     memory = rank_memory(deployment)
     check_weights_fit(recipe, memory)
     backends = deployment.backends
@@ -448,19 +448,20 @@ def plan(recipe: Recipe, only: set[str] | None = None, kv_specs: dict | None = N
 FIT_RULE = "vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:1337-1405"  # vllm==0.19.0 kv_cache_utils.py:1405-1460
 
 
-def fitted(recipe: Recipe, kv_specs: dict | None) -> Recipe:
+def fitted(recipe: Recipe, known: Known | None) -> Recipe:
     """The recipe at the max-model-len vLLM fits for -1 (auto): the model's maximum where one request of it fits
     the KV memory the profile at that length leaves (with the recipe's top-k backend, else auto), else the longest
     length whose request fits it. Noted in the recipe, with the rule."""
     at_most = replace(recipe, fit_max_model_len=False)
-    profiled = plan(at_most, kv_specs=kv_specs)
+    profiled = plan(at_most, known=known)
     runs = [b for b in profiled.backends if b.available] or profiled.backends  # none runs here: the plan says why
     backend = next((b for b in runs if b.selected), next((b for b in runs if b.backend == "auto"), runs[0]))
     available = backend.kv_cache_bytes
     mla = profiled.memory.sparse_mla_backend
+    specs = None if known is None else known.specs
 
     def fits(length: int) -> bool:
-        return kv_spec(replace(at_most, max_model_len=length), mla, kv_specs).request_bytes <= available
+        return kv_spec(replace(at_most, max_model_len=length), mla, specs).request_bytes <= available
 
     longest = recipe.max_model_len
     if fits(longest):

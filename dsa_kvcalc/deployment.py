@@ -9,7 +9,7 @@ its values is a byte count of memory.
 The walk runs one way: recipe -> deployment -> capacity (plan) -> report -> render.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dsa_kvcalc import graphs, kv_cache
 from dsa_kvcalc.catalog import (BACKENDS, DRAFTER_NEEDS, NOPE_MLA_HEAD_SIZE, SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES,
@@ -161,10 +161,22 @@ def concurrent_batches(recipe: Recipe) -> int:
     return 2 if stages <= 1 else stages
 
 
+class Reads:
+    """A recipe that notes the fields read of it, in the order first read."""
+
+    def __init__(self, recipe: Recipe):
+        self.recipe, self.names = recipe, {}
+
+    def __getattr__(self, name):
+        self.names[name] = None
+        return getattr(self.recipe, name)
+
+
 def kv_spec(recipe: Recipe, backend: str, specs: dict | None = None) -> KvSpec:
     """The recipe's KV-cache groups (kv_cache.py), with the tokens in flight that windows hold (vLLM 0.26.0+: two
     batches under async scheduling) and the draft tokens multi-layer MTP keeps (0.28.0+). A sweep passes `specs`,
-    the specs it has built by all that kv_cache.spec reads: most of its points share one."""
+    the specs it has built so far, each under the fields kv_cache.spec read of its recipe and their values: a recipe
+    that agrees with one on the fields that spec read gets the same spec (most of a sweep's points share one)."""
     engine, k = recipe.engine, recipe.num_speculative_tokens
     in_flight = recipe.max_num_batched_tokens * concurrent_batches(recipe)
     multi_layer_mtp = recipe.speculative_method != "dspark" and draft_layers(recipe) > 1 and k > 1
@@ -172,10 +184,15 @@ def kv_spec(recipe: Recipe, backend: str, specs: dict | None = None) -> KvSpec:
     arguments = (backend, draft_layers(recipe), in_flight, extra)
     if specs is None:
         return kv_cache.spec(recipe, *arguments)
-    key = (*(getattr(recipe, name) for name in kv_cache.SPEC_FIELDS), *arguments)
-    if key not in specs:
-        specs[key] = kv_cache.spec(recipe, *arguments)
-    return specs[key]
+    for names, built in specs.items():
+        spec = built.get((*(getattr(recipe, name) for name in names), *arguments))
+        if spec is not None:
+            return spec
+    reads = Reads(recipe)
+    spec = kv_cache.spec(reads, *arguments)
+    names = tuple(reads.names)
+    specs.setdefault(names, {})[(*(getattr(recipe, name) for name in names), *arguments)] = spec
+    return spec
 
 
 # vLLM's start-up checks that refuse a recipe -------------------------------------------------------------------------
@@ -370,9 +387,34 @@ class Deployment:
     cudagraph_floor_then_bytes: int
 
 
-def resolve(recipe: Recipe, kv_specs: dict | None = None) -> Deployment:
+@dataclass
+class Known:
+    """What a sweep has resolved so far, for its later points: the KV-cache specs (kv_spec), and what vLLM captures
+    at the shape its memory block was measured at, by that recipe (held here, so that its id names it)."""
+    specs: dict = field(default_factory=dict)
+    measured: dict = field(default_factory=dict)  # id(recipe) -> (recipe, captured(recipe))
+
+
+def captured(recipe: Recipe) -> tuple[CudagraphEstimate, int]:
+    """vLLM's CUDA-graph estimate for the recipe, and the rows of indexer logits its largest FULL decode graph holds."""
+    sizes = graphs.capture_sizes(recipe)
+    estimate = graphs.cudagraph_estimate(recipe, sizes, on_model_runner_v2(recipe))
+    return estimate, graphs.decode_graphs(recipe, sizes).top
+
+
+def captured_then(recipe: Recipe, known: Known | None) -> tuple[CudagraphEstimate, int]:
+    """captured() at the shape the recipe's memory block was measured at (recipe.measured_on), where it differs."""
+    then = recipe.measured_on
+    if known is None:
+        return captured(then)
+    if id(then) not in known.measured:
+        known.measured[id(then)] = (then, captured(then))
+    return known.measured[id(then)][1]
+
+
+def resolve(recipe: Recipe, known: Known | None = None) -> Deployment:
     """The recipe's Deployment, after every check of vLLM's that refuses it at start-up (a Refusal, its key as the
-    recipe spells it); `kv_specs`: a sweep's KV-cache specs so far (kv_spec)."""
+    recipe spells it); `known`: what a sweep has resolved so far."""
     try:
         check_attention_heads(recipe)
         check_decode_context_parallel(recipe)
@@ -389,17 +431,15 @@ def resolve(recipe: Recipe, kv_specs: dict | None = None) -> Deployment:
     backends = engine_backends(recipe)
     why_not = {b.name: availability(recipe, b) for b in backends}
     notes = {b.name: b.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows) for b in backends}
-    model_runner_v2 = on_model_runner_v2(recipe)
-    estimate = graphs.cudagraph_estimate(recipe, model_runner_v2)
-    then = recipe.measured_on
-    estimate_then = estimate if then is None else graphs.cudagraph_estimate(then, on_model_runner_v2(then))
+    estimate, logits_rows = captured(recipe)
+    estimate_then, logits_rows_then = (estimate, logits_rows) if recipe.measured_on is None else \
+        captured_then(recipe, known)
     return Deployment(
         recipe=recipe, backends=tuple(backends),
         reasons={name: reason or notes[name] for name, reason in why_not.items()},
         available=frozenset(name for name, reason in why_not.items() if reason is None),
-        sparse_mla_backend=mla_backend, model_runner_v2=model_runner_v2,
+        sparse_mla_backend=mla_backend, model_runner_v2=on_model_runner_v2(recipe),
         draft_layers=draft_layers(recipe), concurrent_batches=concurrent_batches(recipe),
-        kv=kv_spec(recipe, mla_backend, kv_specs), cudagraph_estimate=estimate,
-        cudagraph_logits_rows=graphs.cudagraph_logits_rows(recipe),
-        cudagraph_logits_rows_then=graphs.cudagraph_logits_rows(recipe if then is None else then),
+        kv=kv_spec(recipe, mla_backend, None if known is None else known.specs), cudagraph_estimate=estimate,
+        cudagraph_logits_rows=logits_rows, cudagraph_logits_rows_then=logits_rows_then,
         cudagraph_floor_then_bytes=estimate_then.floor_bytes)

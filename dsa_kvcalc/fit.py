@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import BackendPlan, Plan
+from dsa_kvcalc.deployment import Known
 from dsa_kvcalc.keys import KEYS, Recipe
 from dsa_kvcalc.report import refusal
 from dsa_kvcalc.sweep import Base, recipe_at
@@ -81,12 +82,12 @@ class Planner:
     def __init__(self, base: Base):
         self.base = base
         self.plans: dict[tuple, Plan] = {}
-        self.kv_specs: dict = {}
+        self.known = Known()
 
     def at(self, point: dict) -> Plan:
         key = tuple(sorted(point.items()))
         if key not in self.plans:
-            self.plans[key] = capacity.plan(recipe_at(self.base, point), kv_specs=self.kv_specs)
+            self.plans[key] = capacity.plan(recipe_at(self.base, point), known=self.known)
         return self.plans[key]
 
     def backend(self, point: dict, name: str) -> tuple[Plan, BackendPlan]:

@@ -107,46 +107,39 @@ def capture_sizes(recipe: Recipe) -> Graphs:
     return whole_requests(listed, run, 1, limit)
 
 
-def runner_capture_sizes(recipe: Recipe, model_runner_v2: bool) -> Graphs:
+def runner_capture_sizes(recipe: Recipe, sizes: Graphs, model_runner_v2: bool) -> Graphs:
     """The sizes the model runner captures its mixed-batch graphs at: Model Runner V1 rounds every size up to whole
     requests of 1 + k tokens, within the largest, where a FULL mode captures decode graphs with draft tokens
     (vllm==0.33.0 vllm/config/compilation.py:1496-1508, 1537-1565 adjust_cudagraph_sizes_for_spec_decode;
-    vllm==0.19.0 :1235-1280); Model Runner V2 keeps them (its decode graphs round themselves, decode_graphs)."""
-    sizes = capture_sizes(recipe)
+    vllm==0.19.0 :1235-1280); Model Runner V2 keeps them (its decode graphs round themselves, decode_graphs).
+    `sizes`: capture_sizes(recipe)."""
     per_seq = 1 + recipe.num_speculative_tokens
     if model_runner_v2 or recipe.cudagraph_mode not in FULL_MODES:
         return sizes
     return whole_requests(sizes.listed, sizes.run, per_seq, sizes.top)
 
 
-def decode_graphs(recipe: Recipe) -> Graphs:
+def decode_graphs(recipe: Recipe, sizes: Graphs) -> Graphs:
     """The uniform decode batches vLLM captures FULL, in tokens (each one indexer logits row): every capture size
     rounded up to whole requests of 1 + k tokens, kept within the largest capture size and max_num_seqs requests
     (Model Runner V2: vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:321-350; V1 rounds the sizes themselves,
     runner_capture_sizes, and its dispatcher keeps those within (1 + k) x max_num_seqs,
     vllm/v1/cudagraph_dispatcher.py:203-229). The same whole-request graphs stand for the decode batches of mode
-    FULL, whose graphs are the capture sizes themselves."""
+    FULL, whose graphs are the capture sizes themselves. The largest (top) is the rows of indexer logits the graph
+    pool holds, at most the decode worst case (max_num_batched_tokens bounds the sizes, max_num_seqs the requests)."""
     if recipe.cudagraph_mode not in FULL_MODES:
         return Graphs(frozenset(), range(0), 1)
-    sizes = capture_sizes(recipe)
     per_seq = 1 + recipe.num_speculative_tokens
     return whole_requests(sizes.listed, sizes.run, per_seq, min(sizes.top, recipe.max_num_seqs * per_seq))
 
 
-def cudagraph_logits_rows(recipe: Recipe) -> int:
-    """Decode rows whose logits the graph pool holds: the largest FULL decode graph, whole requests of 1 + k tokens,
-    at most the decode worst case (which bounds it: max_num_batched_tokens bounds the sizes, max_num_seqs the
-    requests)."""
-    return decode_graphs(recipe).top
-
-
-def full_graphs(recipe: Recipe, model_runner_v2: bool) -> Graphs:
+def full_graphs(recipe: Recipe, sizes: Graphs, model_runner_v2: bool) -> Graphs:
     """The FULL graphs vLLM captures, in tokens: the decode graphs where FULL is the decode mode beside PIECEWISE or
     none (FULL_AND_PIECEWISE, FULL_DECODE_ONLY), every mixed-batch size in mode FULL
     (vllm==0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py:321-374, vllm/v1/cudagraph_dispatcher.py:187-229)."""
     if recipe.cudagraph_mode == "FULL":
-        return runner_capture_sizes(recipe, model_runner_v2)
-    return decode_graphs(recipe)
+        return runner_capture_sizes(recipe, sizes, model_runner_v2)
+    return decode_graphs(recipe, sizes)
 
 
 def cudagraphs_subtracted(recipe: Recipe, model_runner_v2: bool) -> bool:
@@ -196,15 +189,16 @@ class CudagraphEstimate:
         return self.method is not GraphEstimate.NONE
 
 
-def cudagraph_estimate(recipe: Recipe, model_runner_v2: bool) -> CudagraphEstimate:
+def cudagraph_estimate(recipe: Recipe, sizes: Graphs, model_runner_v2: bool) -> CudagraphEstimate:
     """V1 (vllm==0.19.0 vllm/v1/worker/gpu_model_runner.py:5862-5960; the same to vllm==0.33.0 :6268-6415):
         estimate = max over modes of the first capture + sum over modes of (graphs - 1) x max(second capture, floor)
     V2 (vllm==0.29.0 vllm/v1/worker/gpu/cudagraph_utils.py:712-831; the same to vllm==0.33.0 :916-1039):
         estimate = the capture measured - both samples + first + (FULL graphs - 1) x max(second, floor)
     PIECEWISE graphs are sampled by V1 and measured in full by V2. None where the release subtracts none."""
     engine = recipe.engine
-    full = full_graphs(recipe, model_runner_v2)
-    piecewise = len(runner_capture_sizes(recipe, model_runner_v2)) if recipe.cudagraph_mode in PIECEWISE_MODES else 0
+    full = full_graphs(recipe, sizes, model_runner_v2)
+    runner = runner_capture_sizes(recipe, sizes, model_runner_v2)
+    piecewise = len(runner) if recipe.cudagraph_mode in PIECEWISE_MODES else 0
     graphs = {mode: count for mode, count in (("PIECEWISE", piecewise), ("FULL", len(full))) if count}
     sampled = tuple(full.largest(engine.cudagraph_estimate_samples))
     if not cudagraphs_subtracted(recipe, model_runner_v2):

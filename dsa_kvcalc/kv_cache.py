@@ -52,11 +52,6 @@ V41_MXFP8_ALIGNMENT = 512
 V41_WINDOW_BLOCK = 32
 V41_RING_SLOT_BYTES = 2 * 512 * 4
 SM10X = ("sm100", "sm103")
-# All that spec reads of a recipe (tests/test_kv_cache.py checks that it reads nothing else): the points of a sweep
-# that agree on these share one spec.
-SPEC_FIELDS = ("model", "engine", "gpu", "cache_dtype", "quantized_cache", "indexer_kv_dtype", "indexer_sparse_logits",
-               "attention_backend", "tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size",
-               "enable_prefix_caching", "speculative_method", "num_speculative_tokens", "max_model_len")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import yaml
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import BACKENDS
+from dsa_kvcalc.deployment import Known
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.inputs import RecipeLoader
 from dsa_kvcalc.keys import BY_NAME, KEYS, MEMORY_TERMS, NESTED, Recipe, RecipeError, canonical, memory_unit, \
@@ -274,11 +275,11 @@ def rows(base: Base, varies: list[Vary], backends: list[str], points, failures: 
     """One row per point and backend: the varied values, then plan's JSON for that backend, flattened.
     Without `backends`, every available backend; named backends come even when unavailable (with the reason)."""
     keys = [vary.key for vary in varies]
-    kv_specs: dict = {}
+    known = Known()
     for point in points:
         values = dict(zip(keys, point))
         try:
-            plan = capacity.plan(recipe_at(base, values), set(backends) if backends else None, kv_specs)
+            plan = capacity.plan(recipe_at(base, values), set(backends) if backends else None, known)
         except RecipeError as error:
             failures.count += 1
             failures.first = failures.first or str(error)
@@ -330,7 +331,7 @@ def recommend(base: Base, target_concurrency: int, min_kv_tokens: int, backends:
     targets. KV tokens only shrink and the OOM bound only tightens as max-num-seqs grows, so the feasible
     max-num-seqs form one interval [target, largest]: bisection finds its end. Best candidate first."""
     candidates = []
-    kv_specs: dict = {}
+    known = Known()
     for k in spec_tokens:
         spec = {"speculative-config.num_speculative_tokens": k}
         most_seqs = min(recipe_at(base, spec).max_num_batched_tokens, KEYS["max_num_seqs"].maximum)
@@ -338,7 +339,7 @@ def recommend(base: Base, target_concurrency: int, min_kv_tokens: int, backends:
 
         def check(seqs: int) -> dict[str, tuple[list[str], capacity.BackendPlan]]:
             recipe = recipe_at(base, {"max-num-seqs": seqs, **spec})
-            plan = capacity.plan(recipe, kv_specs=kv_specs)
+            plan = capacity.plan(recipe, known=known)
             return {b.backend: (shortfalls(recipe, b, min_kv_tokens), b) for b in plan.backends
                     if (b.backend in backends if backends else b.available)}
 

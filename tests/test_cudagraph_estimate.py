@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, SEED
 from dsa_kvcalc import capacity, report
 from dsa_kvcalc.deployment import on_model_runner_v2, resolve
-from dsa_kvcalc.graphs import GraphEstimate, runner_capture_sizes, whole_requests
+from dsa_kvcalc.graphs import GraphEstimate, capture_sizes, runner_capture_sizes, whole_requests
 from dsa_kvcalc.recipe import load, load_recipe
 from test_records import RECORDS
 
@@ -35,7 +35,7 @@ def test_model_runner_v1_counts_the_graphs_its_log_profiles(log, record):
     estimate = resolve(recipe).cudagraph_estimate
     assert estimate.method is GraphEstimate.SAMPLED
     assert estimate.graphs == {"PIECEWISE": piecewise, "FULL": full}
-    captured = runner_capture_sizes(recipe, on_model_runner_v2(recipe))
+    captured = runner_capture_sizes(recipe, capture_sizes(recipe), on_model_runner_v2(recipe))
     assert (captured.top, estimate.sampled_rows[0]) == (piecewise_largest, full_largest)
     assert estimate.floor_bytes == (piecewise - 1 + full - 1) * MIB
 

@@ -9,7 +9,6 @@ from conftest import SEED
 from dsa_kvcalc import capacity, deployment, estimates, memory_terms, report, weights
 from dsa_kvcalc.catalog import LAYOUTS
 from dsa_kvcalc.deployment import resolve
-from dsa_kvcalc.graphs import cudagraph_logits_rows
 from dsa_kvcalc.fixes import fixes
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
 from dsa_kvcalc.sweep import load_base
@@ -20,7 +19,7 @@ MTP = {"method": "mtp", "num_speculative_tokens": 1}
 
 
 def rows(**keys) -> int:
-    return cudagraph_logits_rows(load(V32_H200 | keys))
+    return resolve(load(V32_H200 | keys)).cudagraph_logits_rows
 
 
 # 1. Decode logits ---------------------------------------------------------------------------------------------------
@@ -300,7 +299,7 @@ def test_graph_rows_are_whole_numbers():
     # (vllm/config/vllm.py:2030-2037): 300 rows, an integer (JSON prints 300, not 300.0)
     recipe = load(V32_H200 | {"gpu": "B200", "max-num-seqs": 100, "vllm-version": "0.29.0",
                               "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}})
-    graph_rows = cudagraph_logits_rows(recipe)
+    graph_rows = resolve(recipe).cudagraph_logits_rows
     assert graph_rows == 300 and type(graph_rows) is int
 
 
@@ -472,4 +471,4 @@ def test_one_request_of_three_tokens_is_a_full_decode_graph_when_the_batch_takes
     # So the largest FULL decode graph holds 3 rows (of the 2 x 3 = 6 of the decode worst case).
     recipe = load(V32_H200 | {"vllm-version": "0.33.0", "max-num-seqs": 2, "max-num-batched-tokens": 4,
                               "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}})
-    assert cudagraph_logits_rows(recipe) == 3
+    assert resolve(recipe).cudagraph_logits_rows == 3

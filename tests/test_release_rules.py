@@ -9,7 +9,6 @@ import pytest
 from conftest import LOGS
 from dsa_kvcalc import capacity
 from dsa_kvcalc.deployment import resolve
-from dsa_kvcalc.graphs import cudagraph_logits_rows
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.vllm_log import read_log_file
@@ -187,7 +186,7 @@ def test_decode_logits_are_fp32_before_033_and_bf16_plus_copy_on_sm100_after(ver
 ])
 def test_capture_sizes_by_release(settings, rows):
     recipe = load({"model": "GLM-5", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8"} | settings)
-    assert cudagraph_logits_rows(recipe) == rows
+    assert resolve(recipe).cudagraph_logits_rows == rows
 
 
 def test_block_stride_aligned_to_656_bytes_from_031_on_sm10x_flashmla():
@@ -361,7 +360,7 @@ def test_vllm_refuses_capture_sizes_it_cannot_reconcile(compilation, refused):
 ])
 def test_capture_sizes_at_their_edges(keys, largest):
     recipe = {"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "max-num-seqs": 512} | keys
-    assert cudagraph_logits_rows(load(recipe)) == largest
+    assert resolve(load(recipe)).cudagraph_logits_rows == largest
 
 
 def test_enforce_eager_and_deepinfer_are_not_held_to_vllms_capture_sizes():

@@ -10,7 +10,6 @@ import pytest
 from dsa_kvcalc import capacity
 from dsa_kvcalc.catalog import LAYOUTS
 from dsa_kvcalc.deployment import resolve
-from dsa_kvcalc.graphs import cudagraph_logits_rows
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.fixes import fixes, prefill_overshoot
@@ -71,7 +70,7 @@ def test_deep_select_graphs_follow_from_auto_graphs_alone():
 def test_vllm_default_capture_size_would_not_reach_1536_rows():
     recipe = load_recipe(SEED, ["compilation-config.max_cudagraph_capture_size=null"])
     # min(256 sequences x 6 tokens x 2, 1024 on SM100) = 1024; the largest n x 6 <= 1024 on the grid is 168 x 6
-    assert cudagraph_logits_rows(recipe) == 1008
+    assert resolve(recipe).cudagraph_logits_rows == 1008
 
 
 def test_seed_recipe_reproduces_the_seed_kv_table(seed_plan):

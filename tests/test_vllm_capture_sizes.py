@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc.graphs import cudagraph_logits_rows
+from dsa_kvcalc.graphs import capture_sizes, decode_graphs
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
 
@@ -69,7 +69,8 @@ def case_recipe(release: str, case: dict) -> dict:
 
 def plan_rows(release: str, case: dict) -> int | str:
     try:
-        return cudagraph_logits_rows(load(case_recipe(release, case)))
+        recipe = load(case_recipe(release, case))
+        return decode_graphs(recipe, capture_sizes(recipe)).top
     except RecipeError:
         return "refused"
 

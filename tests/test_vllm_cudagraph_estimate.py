@@ -18,7 +18,8 @@ import pytest
 from conftest import ROOT
 from dsa_kvcalc.deployment import on_model_runner_v2
 from dsa_kvcalc.engine import release_tuple
-from dsa_kvcalc.graphs import PIECEWISE_MODES, GraphEstimate, cudagraph_estimate, full_graphs, runner_capture_sizes
+from dsa_kvcalc.graphs import (PIECEWISE_MODES, GraphEstimate, capture_sizes, cudagraph_estimate, full_graphs,
+                               runner_capture_sizes)
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
 
@@ -70,10 +71,10 @@ def differences(script: str, release: str, oracle_cases: list[dict], compare) ->
 
 
 def v2_graphs(recipe, case: dict, answer: dict) -> tuple:
-    v2 = on_model_runner_v2(recipe)
-    estimate = cudagraph_estimate(recipe, v2)
-    full = full_graphs(recipe, v2)
-    piecewise = runner_capture_sizes(recipe, v2) if case["cudagraph_mode"] in PIECEWISE_MODES else []
+    v2, sizes = on_model_runner_v2(recipe), capture_sizes(recipe)
+    estimate = cudagraph_estimate(recipe, sizes, v2)
+    full = full_graphs(recipe, sizes, v2)
+    piecewise = runner_capture_sizes(recipe, sizes, v2) if case["cudagraph_mode"] in PIECEWISE_MODES else []
     ours = (estimate.method, full.largest(len(full)), len(piecewise), list(estimate.sampled_rows),
             FIRST_SAMPLE_BYTES + estimate.floor_bytes if answer["full"] else 0)
     theirs = (GraphEstimate.EXTRAPOLATED, answer["full"], len(answer["piecewise"]), answer["sampled"],
@@ -82,7 +83,7 @@ def v2_graphs(recipe, case: dict, answer: dict) -> tuple:
 
 
 def v1_graphs(recipe, case: dict, answer: dict) -> tuple:
-    estimate = cudagraph_estimate(recipe, on_model_runner_v2(recipe))
+    estimate = cudagraph_estimate(recipe, capture_sizes(recipe), on_model_runner_v2(recipe))
     pieces, full = len(answer["sizes"]), len(answer["full_decode"])
     ours = (estimate.method, estimate.graphs.get("PIECEWISE", 0), estimate.graphs.get("FULL", 0),
             estimate.extrapolated_graphs)
