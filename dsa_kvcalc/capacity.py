@@ -28,18 +28,12 @@ FP32_BYTES = 4
 
 # 1. Rows: the decode worst case ---------------------------------------------------------------------------------
 
-def rows_rule(recipe: Recipe) -> Rows:
-    """The indexer's own rule (catalog.Indexer), or DeepInfer's, whose profile run takes max_num_seqs x (1 + nextn)."""
-    return recipe.model.indexer.rows if recipe.engine.rows_capped_by_batched_tokens else Rows.UNCAPPED
-
-
-def decode_rows(recipe: Recipe) -> int:
+def decode_rows(recipe: Recipe, rule: Rows) -> int:
     """rows = min(max_num_seqs, max_num_batched_tokens) x (1 + num_speculative_tokens)   (vLLM #62860)
     rows = min(max_num_seqs x (1 + num_speculative_tokens), max_num_batched_tokens)     (the kpool indexer's profile
            branch, vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:312-321)
     rows = max_num_seqs x (1 + nextn)                                                     (DeepInfer's profile run)"""
     seqs, tokens, per_seq = recipe.max_num_seqs, recipe.max_num_batched_tokens, 1 + recipe.num_speculative_tokens
-    rule = rows_rule(recipe)
     if rule is Rows.TOKENS_CAPPED:
         return min(seqs * per_seq, tokens)
     if rule is Rows.SEQS_CAPPED:
@@ -98,19 +92,19 @@ def reads_bf16(recipe: Recipe, backend: Backend) -> bool:
     return backend.reads_bf16 and recipe.decode_context_parallel_size == 1 and not recipe.model.indexer.upcasts_always
 
 
-def decode_logits(recipe: Recipe, topk_reads_bf16: bool) -> DecodeLogits:
+def decode_logits(recipe: Recipe, rule: Rows, topk_reads_bf16: bool) -> DecodeLogits:
     """[rows, padded(max_model_len // ratio)] in DeepGEMM's dtype, plus the FP32 copy where the top-k reads FP32."""
     layout = recipe.layout
     columns = recipe.max_model_len // recipe.indexer_width_ratio
     needs_copy = layout.logits_dtype != "fp32" and not topk_reads_bf16
-    return DecodeLogits(rows_rule(recipe), decode_rows(recipe), columns, width_multiple(layout),
+    return DecodeLogits(rule, decode_rows(recipe, rule), columns, width_multiple(layout),
                         padded_columns(columns, layout), layout.logits_dtype, DTYPE_BYTES[layout.logits_dtype],
                         FP32_BYTES if needs_copy else 0)
 
 
-def backend_logits(recipe: Recipe, backends: list[Backend]) -> dict[str, DecodeLogits]:
+def backend_logits(recipe: Recipe, rule: Rows, backends: list[Backend]) -> dict[str, DecodeLogits]:
     """Each backend's decode logits: one computation per way the top-k reads them."""
-    by_reader = {reads: decode_logits(recipe, reads) for reads in {reads_bf16(recipe, b) for b in backends}}
+    by_reader = {reads: decode_logits(recipe, rule, reads) for reads in {reads_bf16(recipe, b) for b in backends}}
     return {b.name: by_reader[reads_bf16(recipe, b)] for b in backends}
 
 
@@ -133,28 +127,17 @@ class Reservation:
     bytes: int
 
 
-def rocm_indexer_workspace_bytes(recipe: Recipe) -> int:
-    """ROCm's AITER indexer locks an FP32 buffer for the decode logits while profiling (engine.py
-    rocm_indexer_workspace): max_num_batched_tokens rows from vLLM 0.23.0, min(max_num_batched_tokens,
-    max_num_seqs x (1 + k)) from 0.30.0, at max_model_len columns: 32 GiB at 8192 x 1M (vLLM issue #55132)."""
-    rows_rule = recipe.engine.rocm_indexer_workspace
-    if not recipe.gpu.arch.startswith("gfx") or rows_rule == "none":
-        return 0
-    rows = recipe.max_num_batched_tokens
-    if rows_rule == "decode rows":
-        rows = min(rows, recipe.max_num_seqs * (1 + recipe.num_speculative_tokens))
-    return rows * recipe.max_model_len * FP32_BYTES
-
-
-def reservation(recipe: Recipe, logits: DecodeLogits, reserves_decode_logits: bool) -> Reservation:
+def reservation(deployment: Deployment, logits: DecodeLogits, reserves_decode_logits: bool) -> Reservation:
     """reserved = max(prefill_budget, rows x padded_width x bytes_per_element)   (with #62860; without: the budget)
     reserved = max(prefill_budget, rows x width x 4)        (the kpool indexer's own: FP32, unpadded)
     DeepInfer's profile run holds the decode logits themselves; ROCm's locked workspace holds them on top of the
-    budget. Both are the same on either side of #62860."""
+    budget. Both are the same on either side of #62860. ROCm's workspace: its rows (deployment.py
+    rocm_workspace_rows) at max_model_len FP32 columns, 32 GiB at 8192 x 1M (vLLM issue #55132)."""
+    recipe = deployment.recipe
     budget = profile_budget_bytes(recipe)
-    workspace = rocm_indexer_workspace_bytes(recipe)
+    workspace = deployment.rocm_workspace_rows * recipe.max_model_len * FP32_BYTES
     unpadded_fp32 = logits.rows * logits.columns * FP32_BYTES
-    if recipe.engine.profile_holds_decode_logits:
+    if deployment.profile_holds_decode_logits:
         return Reservation(Reserved.HELD, budget, logits.bytes, logits.bytes)
     if workspace:
         return Reservation(Reserved.WORKSPACE, budget, workspace, budget + workspace)
@@ -404,7 +387,7 @@ def backend_plan(deployment: Deployment, memory: RankMemory, backend: Backend, l
     headroom = indexer_headroom(recipe, logits, backend.name)
     graphs = cudagraph_pool(recipe, backend.name, graph_logits, logits_then, *floors)
     subtracted = graphs.bytes if deployment.cudagraph_estimate.subtracted else 0
-    sides = {reserves: sizing(recipe, memory, reserves, reservation(recipe, dl, reserves), headroom, subtracted)
+    sides = {reserves: sizing(recipe, memory, reserves, reservation(deployment, dl, reserves), headroom, subtracted)
              for reserves in (True, False)}
     release = sides[recipe.reserves_decode_logits]
     risk = oom(recipe, memory, dl, release.reservation, release.kv_cache_bytes, graphs.bytes)
@@ -429,15 +412,15 @@ def plan(recipe: Recipe, only: set[str] | None = None, known: Known | None = Non
     memory = rank_memory(deployment)
     check_weights_fit(recipe, memory)
     backends = deployment.backends
-    logits = backend_logits(recipe, backends)
+    logits = backend_logits(recipe, deployment.rows_rule, backends)
     graph_rows = deployment.cudagraph_logits_rows
     graph_logits = graph_logits_bytes(graph_rows, logits)
-    then = recipe.measured_on
-    logits_then = graph_logits if then is None else graph_logits_bytes(deployment.cudagraph_logits_rows_then,
-                                                                       backend_logits(then, backends))
+    then, measured = recipe.measured_on, deployment.measured
+    logits_then = graph_logits if then is None else graph_logits_bytes(
+        measured.cudagraph_logits_rows, backend_logits(then, measured.rows_rule, backends))
     check_graph_pools(recipe, logits_then)
     estimate = deployment.cudagraph_estimate
-    floors = (estimate.floor_bytes, deployment.cudagraph_floor_then_bytes)
+    floors = (estimate.floor_bytes, measured.cudagraph_floor_bytes)
     shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
     return Plan(recipe, memory, estimate, [backend_plan(deployment, memory, b, logits, graph_rows, graph_logits,
                                                         logits_then, floors) for b in shown])

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from dsa_kvcalc import graphs, kv_cache
 from dsa_kvcalc.catalog import (BACKENDS, DRAFTER_NEEDS, NOPE_MLA_HEAD_SIZE, SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES,
                                 SPARSE_MLA_WIDE_ONLY, V4_FLASHMLA_ARCHS, V4_SM120_ARCHS, V41_DSPARK_BLOCK_TOKENS,
-                                Backend)
+                                Backend, Rows)
 from dsa_kvcalc.engine import ALL, MTP_METHODS, VLLM_RULES
 from dsa_kvcalc.graphs import CudagraphEstimate
 from dsa_kvcalc.keys import KEYS, Recipe, Refusal
@@ -369,6 +369,32 @@ def check_drafter(recipe: Recipe) -> None:
 # resolve(recipe) -> Deployment ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class Measured:
+    """What vLLM decides at the shape a memory block was measured at, that carrying its figures re-derives."""
+    rows_rule: Rows
+    cudagraph_logits_rows: int
+    cudagraph_floor_bytes: int
+
+
+def rows_rule(recipe: Recipe) -> Rows:
+    """The indexer's own rule (catalog.Indexer), or DeepInfer's, whose profile run takes max_num_seqs x (1 + nextn)."""
+    return recipe.model.indexer.rows if recipe.engine.rows_capped_by_batched_tokens else Rows.UNCAPPED
+
+
+def rocm_workspace_rows(recipe: Recipe) -> int:
+    """ROCm's AITER indexer locks an FP32 buffer for the decode logits while profiling (engine.py
+    rocm_indexer_workspace): max_num_batched_tokens rows from vLLM 0.23.0, min(max_num_batched_tokens,
+    max_num_seqs x (1 + k)) from 0.30.0; none on CUDA."""
+    rule = recipe.engine.rocm_indexer_workspace
+    if not recipe.gpu.arch.startswith("gfx") or rule == "none":
+        return 0
+    rows = recipe.max_num_batched_tokens
+    if rule == "decode rows":
+        rows = min(rows, recipe.max_num_seqs * (1 + recipe.num_speculative_tokens))
+    return rows
+
+
+@dataclass(frozen=True)
 class Deployment:
     """What vLLM decides for a recipe before it counts memory: plain values, each decided once."""
     recipe: Recipe
@@ -380,19 +406,20 @@ class Deployment:
     draft_layers: int
     concurrent_batches: int
     kv: KvSpec
+    rows_rule: Rows  # how the profile counts the decode logits' rows (rows_rule)
+    rocm_workspace_rows: int  # the rows of ROCm's locked indexer workspace; 0 where none (rocm_workspace_rows)
+    profile_holds_decode_logits: bool  # DeepInfer's profile run holds the decode logits themselves
     cudagraph_estimate: CudagraphEstimate
     cudagraph_logits_rows: int  # the largest FULL decode graph's tokens: the indexer logits rows the graph pool holds
-    # the same two at the shape the recipe's memory block was measured at (recipe.measured_on), else these
-    cudagraph_logits_rows_then: int
-    cudagraph_floor_then_bytes: int
+    measured: Measured  # the same at the shape the recipe's memory block was measured at (recipe.measured_on)
 
 
 @dataclass
 class Known:
-    """What a sweep has resolved so far, for its later points: the KV-cache specs (kv_spec), and what vLLM captures
-    at the shape its memory block was measured at, by that recipe (held here, so that its id names it)."""
+    """What a sweep has resolved so far, for its later points: the KV-cache specs (kv_spec), and what vLLM decides at
+    the shape its memory block was measured at, by that recipe (held here, so that its id names it)."""
     specs: dict = field(default_factory=dict)
-    measured: dict = field(default_factory=dict)  # id(recipe) -> (recipe, captured(recipe))
+    measured: dict = field(default_factory=dict)  # id(recipe) -> (recipe, Measured)
 
 
 def captured(recipe: Recipe) -> tuple[CudagraphEstimate, int]:
@@ -402,13 +429,19 @@ def captured(recipe: Recipe) -> tuple[CudagraphEstimate, int]:
     return estimate, graphs.decode_graphs(recipe, sizes).top
 
 
-def captured_then(recipe: Recipe, known: Known | None) -> tuple[CudagraphEstimate, int]:
-    """captured() at the shape the recipe's memory block was measured at (recipe.measured_on), where it differs."""
+def measured_at(recipe: Recipe) -> Measured:
+    estimate, logits_rows = captured(recipe)
+    return Measured(rows_rule(recipe), logits_rows, estimate.floor_bytes)
+
+
+def measured_then(recipe: Recipe, known: Known | None) -> Measured:
+    """What vLLM decides at the shape the recipe's memory block was measured at (recipe.measured_on): built once a
+    sweep."""
     then = recipe.measured_on
     if known is None:
-        return captured(then)
+        return measured_at(then)
     if id(then) not in known.measured:
-        known.measured[id(then)] = (then, captured(then))
+        known.measured[id(then)] = (then, measured_at(then))
     return known.measured[id(then)][1]
 
 
@@ -432,14 +465,16 @@ def resolve(recipe: Recipe, known: Known | None = None) -> Deployment:
     why_not = {b.name: availability(recipe, b) for b in backends}
     notes = {b.name: b.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows) for b in backends}
     estimate, logits_rows = captured(recipe)
-    estimate_then, logits_rows_then = (estimate, logits_rows) if recipe.measured_on is None else \
-        captured_then(recipe, known)
+    rule = rows_rule(recipe)
+    measured = Measured(rule, logits_rows, estimate.floor_bytes) if recipe.measured_on is None else \
+        measured_then(recipe, known)
     return Deployment(
         recipe=recipe, backends=tuple(backends),
         reasons={name: reason or notes[name] for name, reason in why_not.items()},
         available=frozenset(name for name, reason in why_not.items() if reason is None),
         sparse_mla_backend=mla_backend, model_runner_v2=on_model_runner_v2(recipe),
         draft_layers=draft_layers(recipe), concurrent_batches=concurrent_batches(recipe),
-        kv=kv_spec(recipe, mla_backend, None if known is None else known.specs), cudagraph_estimate=estimate,
-        cudagraph_logits_rows=logits_rows, cudagraph_logits_rows_then=logits_rows_then,
-        cudagraph_floor_then_bytes=estimate_then.floor_bytes)
+        kv=kv_spec(recipe, mla_backend, None if known is None else known.specs),
+        rows_rule=rule, rocm_workspace_rows=rocm_workspace_rows(recipe),
+        profile_holds_decode_logits=recipe.engine.profile_holds_decode_logits,
+        cudagraph_estimate=estimate, cudagraph_logits_rows=logits_rows, measured=measured)
