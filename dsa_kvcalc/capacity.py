@@ -350,6 +350,7 @@ class Plan:
     memory: RankMemory
     cudagraph_estimate: CudagraphEstimate
     backends: list[BackendPlan]
+    deployment: Deployment
 
     def backend(self, name: str) -> BackendPlan:
         return next(b for b in self.backends if b.backend == name)
@@ -423,7 +424,7 @@ def plan(recipe: Recipe, only: set[str] | None = None, known: Known | None = Non
     floors = (estimate.floor_bytes, measured.cudagraph_floor_bytes)
     shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
     return Plan(recipe, memory, estimate, [backend_plan(deployment, memory, b, logits, graph_rows, graph_logits,
-                                                        logits_then, floors) for b in shown])
+                                                        logits_then, floors) for b in shown], deployment)
 
 
 # vLLM's fit of max-model-len -1 (auto): the profile runs at the model's maximum; where one request of that does not

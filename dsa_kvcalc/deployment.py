@@ -398,6 +398,9 @@ def rocm_workspace_rows(recipe: Recipe) -> int:
 class Deployment:
     """What vLLM decides for a recipe before it counts memory: plain values, each decided once."""
     recipe: Recipe
+    # vLLM's scheduler refuses max-num-seqs above max-num-batched-tokens (vllm==0.33.0
+    # vllm/config/scheduler.py:331-336); told after the plan, beside the refusals that depend on memory (report.refusal)
+    scheduler_refusal: str | None
     backends: tuple[Backend, ...]  # the top-k backends the recipe's engine offers, in the catalog's order
     reasons: dict[str, str]  # backend -> why it does not run here (availability), or its note where it runs
     available: frozenset[str]  # the backends that run here
@@ -468,8 +471,10 @@ def resolve(recipe: Recipe, known: Known | None = None) -> Deployment:
     rule = rows_rule(recipe)
     measured = Measured(rule, logits_rows, estimate.floor_bytes) if recipe.measured_on is None else \
         measured_then(recipe, known)
+    seqs, tokens = recipe.max_num_seqs, recipe.max_num_batched_tokens
+    scheduler_refusal = f"max-num-seqs {seqs:,} is above max-num-batched-tokens {tokens:,}" if seqs > tokens else None
     return Deployment(
-        recipe=recipe, backends=tuple(backends),
+        recipe=recipe, scheduler_refusal=scheduler_refusal, backends=tuple(backends),
         reasons={name: reason or notes[name] for name, reason in why_not.items()},
         available=frozenset(name for name, reason in why_not.items() if reason is None),
         sparse_mla_backend=mla_backend, model_runner_v2=on_model_runner_v2(recipe),

@@ -68,13 +68,12 @@ def sizing_json(plan: Plan, side: Sizing) -> dict:
 
 
 def refusal(plan: Plan, b: BackendPlan) -> str | None:
-    """Why vLLM would refuse to start this deployment with backend b, or None. It starts when max-num-seqs <=
-    max-num-batched-tokens (vllm==0.33.0 vllm/config/scheduler.py:331-336) and its KV cache holds one request of
-    max-model-len (check_enough_kv_cache_memory, vllm/v1/core/kv_cache_planning.py:50-84 and 151-180; no memory at
-    all is its own error, :57)."""
+    """Why vLLM would refuse to start this deployment with backend b, or None: its scheduler's refusal (resolved in
+    deployment.py), or a KV cache that holds no request of max-model-len (check_enough_kv_cache_memory, vllm==0.33.0
+    vllm/v1/core/kv_cache_planning.py:50-84 and 151-180; no memory at all is its own error, :57)."""
     r, needed = plan.recipe, plan.memory.kv.request_bytes
-    if r.max_num_seqs > r.max_num_batched_tokens:
-        return f"max-num-seqs {r.max_num_seqs:,} is above max-num-batched-tokens {r.max_num_batched_tokens:,}"
+    if plan.deployment.scheduler_refusal:
+        return plan.deployment.scheduler_refusal
     if b.kv_cache_bytes <= 0:
         return "no memory is left for the KV cache"
     if b.kv_cache_bytes < needed:

@@ -312,10 +312,10 @@ def pick_point(c: Candidate) -> dict:
             "sparse-indexer-topk-backend": c.backend}
 
 
-def shortfalls(recipe: Recipe, b: capacity.BackendPlan, min_kv_tokens: int) -> list[str]:
+def shortfalls(plan: capacity.Plan, b: capacity.BackendPlan, min_kv_tokens: int) -> list[str]:
     """The targets this point misses; empty when it meets them all."""
-    missed = []
-    if recipe.max_num_seqs > recipe.max_num_batched_tokens:
+    recipe, missed = plan.recipe, []
+    if plan.deployment.scheduler_refusal:
         missed.append(f"above max-num-batched-tokens {recipe.max_num_batched_tokens:,} (vLLM refuses to start)")
     if b.kv_cache_tokens < min_kv_tokens:
         missed.append(f"KV cache {b.kv_cache_tokens:,} tokens per rank < {min_kv_tokens:,}")
@@ -340,7 +340,7 @@ def recommend(base: Base, target_concurrency: int, min_kv_tokens: int, backends:
         def check(seqs: int) -> dict[str, tuple[list[str], capacity.BackendPlan]]:
             recipe = recipe_at(base, {"max-num-seqs": seqs, **spec})
             plan = capacity.plan(recipe, known=known)
-            return {b.backend: (shortfalls(recipe, b, min_kv_tokens), b) for b in plan.backends
+            return {b.backend: (shortfalls(plan, b, min_kv_tokens), b) for b in plan.backends
                     if (b.backend in backends if backends else b.available)}
 
         at_target = check(target_concurrency)
