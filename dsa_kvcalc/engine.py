@@ -11,6 +11,8 @@ import functools
 import re
 from dataclasses import dataclass, field, fields
 
+from packaging.version import Version
+
 # Every vLLM release on the package index from the first with DeepSeek-V3.2 and GLM-5, each with the commit its wheel
 # was built from (vllm/_version.py __commit_id__): a dev build that prints one of these is that release.
 RELEASE_COMMITS = {
@@ -42,18 +44,18 @@ class Rule:
     source: str
     changes: tuple[Change, ...] = ()
 
-    def at(self, version: tuple[int, ...]) -> tuple[object, str]:
+    def at(self, version: Version) -> tuple[object, str]:
         value, source = self.initial, self.source
         for change in self.changes:
-            if version >= release_tuple(change.release):
+            if version >= parsed(change.release):
                 value, source = change.value, change.source
         return value, source
 
     def between(self, versions: set[str]) -> tuple[object, tuple[Change, ...]]:
         """The value at the oldest of the versions, and the changes up to the newest."""
-        oldest = min(release_tuple(version) for version in versions)
-        newest = max(release_tuple(version) for version in versions)
-        return self.at(oldest)[0], tuple(c for c in self.changes if oldest < release_tuple(c.release) <= newest)
+        oldest = min(parsed(version) for version in versions)
+        newest = max(parsed(version) for version in versions)
+        return self.at(oldest)[0], tuple(c for c in self.changes if oldest < parsed(c.release) <= newest)
 
     def adding(self, member: str) -> Change | None:
         """The change whose value first holds member (a rule whose value is a set that grows), or None when the
@@ -62,28 +64,28 @@ class Rule:
 
 
 @functools.cache
-def release_tuple(version: str) -> tuple[int, ...]:
-    """'0.20.1.dev1+g1234' -> (0, 20, 1); main -> just after the newest release."""
-    if version == MAIN:
-        return (*release_tuple(NEWEST_VLLM), 1)
-    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+def parsed(version: str) -> Version:
+    """A version as PEP 440 orders it (0.31.1.dev2 < 0.31.1rc1 < 0.31.1 < 0.31.1.post1), its local label (+gHASH, which
+    build_of reads) left out; main just after the newest release, as a local label sorts after its release. A text
+    that is no PEP 440 version: InvalidVersion, a ValueError."""
+    return Version(f"{NEWEST_VLLM}+{MAIN}") if version == MAIN else Version(Version(version).public)
 
 
 def within(release: str, first: str, last: str) -> bool:
-    return release_tuple(first) <= release_tuple(release) <= release_tuple(last)
+    return parsed(first) <= parsed(release) <= parsed(last)
 
 
 def release_of(version: str) -> str:
     """The release whose rules and arguments a version has: itself when a release, the newest for main and newer
-    releases, else the release it builds on (0.20.1.dev3 -> 0.20.1)."""
+    releases, else the last release before it in PEP 440's order (0.20.1.post1 -> 0.20.1; 0.20.1.dev3 and 0.20.1rc1,
+    which come before 0.20.1 -> 0.20.0)."""
     version = NEWEST_VLLM if version == MAIN else version
-    return max((r for r in RELEASES if release_tuple(r) <= release_tuple(version)), key=release_tuple,
-               default=RELEASES[0])
+    return max((r for r in RELEASES if parsed(r) <= parsed(version)), key=parsed, default=RELEASES[0])
 
 
 def build_of(version: str) -> str:
-    """The version whose rules a build takes: the release or main whose commit it names (+gHASH), else the release
-    its number names. A release before OLDEST_VLLM, or a source build numbered 0.1.devN, which names none: ValueError,
+    """The version whose rules a build takes: the release or main whose commit it names (+gHASH), else its number
+    (whose rules are the last release's at or before it in PEP 440's order). A release before OLDEST_VLLM, or a source build numbered 0.1.devN, which names none: ValueError,
     with what to name instead."""
     commit = re.search(r"\+g([0-9a-f]{7,40})", version)
     if commit:
@@ -92,9 +94,9 @@ def build_of(version: str) -> str:
         known = next((release for release, c in RELEASE_COMMITS.items() if c[:7] == commit[1][:7]), None)
         if known:
             return known
-    if version == MAIN or release_tuple(version) >= release_tuple(OLDEST_VLLM):
+    if version == MAIN or parsed(version) >= parsed(OLDEST_VLLM):
         return version
-    if release_tuple(version)[:2] > (0, 1):
+    if parsed(version).release[:2] > (0, 1):
         raise ValueError(f"{version} is older than {OLDEST_VLLM}, the oldest release modelled")
     raise ValueError(f"{version} is a source build{f' of commit {commit[1]}' if commit else ''}, not a release: name "
                      f"the release it was built on (vllm-version: {NEWEST_VLLM}, or main for vLLM main after #62860)")
@@ -222,7 +224,7 @@ class Engine:
     @property
     def newer_than_modelled(self) -> bool:
         """A vLLM after the newest release whose rules were read: it gets that release's rules."""
-        return self.name == "vllm" and self.version != MAIN and release_tuple(self.version) > release_tuple(NEWEST_VLLM)
+        return self.name == "vllm" and self.version != MAIN and parsed(self.version) > parsed(NEWEST_VLLM)
 
 
 ALL = "*"  # every architecture
@@ -740,9 +742,9 @@ VLLM_RULES = {
 
 @functools.cache
 def vllm(version: str) -> Engine:
-    key = release_tuple(version)
+    key = parsed(version)
     if version != MAIN:  # a release newer than the newest modelled takes the newest's rules
-        key = min(key, release_tuple(NEWEST_VLLM))
+        key = min(key, parsed(NEWEST_VLLM))
     values, sources = {}, {}
     for name, rule in VLLM_RULES.items():
         values[name], sources[name] = rule.at(key)

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from conftest import RECIPES, SEED, fails, run
-from dsa_kvcalc.engine import VLLM_RULES, release_tuple
+from dsa_kvcalc.engine import VLLM_RULES, parsed
 
 V32_H200 = RECIPES / "deepseek-v3.2-8xh200-tp8.yaml"
 V32_B200 = RECIPES / "deepseek-v3.2-8xb200-tp8.yaml"
@@ -64,13 +64,13 @@ def test_the_upgrade_of_the_seeds_recipe_from_0_31_to_0_33():
     assert rows["recipe.deepgemm"]["values"] == ["2.6", "2.8"]  # the release's DeepGEMM: BF16 logits from 0.33.0
     # the rules: exactly those whose values VLLM_RULES gives differently at the two releases, with every change
     # after 0.31.0 up to 0.33.0 and its source
-    old, new = release_tuple("0.31.0"), release_tuple("0.33.0")
+    old, new = parsed("0.31.0"), parsed("0.33.0")
     changed = {name: rule for name, rule in VLLM_RULES.items() if rule.at(old)[0] != rule.at(new)[0]}
     assert [r["rule"] for r in rows["rules"]] == list(changed)
     for r in rows["rules"]:
         rule = changed[r["rule"]]
         assert [(c["release"], c["source"]) for c in r["changes"]] == [
-            (c.release, c.source) for c in rule.changes if old < release_tuple(c.release) <= new]
+            (c.release, c.source) for c in rule.changes if old < parsed(c.release) <= new]
     deepgemm = next(r for r in rows["rules"] if r["rule"] == "default_deepgemm")
     assert (deepgemm["oldest"], deepgemm["changes"][0]["value"], deepgemm["changes"][0]["release"]) == ("2.6", "2.8",
                                                                                                          "0.33.0")
