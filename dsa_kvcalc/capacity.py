@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from dsa_kvcalc import estimates
-from dsa_kvcalc.catalog import (STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS, V4_SM120_ARCHS,
+from dsa_kvcalc.catalog import (STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_FAMILIES,
                                 Backend, Layout, Rows)
 from dsa_kvcalc.choices import availability, engine_backends, kv_spec, on_model_runner_v2, sparse_mla_refusal
 from dsa_kvcalc.keys import Recipe, RecipeError, Refusal
-from dsa_kvcalc.kv_cache import SM10X, round_up, stage_layers, v41_packed
+from dsa_kvcalc.kv_cache import round_up, stage_layers, v41_packed
 from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
 from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, peak_budget_bytes, profile_budget_bytes, rank_memory
 from dsa_kvcalc.units import GIB, MIB
@@ -138,7 +138,7 @@ def rocm_indexer_workspace_bytes(recipe: Recipe) -> int:
     rocm_indexer_workspace): max_num_batched_tokens rows from vLLM 0.23.0, min(max_num_batched_tokens,
     max_num_seqs x (1 + k)) from 0.30.0, at max_model_len columns: 32 GiB at 8192 x 1M (vLLM issue #55132)."""
     rows_rule = recipe.engine.rocm_indexer_workspace
-    if not recipe.gpu.arch.startswith("gfx") or rows_rule == "none":
+    if recipe.gpu.family != "rocm" or rows_rule == "none":
         return 0
     rows = recipe.max_num_batched_tokens
     if rows_rule == "decode rows":
@@ -256,7 +256,7 @@ DEFAULT_CAPTURE_CEILING = 512
 
 
 def capture_ceiling(recipe: Recipe) -> int:
-    return recipe.engine.capture_ceiling_sm10x if recipe.gpu.arch in ("sm100", "sm103") else DEFAULT_CAPTURE_CEILING
+    return recipe.engine.capture_ceiling_sm10x if recipe.gpu.family == "sm100" else DEFAULT_CAPTURE_CEILING
 
 
 def capture_sizes(recipe: Recipe) -> Graphs:
@@ -339,7 +339,7 @@ def cudagraphs_subtracted(recipe: Recipe) -> bool:
     under cudagraph_mode NONE: vllm==0.20.0 vllm/v1/worker/gpu_worker.py:379-385, vllm==0.33.0 :700-709); Model
     Runner V2 estimates nothing before 0.29.0."""
     engine = recipe.engine
-    if not engine.estimates_cudagraphs or (recipe.gpu.arch.startswith("gfx") and not engine.rocm_estimates_cudagraphs):
+    if not engine.estimates_cudagraphs or (recipe.gpu.family == "rocm" and not engine.rocm_estimates_cudagraphs):
         return False
     if recipe.cudagraph_mode == "NONE":
         return False
@@ -584,7 +584,7 @@ def check_indexer_cache_dtype(recipe: Recipe) -> None:
     however the dtype is spelt (engine.py mxfp4_indexer_needs_sm10x). ROCm's own MXFP4 rules are not modelled."""
     checked = recipe.engine.mxfp4_indexer_needs_sm10x
     arch = recipe.gpu.arch
-    if checked is None or arch.startswith("gfx") or arch in SM10X or recipe.indexer_kv_dtype != "mxfp4":
+    if checked is None or recipe.gpu.family in ("rocm", "sm100") or recipe.indexer_kv_dtype != "mxfp4":
         return
     if checked == "use_fp4_indexer_cache" and "use_fp4_indexer_cache" not in recipe.given:
         return
@@ -602,7 +602,7 @@ def check_v41_cache_dtype(recipe: Recipe) -> None:
         dtypes, reason = engine.v41_packed_cache_dtypes
         if dtype not in dtypes:
             raise refusal(recipe, "kv-cache-dtype", "v41_packed_cache_dtypes", reason.format(dtype=dtype))
-        if dtype == "nvfp4_ds_mla" and engine.v41_nvfp4_needs_sm10x and recipe.gpu.arch not in SM10X:
+        if dtype == "nvfp4_ds_mla" and engine.v41_nvfp4_needs_sm10x and recipe.gpu.family != "sm100":
             raise refusal(recipe, "kv-cache-dtype", "v41_nvfp4_needs_sm10x",
                           f"nvfp4_ds_mla on {recipe.gpu.name}: the V4.1 records it needs FlashMLA decodes only on "
                           f"SM100")
@@ -636,8 +636,8 @@ def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
     if recipe.model.family == "deepseek_v41":
         check_v41_cache_dtype(recipe)
     if recipe.model.family == "deepseek_v4":
-        flashmla = recipe.gpu.arch in V4_FLASHMLA_ARCHS and recipe.attention_backend != "FLASHINFER_MLA_SPARSE_DSV4"
-        ds_mla_layout = flashmla or recipe.gpu.arch in V4_SM120_ARCHS  # catalog.V4_FLASHMLA_ARCHS
+        flashmla = recipe.gpu.family in V4_FLASHMLA_FAMILIES and recipe.attention_backend != "FLASHINFER_MLA_SPARSE_DSV4"
+        ds_mla_layout = flashmla or recipe.gpu.family == "sm120"  # catalog.V4_FLASHMLA_FAMILIES
         auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
         if ds_mla_layout and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
             source = recipe.engine.sources["v4_auto_cache_dtype_fp8"]

@@ -12,6 +12,21 @@ from dsa_kvcalc.estimates import Figure
 from dsa_kvcalc.units import MIB, bytes_of_gib
 
 
+# The families vLLM's capability checks name, by arch: SM100 and SM103 are one (is_device_capability_family(100) is any
+# 10.x: B300 runs SM100's kernels and DeepGEMM's SM100 logits layout), SM120 and SM121 another (12.x), SM90 is checked
+# alone (is_device_capability(90)) (vllm==0.33.0 vllm/platforms/interface.py:554-588); gfx942 and gfx950 are ROCm,
+# checked as the platform (current_platform.is_rocm()). In the order messages name archs.
+FAMILIES = {"sm90": "sm90", "sm100": "sm100", "sm103": "sm100", "sm120": "sm120", "sm121": "sm120", "gfx942": "rocm",
+            "gfx950": "rocm"}
+CUDA = ("sm90", "sm100", "sm120")
+ROCM = ("rocm",)
+
+
+def family_archs(families: tuple[str, ...]) -> tuple[str, ...]:
+    """The archs of these families, as messages name them."""
+    return tuple(arch for arch, family in FAMILIES.items() if family in families)
+
+
 @dataclass(frozen=True)
 class Gpu:
     name: str
@@ -26,6 +41,10 @@ class Gpu:
     # platforms/cuda.py:700-701); GH200's Hopper shares its address space with Grace. Both leave more non-KV memory
     # than the discrete parts (estimates.UNIFIED_NON_TORCH_SPREAD)
     unified_memory: bool = False
+
+    @property
+    def family(self) -> str:
+        return FAMILIES[self.arch]
 
 
 GPUS = [
@@ -112,7 +131,7 @@ class Layout:
     """How DeepGEMM's paged MQA logits are laid out: [rows, padded width], row stride = padded width."""
 
     versions: str  # the DeepGEMM releases it covers
-    archs: tuple[str, ...]
+    family: str  # the GPU family it runs on (FAMILIES)
     logits_dtype: str  # bf16 or fp32
     split_columns: int  # KV split: a row holds whole splits
     stride_aligned: bool  # the row stride is also a multiple of 1024 B: padded = align(L, lcm(split, 1024 B / elem));
@@ -125,34 +144,34 @@ STRIDE_ALIGNMENT_BYTES = 1024  # "Logits row stride must be 1024-byte aligned" (
 
 LAYOUTS = {
     ("2.8", "sm100"): Layout(
-        "2.8.x", ("sm100", "sm103"), "bf16", 384, True,
+        "2.8.x", "sm100", "bf16", 384, True,
         "deepinfer-gemm==2.8.2 sdist (upstream DeepGEMM 2.8.2): csrc/apis/attention.hpp fp8_fp4_paged_mqa_logits, "
         "out_dtype = arch_major == 10 ? kBFloat16 : kFloat32; split_kv = kMQALogitsSplitKV = 384 "
         "(csrc/jit_kernels/impls/sm100_mqa_logits.hpp); aligned_max_context_len = align(L, split / gcd(split, 512) * 512)"),
     ("2.8", "sm90"): Layout(
-        "2.8.x", ("sm90",), "fp32", 256, True,
+        "2.8.x", "sm90", "fp32", 256, True,
         "deepinfer-gemm==2.8.2 sdist: csrc/apis/attention.hpp, split_kv = 256 off SM100, FP32 output; "
         "measured on an H200 (docs/validation.md, GPU runs: L=4097 -> stride 4352)"),
     ("2.6", "sm100"): Layout(
-        "2.3 - 2.6.1", ("sm100", "sm103"), "fp32", 256, True,
+        "2.3 - 2.6.1", "sm100", "fp32", 256, True,
         "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (v2.6.1, 54e2261): FP32 logits by default "
         "(BF16 optional from 2.4.2, not requested by vLLM), align(align(L, 256), 1024 B / elem)"),
     ("2.6", "sm90"): Layout(
-        "2.3 - 2.6.1", ("sm90",), "fp32", 256, True,
+        "2.3 - 2.6.1", "sm90", "fp32", 256, True,
         "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (v2.6.1, 54e2261)"),
     ("2.2", "sm100"): Layout(
-        "2.1 - 2.2", ("sm100", "sm103"), "fp32", 256, False,
+        "2.1 - 2.2", "sm100", "fp32", 256, False,
         "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (1c9fa43): FP32 logits, width aligned to 256 (2 x 128 splits)"),
     ("2.2", "sm90"): Layout(
-        "2.1 - 2.2", ("sm90",), "fp32", 256, False,
+        "2.1 - 2.2", "sm90", "fp32", 256, False,
         "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (1c9fa43): FP32 logits, width aligned to 256 (4 x 64 splits)"),
     ("nv_dev", "sm120"): Layout(
-        "nv_dev (vLLM's pin)", ("sm120", "sm121"), "fp32", 128, False,
+        "nv_dev (vLLM's pin)", "sm120", "fp32", 128, False,
         "deepseek-ai/DeepGEMM nv_dev a6b593d2 csrc/apis/attention.hpp:410-414: split_kv = 128 on SM12x, "
         "aligned_max_context_len = align(L, 128), FP32 by default; vLLM builds it for SM12x since PR #43477 "
         "(2026-06-23) and pins nv_dev since #47304"),
     ("rocm", "rocm"): Layout(
-        "ROCm (no DeepGEMM)", ("gfx942", "gfx950"), "fp32", 256, True,
+        "ROCm (no DeepGEMM)", "rocm", "fp32", 256, True,
         "seed (vLLM PR #62860): FP32 logits and 256-column padding on every platform but SM100 "
         "(vllm rocm_fp8_paged_mqa_logits)"),
 }
@@ -165,11 +184,11 @@ DEEPGEMM_RELEASES = {"2.1": "2.2", "2.2": "2.2", "2.3": "2.6", "2.4": "2.6", "2.
 def layout_for(release: str, gpu: "Gpu") -> Layout:
     """The logits layout a GPU gets from a DeepGEMM release (ROCm has no DeepGEMM; SM12x only DeepGEMM's nv_dev
     branch, whatever the release)."""
-    if gpu.arch.startswith("gfx"):
+    if gpu.family == "rocm":
         return LAYOUTS[("rocm", "rocm")]
-    if gpu.arch in ("sm120", "sm121"):
+    if gpu.family == "sm120":
         return LAYOUTS[("nv_dev", "sm120")]
-    return LAYOUTS[(DEEPGEMM_RELEASES[release], "sm100" if gpu.arch in ("sm100", "sm103") else "sm90")]
+    return LAYOUTS[(DEEPGEMM_RELEASES[release], gpu.family)]
 
 
 # The KV-cache dtypes each sparse-MLA backend takes (supported_kv_cache_dtypes): vLLM starts on no other.
@@ -194,23 +213,23 @@ SPARSE_MLA_CACHE_DTYPES = {
 }
 
 
-# The archs each sparse-MLA backend runs on (supports_compute_capability; the same from its first release to 0.33.0):
-# vLLM refuses to start when the backend it picks, or the one named, does not run on the GPU.
-SPARSE_MLA_ARCHS = {
-    "FLASHMLA_SPARSE": (("sm90", "sm100", "sm103"), "vllm==0.19.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:"
+# The GPU families each sparse-MLA backend runs on (supports_compute_capability; the same from its first release to
+# 0.33.0): vLLM refuses to start when the backend it picks, or the one named, does not run on the GPU.
+SPARSE_MLA_FAMILIES = {
+    "FLASHMLA_SPARSE": (("sm90", "sm100"), "vllm==0.19.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:"
                                                      "118-119 (major 9 or 10; vllm==0.33.0 :203-204)"),
-    "FLASHINFER_MLA_SPARSE": (("sm100", "sm103"), "vllm==0.19.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py:"
+    "FLASHINFER_MLA_SPARSE": (("sm100",), "vllm==0.19.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py:"
                                                   "100-102 (major 10; vllm==0.33.0 :105-106)"),
-    "FLASH_ATTN_MLA_SPARSE_FA4": (("sm100", "sm103"), "vllm==0.33.0 vllm/v1/attention/backends/mla/"
+    "FLASH_ATTN_MLA_SPARSE_FA4": (("sm100",), "vllm==0.33.0 vllm/v1/attention/backends/mla/"
                                                       "flashattn_mla_sparse.py:275 (FlashInfer's TRTLLM backend's, major "
                                                       "10)"),
-    "FLASHINFER_MLA_SPARSE_SM120": (("sm120", "sm121"), "vllm==0.24.0 vllm/v1/attention/backends/mla/"
+    "FLASHINFER_MLA_SPARSE_SM120": (("sm120",), "vllm==0.24.0 vllm/v1/attention/backends/mla/"
                                                         "flashinfer_mla_sparse.py:170-171 (major 12)"),
     "FLASHINFER_MLA_SPARSE_SM90": (("sm90",), "vllm==0.33.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm90.py:"
                                               "189-190 (major 9)"),
     "FLASH_ATTN_MLA_SPARSE": (("sm90",), "vllm==0.33.0 vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:82-83 "
                                          "(major 9)"),
-    "ROCM_AITER_MLA_SPARSE": (("gfx942", "gfx950"), "vllm==0.33.0 vllm/platforms/rocm.py:537-539 (ROCm's only sparse "
+    "ROCM_AITER_MLA_SPARSE": (ROCM, "vllm==0.33.0 vllm/platforms/rocm.py:537-539 (ROCm's only sparse "
                                                     "MLA)"),
 }
 
@@ -228,8 +247,7 @@ SPARSE_MLA_WIDE_ONLY = {
 # which stores the same layout (DeepseekV4FlashInferSM120Attention.use_fp8_ds_mla_layout: vllm==0.24.0
 # vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py:509-513, vllm==0.33.0 :619-624; the pick:
 # vllm==0.31.0 vllm/models/deepseek_v4/nvidia/model.py:1146-1177)
-V4_FLASHMLA_ARCHS = ("sm90", "sm100", "sm103")
-V4_SM120_ARCHS = ("sm120", "sm121")
+V4_FLASHMLA_FAMILIES = ("sm90", "sm100")
 
 
 # The sparse-MLA backend vLLM runs for a 512-wide latent (kv_lora_rank 512 without RoPE: GLM-5.3-Flash), by arch. On
@@ -238,14 +256,13 @@ V4_SM120_ARCHS = ("sm120", "sm121")
 # vllm/v1/attention/backends/mla/flashmla_sparse.py:157-159, vllm==0.33.0 flashmla_sparse.py:219-248 and
 # flashattn_mla_sparse.py:299-301), FlashInfer's takes it (flashinfer_mla_sparse.py:57-61). Elsewhere: not determined.
 NOPE_MLA_HEAD_SIZE = 512
-NOPE_SPARSE_MLA_BACKENDS = {"sm90": "FLASHINFER_MLA_SPARSE_SM90", "sm100": "FLASHINFER_MLA_SPARSE",
-                            "sm103": "FLASHINFER_MLA_SPARSE"}
+NOPE_SPARSE_MLA_BACKENDS = {"sm90": "FLASHINFER_MLA_SPARSE_SM90", "sm100": "FLASHINFER_MLA_SPARSE"}
 
 
 @dataclass(frozen=True)
 class Backend:
     name: str
-    archs: tuple[str, ...]  # where it runs
+    families: tuple[str, ...]  # where it runs (FAMILIES)
     topk: tuple[int, ...] | None  # index_topk values it supports (None: any)
     reads_bf16: bool  # reads DeepGEMM's BF16 logits directly (no FP32 copy); only without DCP
     note: str
@@ -253,9 +270,7 @@ class Backend:
     engines: tuple[str, ...] = ("vllm",)
 
 
-CUDA = ("sm90", "sm100", "sm103", "sm120", "sm121")
-ROCM = ("gfx942", "gfx950")
-NOT_SM12X = ("sm90", "sm100", "sm103")  # cooperative top-k is off on SM12x (vLLM PR #47164)
+NOT_SM12X = ("sm90", "sm100")  # cooperative top-k is off on SM12x (vLLM PR #47164)
 INDEXER_TOPK = "vllm-project/vllm vllm/model_executor/layers/indexer_topk.py (0fd8f213)"
 
 BACKENDS = [
@@ -266,7 +281,7 @@ BACKENDS = [
     Backend("persistent", CUDA, (512, 1024, 2048), False, "1 MiB workspace", INDEXER_TOPK),
     Backend("cooperative", NOT_SM12X, (512, 1024, 2048), False,
             "batches of <= {cooperative_rows} rows; 1 MiB workspace", INDEXER_TOPK),
-    Backend("deep_select", ("sm100", "sm103"), tuple(range(1, 4097)), True,
+    Backend("deep_select", ("sm100",), tuple(range(1, 4097)), True,
             "DeepSelect: FP32 or BF16 input, row stride a multiple of 1024 B, topk <= 4096",
             INDEXER_TOPK + "; BF16 ranking: vLLM PR #62240"),
     Backend("flashinfer", CUDA, None, False, "FP32 input only", INDEXER_TOPK),
@@ -365,7 +380,7 @@ class Model:
     candidate_block_size: int = 0
     # Weights a deployment may keep in host memory instead (V4.1's Engram tables, offloaded by default)
     offloadable_bytes: int = 0
-    # the checkpoint's own cache dtype for kv-cache-dtype auto: (archs, cache dtype, source); the architecture's is a
+    # the checkpoint's own cache dtype for kv-cache-dtype auto: (GPU families, cache dtype, source); the architecture's is a
     # vLLM rule (engine.py sm10x_auto_kv_cache_dtypes)
     auto_kv_cache_dtype: tuple[tuple[tuple[str, ...], str, str], ...] = ()
     note: str = ""
