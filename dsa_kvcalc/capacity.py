@@ -636,7 +636,8 @@ def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
     if recipe.model.family == "deepseek_v41":
         check_v41_cache_dtype(recipe)
     if recipe.model.family == "deepseek_v4":
-        flashmla = recipe.gpu.family in V4_FLASHMLA_FAMILIES and recipe.attention_backend != "FLASHINFER_MLA_SPARSE_DSV4"
+        named_flashinfer = recipe.attention_backend == "FLASHINFER_MLA_SPARSE_DSV4"
+        flashmla = recipe.gpu.family in V4_FLASHMLA_FAMILIES and not named_flashinfer
         ds_mla_layout = flashmla or recipe.gpu.family == "sm120"  # catalog.V4_FLASHMLA_FAMILIES
         auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
         if ds_mla_layout and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):

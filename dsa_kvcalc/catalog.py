@@ -52,12 +52,13 @@ GPUS = [
         aliases=("NVIDIA H100 80GB HBM3", "NVIDIA H100", "H100-80GB", "H100-SXM", "H100 SXM", "H100 Mega 80GB",
                  "NVIDIA H100 Mega 80GB"),
         source="81,089 MiB (79.19 GiB): torch device properties and 'Free memory on device (78.66/79.19 GiB)' in vLLM "
-               "logs quoted in vllm-project/vllm issues; vLLM logs 'NVIDIA H100' on several machines, and GKE's A3 Mega "
-               "('H100 Mega 80GB') nodes carry the SXM part", marketed_gb=(80,)),
+               "logs quoted in vllm-project/vllm issues; vLLM logs 'NVIDIA H100' on several machines, and GKE's A3 "
+               "Mega ('H100 Mega 80GB') nodes carry the SXM part", marketed_gb=(80,)),
     Gpu(name="H800", arch="sm90", total_memory_bytes=81089 * MIB,
         aliases=("NVIDIA H800", "NVIDIA H800 80GB HBM3", "H800 SXM", "H800-SXM"),
         source="estimated as the H100 SXM's 81,089 MiB: the H800 is the H100's GH100 die and 80 GB of HBM3 with NVLink "
-               "and FP64 cut for export (aiwiki.ai/wiki/nvidia_h800); Hopper, compute capability 9.0", marketed_gb=(80,)),
+               "and FP64 cut for export (aiwiki.ai/wiki/nvidia_h800); Hopper, compute capability 9.0",
+        marketed_gb=(80,)),
     Gpu(name="H100 PCIe", arch="sm90", total_memory_bytes=81008 * MIB, aliases=("NVIDIA H100 PCIe",),
         source="torch device properties: name 'NVIDIA H100 PCIe', 9.0, total_memory 81008MB, 114 SMs (a public issue's "
                "_CudaDeviceProperties print)", marketed_gb=(80,)),
@@ -96,13 +97,15 @@ GPUS = [
         marketed_gb=(288,)),
     Gpu(name="GB300", arch="sm103", total_memory_bytes=bytes_of_gib(276.50), aliases=("NVIDIA GB300",),
         source="276.50 GiB total capacity in torch OOM messages on GB300 nodes; compute capability 10.3 (two "
-               "workstation hosts show 256,703 MiB: the Grace memory mode moves what is visible)", marketed_gb=(279, 288)),
+               "workstation hosts show 256,703 MiB: the Grace memory mode moves what is visible)",
+        marketed_gb=(279, 288)),
     Gpu(name="RTX PRO 6000", arch="sm120", total_memory_bytes=97250 * MIB,
         aliases=("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
                  "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell",
                  "RTX PRO 6000 Blackwell", "RTX-PRO-6000"),
-        source="torch device properties: 12.0, total_memory 97250MB, 188 SMs; 'Free memory on device (94.41/94.97 GiB)' "
-               "in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)", marketed_gb=(96,)),
+        source="torch device properties: 12.0, total_memory 97250MB, 188 SMs; 'Free memory on device (94.41/94.97 "
+               "GiB)' in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)",
+        marketed_gb=(96,)),
     Gpu(name="RTX 5090", arch="sm120", total_memory_bytes=bytes_of_gib(31.37),
         aliases=("NVIDIA GeForce RTX 5090", "GeForce RTX 5090", "RTX5090"),
         source="'total capacity of 31.37 GiB' in torch OOM messages on RTX 5090 (Tencent-Hunyuan/HunyuanVideo#299); "

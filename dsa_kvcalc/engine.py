@@ -123,6 +123,12 @@ MIB = 1 << 20
 MTP_METHODS = frozenset({"mtp", "deepseek_mtp", "glm4_moe_mtp", "glm5_next_mtp"})
 SPECULATIVE_METHODS_019 = frozenset({"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3",
                                      "extract_hidden_states", "ngram_gpu"}) | MTP_METHODS
+# The sparse-MLA backends of vLLM's attention-backend registry (sparse_mla_backends): 0.19.0's, DeepSeek-V4's (0.23.0),
+# and all of 0.25.0 and 0.30.0
+SPARSE_MLA_019 = frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE"})
+SPARSE_MLA_V4 = frozenset({"FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4"})
+SPARSE_MLA_025 = SPARSE_MLA_019 | SPARSE_MLA_V4 | {"FLASHINFER_MLA_SPARSE_SM120", "FLASH_ATTN_MLA_SPARSE"}
+SPARSE_MLA_030 = SPARSE_MLA_025 | {"FLASHINFER_MLA_SPARSE_SM90", "FLASHMLA_SPARSE_DSV41", "FLASHINFER_MLA_SPARSE_DSV41"}
 
 
 @dataclass(frozen=True)
@@ -621,33 +627,15 @@ class Engine:
          Change("0.30.0", frozenset({V32, GLM5, V4, V41, GLM5NEXT}),
                 "vllm==0.30.0 vllm/model_executor/models/registry.py:379-382, 429-432 (vllm==0.29.0 has neither)")))
     sparse_mla_backends: frozenset = rule(  # in the attention-backend registry
-        frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE"}),
-        "vllm==0.19.0 vllm/v1/attention/backends/registry.py:57, 66, 73",
-        (Change("0.23.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
-                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4"}),
-                "vllm==0.23.0 vllm/v1/attention/backends/registry.py:80, 83"),
-         Change("0.24.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
-                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_SM120"}),
+        SPARSE_MLA_019, "vllm==0.19.0 vllm/v1/attention/backends/registry.py:57, 66, 73",
+        (Change("0.23.0", SPARSE_MLA_019 | SPARSE_MLA_V4, "vllm==0.23.0 vllm/v1/attention/backends/registry.py:80, 83"),
+         Change("0.24.0", SPARSE_MLA_019 | SPARSE_MLA_V4 | {"FLASHINFER_MLA_SPARSE_SM120"},
                 "vllm==0.24.0 vllm/v1/attention/backends/registry.py:76"),
-         Change("0.25.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
-                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_SM120",
-                                     "FLASH_ATTN_MLA_SPARSE"}),
-                "vllm==0.25.0 vllm/v1/attention/backends/registry.py:98"),
-         Change("0.30.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
-                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_SM120",
-                                     "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90", "FLASHMLA_SPARSE_DSV41",
-                                     "FLASHINFER_MLA_SPARSE_DSV41"}),
-                "vllm==0.30.0 vllm/v1/attention/backends/registry.py:86, 110, 113"),
-         Change("0.31.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
-                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_SM120",
-                                     "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90", "FLASHMLA_SPARSE_DSV41",
-                                     "FLASHINFER_MLA_SPARSE_DSV41", "FLASHMLA_MEGA_ATTN_DSV41"}),
+         Change("0.25.0", SPARSE_MLA_025, "vllm==0.25.0 vllm/v1/attention/backends/registry.py:98"),
+         Change("0.30.0", SPARSE_MLA_030, "vllm==0.30.0 vllm/v1/attention/backends/registry.py:86, 110, 113"),
+         Change("0.31.0", SPARSE_MLA_030 | {"FLASHMLA_MEGA_ATTN_DSV41"},
                 "vllm==0.31.0 vllm/v1/attention/backends/registry.py:117"),
-         Change("0.33.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
-                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_SM120",
-                                     "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90", "FLASHMLA_SPARSE_DSV41",
-                                     "FLASHINFER_MLA_SPARSE_DSV41", "FLASHMLA_MEGA_ATTN_DSV41",
-                                     "FLASH_ATTN_MLA_SPARSE_FA4"}),
+         Change("0.33.0", SPARSE_MLA_030 | {"FLASHMLA_MEGA_ATTN_DSV41", "FLASH_ATTN_MLA_SPARSE_FA4"},
                 "vllm==0.33.0 vllm/v1/attention/backends/registry.py:131")))
     indexer_kv_dtype_auto: bool = rule(  # attention-config.indexer_kv_dtype takes auto
         False, "vllm==0.27.0 vllm/config/attention.py:13 IndexerKVDType: bf16, fp8, mxfp4, nvfp4",
