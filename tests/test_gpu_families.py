@@ -1,5 +1,6 @@
 """The GPU families vLLM's capability checks name, kept in one place (catalog.FAMILIES, Gpu.family)."""
 
+from dsa_kvcalc import weights
 from dsa_kvcalc.catalog import GPUS, LAYOUTS, family_archs, layout_for
 from dsa_kvcalc.names import find_gpu
 from dsa_kvcalc.recipe import load
@@ -24,3 +25,13 @@ def test_b300_is_sm103_and_runs_sm100s_logits_layout():
     # a recipe on a B300 resolves the same layout
     recipe = load({"model": "GLM-5", "gpu": "B300", "kv-cache-dtype": "fp8"})
     assert recipe.gpu.family == "sm100" and recipe.layout.logits_dtype == "bf16"
+
+
+def test_flashmla_sparse_pads_bf16_prefill_queries_by_family():
+    # vllm==0.29.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:583-597: a BF16 cache's concatenated prefill
+    # queries, max_num_batched_tokens x heads x 576 BF16, with the heads rounded up to 128 on SM10x (B300, sm103,
+    # included) and to 64 elsewhere; GLM-5 at TP8 has 64 / 8 = 8 heads a rank
+    for gpu, padded_heads in (("B300", 128), ("B200", 128), ("H200", 64)):
+        recipe = load({"model": "GLM-5", "gpu": gpu, "tensor-parallel-size": 8, "kv-cache-dtype": "bfloat16",
+                       "attention-backend": "FLASHMLA_SPARSE", "vllm-version": "0.29.0"})
+        assert weights.mla_workspace_bytes(recipe, 8) == recipe.max_num_batched_tokens * padded_heads * 576 * 2, gpu
