@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from dsa_kvcalc import estimates
+from dsa_kvcalc.bisection import largest
 from dsa_kvcalc.catalog import (STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS, V4_SM120_ARCHS,
                                 Backend, Layout, Rows)
 from dsa_kvcalc.choices import availability, engine_backends, kv_spec, on_model_runner_v2, sparse_mla_refusal
@@ -750,20 +751,17 @@ def fitted(recipe: Recipe, kv_specs: dict | None) -> Recipe:
     available = backend.kv_cache_bytes
     mla = profiled.memory.sparse_mla_backend
 
-    def fits(length: int) -> bool:
-        return kv_spec(replace(at_most, max_model_len=length), mla, kv_specs).request_bytes <= available
+    def too_long(length: int) -> bool:
+        return kv_spec(replace(at_most, max_model_len=length), mla, kv_specs).request_bytes > available
 
     longest = recipe.max_model_len
-    if fits(longest):
+    good = largest(too_long, 1, longest)
+    if good == longest:
         return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: the model's maximum, {longest:,}, fits "
                                                       f"({FIT_RULE})"))
-    if not fits(1):  # vLLM stops: "Cannot auto-fit max_model_len", and the plan refuses
+    if good is None:  # vLLM stops: "Cannot auto-fit max_model_len", and the plan refuses
         return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: not one token fits the KV memory, so vLLM "
                                                       f"stops ({FIT_RULE})"))
-    good, bad = 1, longest
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        good, bad = (middle, bad) if fits(middle) else (good, middle)
     return replace(at_most, max_model_len=good, notes=(
         *recipe.notes, f"max-model-len auto: vLLM fits it to {good:,}, the longest whose one request fits the "
                        f"{available / GIB:.2f} GiB its profile at {longest:,} leaves ({FIT_RULE})"))

@@ -334,10 +334,11 @@ def gpus(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f
 @app.command()
 def schema(output: Path | None = typer.Option(None, "--output", "-o")):
     """Print the recipe's JSON Schema (for editors)."""
+    from dsa_kvcalc.render import json_text
     from dsa_kvcalc.schema import json_schema
 
     check_outputs({"--output": output}, [])
-    emit([json.dumps(json_schema(), indent=2) + "\n"], output)
+    emit([json_text(json_schema())], output)
 
 
 def read_log_file(path: Path, key: str):

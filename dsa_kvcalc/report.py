@@ -344,14 +344,3 @@ def plan_json(plan: Plan, fixes: list = ()) -> dict:
         "assumptions": assumptions(plan),
         "published_gaps": [vars(gap) for gap in published.gaps(plan)],
     }
-
-
-def flatten(prefix: str, value: dict, into: dict) -> dict:
-    """{"a": {"b": 1}} -> {"a.b": 1}"""
-    for key, inner in value.items():
-        name = f"{prefix}.{key}" if prefix else key
-        if isinstance(inner, dict):
-            flatten(name, inner, into)
-        else:
-            into[name] = inner
-    return into

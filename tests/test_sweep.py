@@ -11,7 +11,7 @@ from conftest import SEED, run, runner
 from dsa_kvcalc import capacity
 from dsa_kvcalc.cli import app
 from dsa_kvcalc.recipe import load_recipe
-from dsa_kvcalc.report import flatten
+from dsa_kvcalc.keys import flatten_keys
 from dsa_kvcalc.sweep import parse_vary
 
 
@@ -102,8 +102,8 @@ def test_rows_equal_plan_json_for_sampled_points(tmp_path):
                             row["gpu-memory-utilization"])
         plan = plan_backends(f"max-num-seqs={seqs}", f"speculative-config.num_speculative_tokens={spec}",
                              f"gpu-memory-utilization={util}")[row["backend"]]
-        assert row == flatten("", plan, {"max-num-seqs": seqs, "speculative-config.num_speculative_tokens": spec,
-                                         "gpu-memory-utilization": util})
+        assert row == {"max-num-seqs": seqs, "speculative-config.num_speculative_tokens": spec,
+                       "gpu-memory-utilization": util} | flatten_keys(plan)
 
 
 def test_default_backends_are_the_available_ones_and_csv_holds_the_seeds_figures():

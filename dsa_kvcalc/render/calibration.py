@@ -1,12 +1,12 @@
 """Rendering a Calibration: the JSON contract, the text table, and the calibrated recipe YAML. No arithmetic of its own
 beyond differences and unit conversion for display."""
 
-import json
 
 import yaml
 
 from dsa_kvcalc.calibrate import Calibration, TermRow
 from dsa_kvcalc.keys import shown
+from dsa_kvcalc.render import json_text
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.report import TOOL
 
@@ -118,7 +118,7 @@ def calibration_json(c: Calibration) -> dict:
 
 
 def render_json(c: Calibration) -> str:
-    return json.dumps(calibration_json(c), indent=2) + "\n"
+    return json_text(calibration_json(c))
 
 
 def recipe_yaml(c: Calibration, log_name: str) -> str:

@@ -2,11 +2,10 @@
 source."""
 
 import dataclasses
-import json
 
 from dsa_kvcalc.catalog import GPUS, MODELS
 from dsa_kvcalc.units import GIB
-from dsa_kvcalc.render import print_table, print_prose
+from dsa_kvcalc.render import json_text, print_table, print_prose
 from dsa_kvcalc.report import TOOL
 
 
@@ -32,5 +31,5 @@ def render_gpus(console) -> None:
 
 def catalog_json(name: str, entries) -> str:
     """Every field of every entry (Paths as text)."""
-    return json.dumps({"tool": TOOL, name: [dataclasses.asdict(e) for e in entries]}, indent=2, default=str) + "\n"
+    return json_text({"tool": TOOL, name: [dataclasses.asdict(e) for e in entries]})
 

@@ -1,10 +1,9 @@
 """fit's answers as a table and JSON. No arithmetic: the figures come from fit.Answer and its plans."""
 
-import json
 
 from dsa_kvcalc.fit import Answer
 from dsa_kvcalc.keys import Recipe
-from dsa_kvcalc.render import gib, print_table, print_prose
+from dsa_kvcalc.render import gib, json_text, print_table, print_prose
 from dsa_kvcalc.report import TOOL
 
 
@@ -20,7 +19,7 @@ def answer_json(a: Answer) -> dict:
 def render_json(r: Recipe, answers: list[Answer]) -> str:
     recipe = {"model": r.model.name, "gpu": r.gpu.name, "engine": r.engine.label, "max_num_seqs": r.max_num_seqs,
               "max_model_len": r.max_model_len}
-    return json.dumps({"tool": TOOL, "recipe": recipe, "answers": [answer_json(a) for a in answers]}, indent=2) + "\n"
+    return json_text({"tool": TOOL, "recipe": recipe, "answers": [answer_json(a) for a in answers]})
 
 
 def header(a: Answer) -> str:

@@ -3,15 +3,15 @@ the numbers come from the Plan and report.py's JSON contract."""
 
 import csv
 import io
-import json
 
 from dsa_kvcalc.capacity import (DTYPE_BYTES, BackendPlan, GraphEstimate, Plan, Reservation, Reserved,
                                  held_bytes)
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Rows
+from dsa_kvcalc.keys import flatten_keys
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc import published
-from dsa_kvcalc.render import csv_fields, gib, least_widths, print_table, print_prose, table_width
-from dsa_kvcalc.report import (assumptions, backend_json, flatten, plan_json, fix_name, reserved_label, summary,
+from dsa_kvcalc.render import csv_fields, gib, json_text, least_widths, print_table, print_prose, table_width
+from dsa_kvcalc.report import (assumptions, backend_json, plan_json, fix_name, reserved_label, summary,
                                warnings)
 
 MARKS = {"measured": "", "derived": "", "fitted": "^", "estimated": "~"}
@@ -233,7 +233,7 @@ def render_markdown(plan: Plan, fixes: list = ()) -> str:
 
 def render_csv(plan: Plan) -> str:
     out = io.StringIO()
-    rows = [flatten("", backend_json(plan, b), {}) for b in plan.backends]
+    rows = [flatten_keys(backend_json(plan, b)) for b in plan.backends]
     writer = csv.DictWriter(out, fieldnames=csv_fields(rows), lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
@@ -241,7 +241,7 @@ def render_csv(plan: Plan) -> str:
 
 
 def render_json(plan: Plan, fixes: list = ()) -> str:
-    return json.dumps(plan_json(plan, fixes), indent=2) + "\n"
+    return json_text(plan_json(plan, fixes))
 
 
 def width_rule(plan: Plan, b: BackendPlan) -> str:
@@ -409,4 +409,4 @@ def render_side_by_side(labelled: list[tuple[str, Plan]], console) -> None:
 
 
 def side_by_side_json(labelled: list[tuple[str, Plan]]) -> str:
-    return json.dumps({"servers": [{"label": label, **plan_json(p)} for label, p in labelled]}, indent=2) + "\n"
+    return json_text({"servers": [{"label": label, **plan_json(p)} for label, p in labelled]})
