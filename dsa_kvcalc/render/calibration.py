@@ -23,9 +23,9 @@ def cell(row: TermRow, value: int | None) -> str:
 
 
 def difference(row: TermRow) -> str:
-    if row.log is None or row.plan is None:
+    gap = row.difference
+    if gap is None:
         return ""
-    gap = row.plan - row.log
     text = f"{gap / GIB:+.2f} GiB" if row.unit == "bytes" else f"{gap:+,}"
     return text + (f" ({gap / row.log:+.1%})" if row.log else "")
 
@@ -105,7 +105,7 @@ def calibration_json(c: Calibration) -> dict:
         "recipe": c.recipe.resolved(),
         "recipe_source": c.recipe_source,
         "terms": [{"term": row.term, "unit": row.unit, "log": row.log, "plan": row.plan,
-                   "difference": None if row.log is None or row.plan is None else row.plan - row.log,
+                   "difference": row.difference,
                    "calibrated_from": row.source, "log_line": row.line} for row in c.rows],
         "memory_bytes": c.memory,
         "kv_bytes_per_token_implied": c.kv_bytes_per_token_implied,
