@@ -82,6 +82,11 @@ GLM5NEXT = "Glm5NextForConditionalGeneration"
 # vllm==0.19.0 vllm/config/speculative.py:52, with the MTP names of the DSA models' drafters
 SPEC_019 = {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "extract_hidden_states",
             "ngram_gpu", "mtp", "deepseek_mtp", "glm4_moe_mtp", "glm5_next_mtp"}
+# vllm/v1/attention/backends/registry.py of 0.19.0, and the sparse-MLA backends 0.23.0, 0.25.0 and 0.30.0 add
+BACKENDS_019 = frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE"})
+BACKENDS_V4 = frozenset({"FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4"})
+BACKENDS_025 = BACKENDS_019 | BACKENDS_V4 | {"FLASHINFER_MLA_SPARSE_SM120", "FLASH_ATTN_MLA_SPARSE"}
+BACKENDS_030 = BACKENDS_025 | {"FLASHINFER_MLA_SPARSE_SM90", "FLASHMLA_SPARSE_DSV41", "FLASHINFER_MLA_SPARSE_DSV41"}
 # Every change of every rule, bracketed: (rule, last release with the old value, old value, first with the new, new
 # value), each pair read in the two releases' source (the lines engine.py cites), written out here by hand.
 BOUNDARIES = [
@@ -198,6 +203,22 @@ BOUNDARIES = [
      SPEC_019 | {"dflash", "custom_class", "dspark"}),
     ("speculative_methods", "0.32.0", SPEC_019 | {"dflash", "custom_class", "dspark"}, "0.33.0",
      SPEC_019 - {"medusa", "mlp_speculator"} | {"dflash", "custom_class", "dspark"}),
+    ("model_architectures", "0.19.1", frozenset({V32, GLM5}), "0.20.0", frozenset({V32, GLM5, V4})),
+    ("model_architectures", "0.29.0", frozenset({V32, GLM5, V4}), "0.30.0",
+     frozenset({V32, GLM5, V4, "DeepseekV41ForCausalLM", GLM5NEXT})),
+    ("sparse_mla_backends", "0.22.1", BACKENDS_019, "0.23.0", BACKENDS_019 | BACKENDS_V4),
+    ("sparse_mla_backends", "0.23.0", BACKENDS_019 | BACKENDS_V4, "0.24.0",
+     BACKENDS_019 | BACKENDS_V4 | {"FLASHINFER_MLA_SPARSE_SM120"}),
+    ("sparse_mla_backends", "0.24.0", BACKENDS_019 | BACKENDS_V4 | {"FLASHINFER_MLA_SPARSE_SM120"}, "0.25.0",
+     BACKENDS_025),
+    ("sparse_mla_backends", "0.29.0", BACKENDS_025, "0.30.0", BACKENDS_030),
+    ("sparse_mla_backends", "0.30.0", BACKENDS_030, "0.31.0", BACKENDS_030 | {"FLASHMLA_MEGA_ATTN_DSV41"}),
+    ("sparse_mla_backends", "0.32.0", BACKENDS_030 | {"FLASHMLA_MEGA_ATTN_DSV41"}, "0.33.0",
+     BACKENDS_030 | {"FLASHMLA_MEGA_ATTN_DSV41", "FLASH_ATTN_MLA_SPARSE_FA4"}),
+    ("indexer_kv_dtype_auto", "0.27.1", False, "0.28.0", True),
+    ("v4_mxfp4_indexer_entries", "0.26.0", False, "0.27.0", True),
+    ("sm10x_auto_kv_cache_dtypes", "0.31.0", {}, "0.32.0", {GLM5: "fp8_e4m3"}),
+    ("sm10x_auto_kv_cache_dtypes", "0.32.0", {GLM5: "fp8_e4m3"}, "0.33.0", {GLM5: "fp8_e4m3", GLM5NEXT: "fp8"}),
 ]
 
 
