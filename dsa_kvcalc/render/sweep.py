@@ -27,12 +27,13 @@ def csv_lines(rows):
             if row.get("available"):
                 break
         fields = csv_fields([seen, {"error": ""}])
+        planned = fields[:-1]  # a planned row's keys, in order, where no error row came before the header's
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(fields)
         waiting.seek(0)
         for count, row in enumerate(itertools.chain(unpickled(waiting), rows), 1):
-            writer.writerow([row.get(field, "") for field in fields])
+            writer.writerow([*row.values(), ""] if list(row) == planned else [row.get(field, "") for field in fields])
             if count % CHUNK_ROWS == 0:
                 yield out.getvalue()
                 out.seek(0)
