@@ -310,25 +310,22 @@ def deployment_text(recipe, format: Enum, source: str, risk: str | None = None) 
 @app.command()
 def models(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f")):
     """List the model catalog, with sources."""
-    from dsa_kvcalc.catalog import MODELS
-    from dsa_kvcalc.render import catalog as render
-
-    if format is ReportFormat.json:
-        sys.stdout.write(render.catalog_json("models", MODELS))
-    else:
-        render.render_models(console())
+    show_catalog("models", format)
 
 
 @app.command()
 def gpus(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f")):
     """List the GPU catalog, with sources."""
-    from dsa_kvcalc.catalog import GPUS
+    show_catalog("gpus", format)
+
+
+def show_catalog(name: str, format: ReportFormat) -> None:
     from dsa_kvcalc.render import catalog as render
 
     if format is ReportFormat.json:
-        sys.stdout.write(render.catalog_json("gpus", GPUS))
+        sys.stdout.write(render.catalog_json(name))
     else:
-        render.render_gpus(console())
+        render.TABLES[name](console())
 
 
 @app.command()

@@ -29,7 +29,11 @@ def render_gpus(console) -> None:
         print_prose(console, f"{g.name}: {g.source}")
 
 
-def catalog_json(name: str, entries) -> str:
-    """Every field of every entry (Paths as text)."""
-    return json_text({"tool": TOOL, name: [dataclasses.asdict(e) for e in entries]})
+TABLES = {"models": render_models, "gpus": render_gpus}
+CATALOGS = {"models": MODELS, "gpus": GPUS}
+
+
+def catalog_json(name: str) -> str:
+    """Every field of every entry of a catalog (Paths as text)."""
+    return json_text({"tool": TOOL, name: [dataclasses.asdict(e) for e in CATALOGS[name]]})
 
