@@ -273,7 +273,8 @@ class Failures:
 
 def rows(base: Base, varies: list[Vary], backends: list[str], points, failures: Failures):
     """One row per point and backend: the varied values, then plan's JSON for that backend, flattened.
-    Without `backends`, every available backend; named backends come even when unavailable (with the reason)."""
+    Without `backends`, every available backend; named backends come even when unavailable (with the reason).
+    A point is resolved in one place, recipe_at(base, values): the base resolved once, the varied keys on top."""
     keys = [vary.key for vary in varies]
     kv_specs: dict = {}
     for point in points:
