@@ -296,8 +296,8 @@ def rows(base: Base, varies: list[Vary], backends: list[str], points, failures: 
 
 
 class Planner:
-    """Plans at points of the base recipe, each once: fit's questions and recommend's bisections probe many of the same points (and share
-    KV-cache specs where only max-num-seqs moves)."""
+    """Plans at points of the base recipe, each once: fit's questions and recommend's bisections probe many of the
+    same points (and share KV-cache specs where only max-num-seqs moves)."""
 
     def __init__(self, base: Base):
         self.base = base
