@@ -53,6 +53,13 @@ class Answer:
         return {key: value for key, value in (self.held | {self.key: self.largest}).items() if shape[key] != value}
 
     @property
+    def pages_bound(self) -> bool:
+        """Where the answer is: do a request's window and state pages, over half its pages, bound the context (rather
+        than the tokens at max-model-len)?"""
+        kv = self.plan.memory.kv
+        return 2 * kv.window_state_pages > kv.pages_per_request
+
+    @property
     def at(self) -> BackendPlan | None:
         return None if self.plan is None else self.plan.backend(self.backend)
 

@@ -51,7 +51,7 @@ def explained(a: Answer, r: Recipe) -> str:
         said.append(f"the KV cache holds {gib(b.kv_cache_bytes)} GiB there, {b.max_concurrency:.2f} requests; at the "
                     f"recipe's max-num-seqs {r.max_num_seqs:,} plan gives {gib(mine.kv_cache_bytes)} GiB, "
                     f"{mine.max_concurrency:.2f} requests")
-    if a.question == "max-model-len" and 2 * kv.window_state_pages > kv.pages_per_request:
+    if a.question == "max-model-len" and a.pages_bound:
         said.append(f"a request of {a.largest:,} tokens holds {kv.pages_per_request:,} pages, "
                     f"{kv.window_state_pages:,} of them in window and state groups (a window group keeps its window "
                     f"and the tokens in flight, up to the whole request): {a.held['max-num-seqs']:,} requests of "
