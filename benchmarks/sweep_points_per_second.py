@@ -14,7 +14,6 @@ and their CSV. Peak memory is measured in-process with tracemalloc over sweeps o
     python benchmarks/sweep_points_per_second.py   (with the package installed, e.g. .venv/bin/python)
 """
 
-import os
 import sys
 import time
 import tracemalloc
@@ -25,17 +24,13 @@ from dsa_kvcalc.keys import flatten_keys
 from dsa_kvcalc.recipe import read_recipe
 from dsa_kvcalc.render.sweep import csv_lines
 from dsa_kvcalc.report import backend_json
-from timing import median_seconds
+from timing import load, median_seconds
 
 RECIPE = Path(__file__).parent.parent / "recipes" / "deepseek-v4.1-flash-4xb200-dep4.yaml"
 TARGET = 6.0
 BACKENDS = ["auto", "deep_select"]
 SPLIT_POINTS = 2_000
 MIB = 1 << 20
-
-
-def load() -> str:
-    return f"load {os.getloadavg()[0]:.2f}"
 
 
 def varies(points: int) -> list[str]:
