@@ -275,8 +275,8 @@ V4_FLASHMLA_FAMILIES = ("sm90", "sm100")
 # 0.33.0); on SM10x FlashMLA-sparse and FA4 refuse head size 512 (vllm==0.30.0
 # vllm/v1/attention/backends/mla/flashmla_sparse.py:157-159, vllm==0.33.0 flashmla_sparse.py:219-248 and
 # flashattn_mla_sparse.py:299-301), FlashInfer's takes it (flashinfer_mla_sparse.py:57-61). Elsewhere: not determined.
+# (choices.sparse_mla_candidates orders them so)
 NOPE_MLA_HEAD_SIZE = 512
-NOPE_SPARSE_MLA_BACKENDS = {"sm90": "FLASHINFER_MLA_SPARSE_SM90", "sm100": "FLASHINFER_MLA_SPARSE"}
 
 
 @dataclass(frozen=True)
