@@ -1,4 +1,4 @@
-"""capacity.py's rules that no other test pinned (found by tools/mutate.py): each case against a vLLM release line,
+"""capacity.py's rules and the memory terms it adds up, one behaviour a test: each case against a vLLM release line,
 the seed's figures, or arithmetic written out beside it, never the code's own output."""
 
 import json
@@ -471,3 +471,15 @@ def test_one_request_of_three_tokens_is_a_full_decode_graph_when_the_batch_takes
     recipe = load(V32_H200 | {"vllm-version": "0.33.0", "max-num-seqs": 2, "max-num-batched-tokens": 4,
                               "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}})
     assert capacity.cudagraph_logits_rows(recipe) == 3
+
+
+# Memory terms measured at another shape -------------------------------------------------------------------------------
+
+def test_a_term_estimated_or_measured_at_this_shape_carries_nothing():
+    # carried_bytes is what plan's estimate of a shape change adds to a figure measured at another shape: an estimate,
+    # or a figure measured at this very shape, carries 0 B, and the plan's JSON says so
+    estimated = memory_terms.rank_memory(load(V32_H200))
+    measured = memory_terms.rank_memory(load(V32_H200 | {"memory": {"weights_gib": 80}}))
+    assert (measured.weights.provenance, measured.weights.bytes) == ("measured", 80 * 2**30)
+    for term in (estimated.weights, estimated.base_peak, estimated.non_torch, measured.weights):
+        assert report.provenance(term)["carried_bytes"] == 0

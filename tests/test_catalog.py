@@ -1,5 +1,4 @@
-"""catalog.py's data that no other test pinned (found by tools/mutate.py), each against its source: a config.json, a
-torch or vLLM print, DeepGEMM's layout rules."""
+"""catalog.py's data, each against its source: a config.json, a torch or vLLM print, DeepGEMM's layout rules."""
 
 import dataclasses
 import json

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc import capacity, weights
+from dsa_kvcalc import capacity, memory_terms, weights
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
@@ -204,3 +204,13 @@ def test_construction_buffers_are_what_the_release_allocates_when_it_builds_the_
     expected = weights.construction_bytes(recipe, entry) - recipe.model.num_layers * absorbed
     # besides: a few float32 scalars, and on FlashAttention's sparse MLA 32 KiB a layer (not modelled: 2 MB on V3.2)
     assert 0 <= built["unowned_bytes"] - expected < 4 * 2**20, built["unowned_largest"]
+
+
+# A model whose weights are not derived: the estimate its basis cites --------------------------------------------------
+
+def test_a_model_not_built_holds_an_eighth_of_the_checkpoint_its_basis_cites_on_tp8():
+    # GLM-5.3-Flash, whose weights are not derived (oracle/configs/SOURCES.md): "about 306 GiB for the default native
+    # FP8 checkpoint" (vllm-project/recipes); TP8 without expert parallelism: dense / 8 + experts / 8
+    recipe = load({"model": "GLM-5.3-Flash", "gpu": "B300", "tensor-parallel-size": 8})
+    weights = memory_terms.rank_memory(recipe).weights
+    assert abs(weights.bytes - 306 * GIB // 8) <= 1 and weights.provenance == "estimated"

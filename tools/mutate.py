@@ -3,8 +3,8 @@
 For each target module the source is parsed with `ast` and every single-point mutant generated (the mutations below);
 each mutant is written into a private copy of the repository (never the checkout), where a server that has imported
 pytest and its plugins once forks a fresh child per run. The tests run in stages, each stopping at its first failure:
-tests/test_pinned_MODULE.py and the module's own test files, the other fast files, then (unless --fast-only) the slow
-ones, so that a mutant reported as surviving has passed the whole suite. Results are appended to a JSON-lines file,
+tests/test_MODULE.py and the other files that pin the module's rules, the other fast files, then (unless --fast-only)
+the slow ones, so that a mutant reported as surviving has passed the whole suite. Results are appended to a JSON-lines file,
 one line a mutant, so that a run can be stopped, resumed, sharded (--shard i/n) and summarised later.
 
     python3 tools/mutate.py                                  # every module, 2 jobs, results in /tmp
@@ -52,26 +52,26 @@ RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all;
 # vLLM's own planner (about 60 s, where oracle/setup.sh set it up), capture sizes (about 100 s) and argument parser
 # (about 35 s) as well, the corpus of real launch commands (about 15 s) and vLLM's own KV-init buffers (about 100 s).
-SLOW_TESTS = ("test_fuzz.py", "test_reliability.py", "test_reliability_round_two.py", "test_files_and_streams.py",
+SLOW_TESTS = ("test_bad_input.py", "test_files_and_streams.py",
               "test_vllm_oracle.py", "test_vllm_args.py", "test_vllm_capture_sizes.py", "test_command_corpus.py",
               "test_vllm_kv_init_buffers.py", "test_vllm_cudagraph_estimate.py")
-# The files that pin each module's rules (tests/test_pinned_MODULE.py first), run first so that most mutants die
+# The files that pin each module's rules (tests/test_MODULE.py first), run first so that most mutants die
 # within a second or two.
 FIRST_TESTS = {
-    "engine": ("test_release_rules.py", "test_kv_cache.py"),
-    "choices": ("test_pinned_capacity.py", "test_release_rules.py", "test_seed.py"),
+    "engine": ("test_vllm_versions.py", "test_release_rules.py", "test_kv_cache.py"),
+    "choices": ("test_release_rules.py", "test_capacity.py", "test_seed.py"),
     "capacity": ("test_release_rules.py", "test_seed.py"),
-    "kv_cache": ("test_kv_cache.py",),
-    "memory_terms": ("test_pinned_capacity.py", "test_kv_cache.py", "test_seed.py"),
-    "defaults": ("test_pinned_capacity.py", "test_records.py", "test_seed.py"),
-    "estimates": ("test_pinned_capacity.py", "test_leave_one_out.py", "test_release_rules.py"),
-    "weights": ("test_weights.py", "test_pinned_catalog.py", "test_leave_one_out.py"),
-    "fits": ("test_leave_one_out.py", "test_pinned_capacity.py"),
+    "kv_cache": (),
+    "memory_terms": ("test_capacity.py", "test_kv_cache.py", "test_seed.py"),
+    "defaults": ("test_release_rules.py", "test_capacity.py", "test_records.py", "test_seed.py"),
+    "estimates": ("test_capacity.py", "test_weights.py", "test_leave_one_out.py", "test_release_rules.py"),
+    "weights": ("test_catalog.py", "test_leave_one_out.py"),
+    "fits": ("test_leave_one_out.py", "test_capacity.py"),
     "uncertainty": ("test_leave_one_out.py",),
     "catalog": ("test_seed.py", "test_release_rules.py"),
-    "calibrate": ("test_calibrate.py",),
-    "vllm_log": ("test_vllm_log.py", "test_calibrate.py"),
-    "kv_init_buffers": ("test_kv_init_buffers.py",),
+    "calibrate": (),
+    "vllm_log": ("test_calibrate.py",),
+    "kv_init_buffers": (),
 }
 FAST_TIMEOUT = 60  # a fast stage takes a few seconds; a mutant that loops is cut off
 FULL_TIMEOUT = 500  # the slow files about 140 s
@@ -372,7 +372,7 @@ def stages(module: str, tests: Path, full: bool) -> list[tuple[list[str], int]]:
     """The module's own test files, then the other fast ones, then (full) the slow ones: the whole suite in three,
     each with its timeout."""
     files = sorted(p.name for p in tests.glob("test_*.py"))
-    first = [f for f in (f"test_pinned_{module}.py", *FIRST_TESTS[module]) if f in files]
+    first = [f for f in (f"test_{module}.py", *FIRST_TESTS[module]) if f in files]
     fast = [f for f in files if f not in first and f not in SLOW_TESTS]
     slow = [f for f in files if f in SLOW_TESTS] if full else []
     return [([f"tests/{f}" for f in part], timeout)
