@@ -112,7 +112,7 @@ def test_a_sum_below_the_non_torch_estimate_is_all_non_torch_and_written(tmp_pat
     assert abs(report["kv_tokens_calibrated"] - 1_993_100) < 256
 
 
-def test_table_names_each_term(tmp_path):
+def test_calibrates_table_names_each_term_and_the_logs_figures(tmp_path):
     result = calibrate(RTX, "--set", "gpu=B200")
     assert result.exit_code == 0
     for term in ("weights", "peak activation", "non-torch", "CUDA graphs", "KV bytes per logged token", "KV tokens"):
@@ -541,7 +541,7 @@ def test_the_kv_target_is_the_logged_tokens_or_the_logged_memory():
     (10 * GIB, 11 * GIB, None, (11 * GIB, 0)),  # a logged term beyond the residual leaves nothing for the other
     (10 * GIB, None, 11 * GIB, (0, 11 * GIB)),
 ])
-def test_split_residual(residual, activation, non_torch, split):
+def test_a_residual_splits_into_the_logged_terms_and_the_non_torch_estimate(residual, activation, non_torch, split):
     result = cal.split_residual(load(V32_H200), residual, activation, non_torch, 2 * GIB, GIB // 50)
     assert (result.activation, result.non_torch) == split
 

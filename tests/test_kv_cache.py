@@ -357,7 +357,7 @@ def test_v41_compressor_ring_holds_k_plus_2_rows_in_a_power_of_two_of_at_least_8
     ({"vllm-version": "0.30.0"}, "flashmla"),  # no mega attention before 0.31.0 (model.py:226-236)
     ({"attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}, "flashinfer"),  # the recipe's backend decides
 ])
-def test_v41_attention_class(keys, attention):
+def test_v41_attention_class_follows_the_gpu_tp_release_and_backend(keys, attention):
     recipe = load({"model": "DeepSeek-V4.1-Flash", "gpu": "B200", "data-parallel-size": 1} | keys)
     assert kv_cache.v41_attention(recipe) == attention
 
@@ -430,7 +430,7 @@ def test_a_flat_bf16_cache_aligns_the_sum_at_031_and_each_layer_from_032():
     # vllm==0.28.0 vllm/v1/core/kv_cache_utils.py:1588-1618: the d in [lower_bound, max] padding the values least,
     # the larger on ties. [21, 43]: d = 22 pads 1 + 1; [12, 16]: 16 pads 4 (12 pads 8); [6, 6]: 2, 3 and 6 pad none
     ([21, 43], 21, 22), ([12, 16], 12, 16), ([6, 6], 2, 6)])
-def test_approximate_gcd(values, lower_bound, divisor):
+def test_approximate_gcd_pads_least_and_takes_the_larger_on_ties(values, lower_bound, divisor):
     assert kv_cache.approximate_gcd(values, lower_bound) == divisor
 
 

@@ -183,7 +183,7 @@ def test_decode_logits_are_fp32_before_033_and_bf16_plus_copy_on_sm100_after(ver
     ({"gpu": "H200", "max-num-seqs": 512, "max-num-batched-tokens": 392, "vllm-version": "0.20.0"}, 384),
     ({"gpu": "H200", "max-num-seqs": 512, "max-num-batched-tokens": 392, "vllm-version": "0.20.1"}, 392),
 ])
-def test_capture_sizes_by_release(settings, rows):
+def test_the_largest_capture_size_follows_each_releases_grid(settings, rows):
     recipe = load({"model": "GLM-5", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8"} | settings)
     assert capacity.cudagraph_logits_rows(recipe) == rows
 

@@ -38,7 +38,7 @@ def plan_backends(*sets) -> dict:
     ("kv-cache-dtype=fp8, auto", ("fp8", "auto")),
     ("enforce-eager=true,false", (True, False)),
 ])
-def test_vary_values(text, values):
+def test_vary_reads_lists_ranges_and_units(text, values):
     assert tuple(parse_vary(text).values) == values
 
 
@@ -144,7 +144,7 @@ def test_named_unavailable_backend_says_why():
     assert row["available"] is False and "gfx942" in row["reason"]
 
 
-def test_plot_without_matplotlib(monkeypatch, tmp_path):
+def test_plot_without_matplotlib_is_one_line_and_writes_nothing(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     result = run("sweep", SEED, "--vary", "max-num-seqs=128,256", "--plot", tmp_path / "sweep.png")
     assert result.exit_code == 2

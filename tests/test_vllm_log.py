@@ -42,7 +42,7 @@ def test_v4_flash_rtx_log_per_rank():
     assert (args.values["tensor_parallel_size"], args.values["max_num_seqs"]) == (2, 64)
 
 
-def test_actual_usage_spelling():
+def test_the_actual_usage_spelling_gives_every_memory_term():
     reading = read_log((LOGS / "nondsa-lfm2.5-1.2b-1xsm90-16gib-tp1-v0.26.0-actualusage.log").read_text())
     core = rank(reading, "EngineCore pid=79")
     assert (core.weights_gib, core.peak_activation_gib, core.non_torch_gib, core.cudagraph_actual_gib) == (
@@ -93,7 +93,7 @@ def test_ansi_colour_codes_are_ignored():
     assert read_log(coloured) == read_log(RTX)
 
 
-def test_one_line_kv_spelling():
+def test_a_lone_kv_cache_size_line_gives_tokens_length_and_concurrency():
     line = "GPU KV cache size: 1,553,140 tokens, Maximum concurrency for 1,000,000 tokens per request: 1.55x"
     only = read_log(line).ranks[0]
     assert (only.kv_tokens, only.max_model_len, only.max_concurrency) == (1_553_140, 1_000_000, 1.55)
