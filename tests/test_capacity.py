@@ -146,9 +146,12 @@ def test_a_drafter_other_than_mtp_adds_no_kv_layer():
 
 def test_fp8_e4m3_is_deepseek_v4s_own_fp8_layout_not_an_mla_refusal():
     # vllm==0.33.0 vllm/models/deepseek_v4/attention.py:94-123: any fp8 cache becomes fp8_ds_mla in V4's own
-    # attention; FLASHMLA_SPARSE's MLA list (flashmla_sparse.py:149-155) has no fp8_e4m3, but V4 never consults it
-    capacity.plan(load({"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4,
-                        "kv-cache-dtype": "fp8_e4m3"}))
+    # attention; FLASHMLA_SPARSE's MLA list (flashmla_sparse.py:149-155) has no fp8_e4m3, but V4 never consults it. So
+    # fp8_e4m3 plans, and its KV cache is the one fp8 and fp8_ds_mla give, page for page
+    v4 = {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4}
+    e4m3, fp8, ds_mla = (capacity.plan(load(v4 | {"kv-cache-dtype": dtype})).memory.kv
+                         for dtype in ("fp8_e4m3", "fp8", "fp8_ds_mla"))
+    assert e4m3 == fp8 == ds_mla and e4m3.block_bytes > 0
 
 
 @pytest.mark.parametrize("keys, batches", [

@@ -363,12 +363,15 @@ def test_capture_sizes_at_their_edges(keys, largest):
 
 
 def test_enforce_eager_and_deepinfer_are_not_held_to_vllms_capture_sizes():
-    # under enforce-eager vLLM drops CUDA graphs before the check (vllm==0.33.0 vllm/config/vllm.py:2005-2010); the
-    # check is vLLM's, not DeepInfer's
-    load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "enforce-eager": True,
-          "compilation-config": {"max_cudagraph_capture_size": 0}})
-    load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "engine": "deepinfer",
-          "compilation-config": {"cudagraph_capture_sizes": [8], "max_cudagraph_capture_size": 16}})
+    # under enforce-eager vLLM drops CUDA graphs before the check (vllm==0.33.0 vllm/config/vllm.py:2005-2010): a
+    # largest size of 0 loads, and no graph is captured or subtracted. The check is vLLM's, not DeepInfer's: sizes
+    # [8] with a largest of 16 load, and the one size given, 8, is the largest graph
+    eager = load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "enforce-eager": True,
+                  "compilation-config": {"max_cudagraph_capture_size": 0}})
+    assert (capacity.cudagraph_logits_rows(eager), capacity.cudagraphs_subtracted(eager)) == (0, False)
+    deepinfer = load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "engine": "deepinfer",
+                      "compilation-config": {"cudagraph_capture_sizes": [8], "max_cudagraph_capture_size": 16}})
+    assert capacity.cudagraph_logits_rows(deepinfer) == 8
 
 
 @pytest.mark.parametrize("keys", [{"enforce-eager": True}, {"compilation-config": {"cudagraph_mode": "NONE"}}])
