@@ -8,7 +8,7 @@ import pytest
 
 from conftest import LOGS
 from dsa_kvcalc import capacity, choices
-from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.keys import RecipeError, Refusal
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.vllm_log import read_log_file
 
@@ -426,3 +426,16 @@ def test_batched_dp_moe_needs_more_than_one_data_parallel_rank():
     dp2 = load(V32_H200 | {"tensor-parallel-size": 4, "data-parallel-size": 2, "enable-expert-parallel": True,
                            "all2all-backend": "deepep_low_latency"})
     assert dp2.max_num_batched_tokens == 256
+
+
+def test_an_mxfp4_indexer_cache_off_sm10x_is_refused_from_020():
+    # vllm==0.20.0 vllm/v1/attention/backends/mla/indexer.py:255-265: DeepseekV32IndexerMetadataBuilder.__init__
+    # asserts "use_fp4_indexer_cache requires Blackwell datacenter GPUs (sm_10x, e.g. B200/GB200)", and
+    # DeepseekV4IndexerBackend (:158) keeps that builder: DeepSeek-V4 (0.20.0+) with the flag stops on an H200 in
+    # every release that has it, and plans on a B200
+    v4 = {"model": "DeepSeek-V4-Flash", "data-parallel-size": 4, "enable-expert-parallel": True,
+          "kv-cache-dtype": "fp8", "attention-config": {"use_fp4_indexer_cache": True}}
+    for version in ("0.20.0", "0.21.0", "0.22.0"):
+        with pytest.raises(Refusal, match="use_fp4_indexer_cache: mxfp4 on H200 .sm90.: .* needs Blackwell"):
+            capacity.plan(load(v4 | {"gpu": "H200", "vllm-version": version}))
+        assert capacity.plan(load(v4 | {"gpu": "B200", "vllm-version": version})).memory.kv.block_bytes > 0
