@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dsa_kvcalc"
 MODULES = ("engine", "choices", "capacity", "kv_cache", "memory_terms", "defaults", "estimates", "catalog", "calibrate",
-           "vllm_log", "kv_init_buffers", "weights", "fits", "uncertainty")
+           "vllm_log", "kv_init_buffers", "weights", "fits", "uncertainty", "fixes")
 EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
 RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all;
@@ -58,7 +58,7 @@ SLOW_TESTS = ("test_bad_input.py", "test_files_and_streams.py",
 # The files that pin each module's rules (tests/test_MODULE.py first), run first so that most mutants die
 # within a second or two.
 FIRST_TESTS = {
-    "engine": ("test_vllm_versions.py", "test_release_rules.py", "test_kv_cache.py"),
+    "engine": ("test_rule_changes.py", "test_vllm_versions.py", "test_release_rules.py", "test_kv_cache.py"),
     "choices": ("test_release_rules.py", "test_capacity.py", "test_seed.py"),
     "capacity": ("test_release_rules.py", "test_seed.py"),
     "kv_cache": (),
@@ -72,6 +72,7 @@ FIRST_TESTS = {
     "calibrate": (),
     "vllm_log": ("test_calibrate.py",),
     "kv_init_buffers": (),
+    "fixes": ("test_oom_fixes.py", "test_seed.py", "test_capacity.py"),
 }
 FAST_TIMEOUT = 60  # a fast stage takes a few seconds; a mutant that loops is cut off
 FULL_TIMEOUT = 500  # the slow files about 140 s
