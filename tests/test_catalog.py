@@ -9,6 +9,7 @@ from conftest import ROOT
 from dsa_kvcalc import capacity, choices, memory_terms, weights
 from dsa_kvcalc.catalog import GPUS, KPOOL_INDEXER, LAYOUTS, MODELS
 from dsa_kvcalc.recipe import RecipeError, load
+from dsa_kvcalc.vllm_log import read_log_file
 
 MIB = 1 << 20
 MODEL = {m.name: m for m in MODELS}
@@ -120,17 +121,37 @@ def test_a_model_not_built_shards_its_config_shapes_over_tp_x_dp():
 
 @pytest.mark.parametrize("name, arch, total", [
     # torch's total_memory in MiB, or the GiB (2^30) that torch OOM messages and vLLM's "Free memory on device
-    # (free/total GiB)" print, as each GPU's source in the catalog quotes them
+    # (free/total GiB)" print, as each GPU's source in the catalog quotes them (no measurement of these here; the
+    # H200, GB200 and B300 are checked against one below)
     ("H100", "sm90", 81_089 * MIB), ("H100 PCIe", "sm90", 81_008 * MIB), ("H100 NVL", "sm90", 93.00),
-    ("H200", "sm90", 150_109_880_320), ("H200 NVL", "sm90", 150_109_880_320),  # measured on the lent H200
     ("H20", "sm90", 97_285 * MIB), ("GH200", "sm90", 94.88), ("B200", "sm100", 182_631 * MIB),
-    ("GB200", "sm100", 184.31), ("B300", "sm103", 267.69), ("GB300", "sm103", 276.50),
+    ("GB300", "sm103", 276.50),
     ("RTX PRO 6000", "sm120", 97_250 * MIB), ("GB10", "sm121", 121.69), ("MI300X", "gfx942", 196_592 * MIB),
     ("MI325X", "gfx942", 255.98), ("MI355X", "gfx950", 287.98),
 ])
 def test_gpu_memory_as_torch_and_vllm_print_it(name, arch, total):
     gpu = next(g for g in GPUS if g.name == name)
     assert (gpu.arch, gpu.total_memory_bytes) == (arch, total if isinstance(total, int) else round(total * 2**30))
+
+
+@pytest.mark.parametrize("names, measured", [
+    # verify --gpu on the lent H200 (tests/fixtures/verify/h200-builtin.json): torch's total_memory; the H200 NVL is
+    # the same 141 GB part
+    (("H200", "H200 NVL"), ("verify", "h200-builtin.json")),
+    # the total of vLLM's "Free memory on device (free/total GiB)" in a startup log (tests/fixtures/vllm_logs)
+    (("GB200",), ("log", "glm-5.2-nvfp4-4xgb200-tp4-ep-v0.26.0.log")),
+    (("B300",), ("log", "deepseek-v4-flash-0731-1xb300-tp1-dspark7-v0.26.0.log")),
+])
+def test_gpu_memory_as_a_measurement_here_gives_it(names, measured):
+    kind, file = measured
+    if kind == "verify":
+        total = json.loads((ROOT / "tests" / "fixtures" / "verify" / file).read_text())["gpu"]["total_memory_bytes"]
+    else:
+        reading = read_log_file(ROOT / "tests" / "fixtures" / "vllm_logs" / file, "log")
+        total_gib, = {rank.total_memory_gib for rank in reading.ranks if rank.total_memory_gib}
+        total = round(total_gib * 2**30)
+    for name in names:
+        assert next(g for g in GPUS if g.name == name).total_memory_bytes == total
 
 
 @pytest.mark.parametrize("layout, columns, stride", [

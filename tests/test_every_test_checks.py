@@ -14,8 +14,9 @@ def called_name(call: ast.Call) -> str | None:
     """f(...) -> 'f', pytest.raises(...) -> 'raises'; anything else (a method of an object) -> None."""
     if isinstance(call.func, ast.Name):
         return call.func.id
-    if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "pytest":
-        return call.func.attr
+    function = call.func
+    if isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name) and function.value.id == "pytest":
+        return function.attr
     return None
 
 
