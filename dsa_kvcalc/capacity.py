@@ -16,7 +16,6 @@ from dsa_kvcalc import estimates
 from dsa_kvcalc.catalog import (STRIDE_ALIGNMENT_BYTES, V4_FLASHMLA_ARCHS, V4_SM120_ARCHS,
                                 Backend, Layout, Rows)
 from dsa_kvcalc.choices import availability, engine_backends, kv_spec, on_model_runner_v2, sparse_mla_refusal
-from dsa_kvcalc.engine import VLLM_RULES, release_tuple
 from dsa_kvcalc.keys import Recipe, RecipeError, Refusal
 from dsa_kvcalc.kv_cache import SM10X, round_up, stage_layers, v41_packed
 from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
@@ -641,7 +640,7 @@ def check_cache_dtype(recipe: Recipe, memory: RankMemory) -> None:
         ds_mla_layout = flashmla or recipe.gpu.arch in V4_SM120_ARCHS  # catalog.V4_FLASHMLA_ARCHS
         auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
         if ds_mla_layout and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
-            source = VLLM_RULES["v4_auto_cache_dtype_fp8"].at(release_tuple(recipe.engine.version))[1]
+            source = recipe.engine.sources["v4_auto_cache_dtype_fp8"]
             raise Refusal("kv-cache-dtype", f"{recipe.kv_cache_dtype}: {recipe.engine.label} refuses to start: "
                                             f"DeepSeek-V4's attention on {recipe.gpu.name} stores fp8_ds_mla and "
                                             f"takes fp8 only ({source}): give kv-cache-dtype: fp8")

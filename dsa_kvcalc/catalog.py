@@ -363,11 +363,11 @@ class Model:
     # candidate_topk_blocks, candidate_block_size), which size the sparse-logits scratch (kv_init_buffers.py)
     candidate_topk_blocks: int = 0
     candidate_block_size: int = 0
-    first_release: str = "0.19.0"  # the first vLLM release with its model code
     # Weights a deployment may keep in host memory instead (V4.1's Engram tables, offloaded by default)
     offloadable_bytes: int = 0
-    # vLLM's own default for kv-cache-dtype auto on this model: (first release, archs, cache dtype, source)
-    auto_kv_cache_dtype: tuple[tuple[str, tuple[str, ...], str, str], ...] = ()
+    # the checkpoint's own cache dtype for kv-cache-dtype auto: (archs, cache dtype, source); the architecture's is a
+    # vLLM rule (engine.py sm10x_auto_kv_cache_dtypes)
+    auto_kv_cache_dtype: tuple[tuple[tuple[str, ...], str, str], ...] = ()
     note: str = ""
     config_path: Path | None = None  # a local config.json (an input: never written over)
 
@@ -418,11 +418,9 @@ V4_PRO_EXPERT_BYTES = 61 * 384 * 3 * 7168 * 3072 * 17 // 32
 V41_FLASH_EXPERT_BYTES = bytes_of_gib(259.5 + 16.22)
 V41_FLASH_ENGRAM_BYTES = bytes_of_gib(183.1 + 5.72)
 V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
-# DeepSeek-V4: in vLLM from 0.20.0 (vllm==0.20.0 vllm/model_executor/models/registry.py), DSpark drafts from 0.25.0
-# for a checkpoint that has a DSpark block: its drafter reads the config's dspark_target_layer_ids (vllm==0.33.0
+# DeepSeek-V4: in vLLM from 0.20.0 (engine.py model_architectures), DSpark drafts from 0.25.0 for a checkpoint that has a DSpark block: its drafter reads the config's dspark_target_layer_ids (vllm==0.33.0
 # vllm/models/deepseek_v4/nvidia/dspark.py:100), which V4-Flash-0731's config has and the preview V4-Flash's and
 # V4-Pro's have not (oracle/configs; dsa_kvcalc/weights.json records vLLM's refusal)
-V4_FIRST = "0.20.0"
 V4_DRAFTERS = ("mtp", "dspark")
 # DeepSeek-V4.1's DSpark drafts in blocks of 5 tokens (its config.json dspark_block_size: oracle/configs/
 # deepseek-ai--DeepSeek-V4.1-Flash.json; engine.py v41_dspark_tokens_in_blocks)
@@ -444,23 +442,15 @@ BF16_CACHE_AS_AUTO = {V32_ARCH: "vllm==0.33.0 vllm/model_executor/models/config.
 # float, dynamic false}) runs kv-cache-dtype auto as fp8_e4m3, on every GPU, before any model rule
 # (EngineArgs.create_engine_config's resolve_kv_cache_dtype_string: vllm==0.19.0 vllm/utils/torch_utils.py:262-340,
 # vllm==0.33.0 :443-516 and vllm/engine/arg_utils.py:2297)
-CHECKPOINT_FP8_KV = (("0.19.0", CUDA + ROCM, "fp8_e4m3",
+CHECKPOINT_FP8_KV = ((CUDA + ROCM, "fp8_e4m3",
                       "the checkpoint's quantization_config.kv_cache_scheme (vllm==0.33.0 vllm/utils/torch_utils.py:"
                       "443-516 get_kv_cache_quant_algo_string, resolve_kv_cache_dtype_string; the same since "
                       "vllm==0.19.0 :262-340)"),)
 # GLM-5.x's BF16 checkpoints, planned as the FP8 ones, whose KV cache they share (vllm-project/recipes
 # models/zai-org/GLM-5.yaml, GLM-5.1.yaml, GLM-5.2.yaml, GLM-5.3.yaml: the bf16 variants)
 GLM_BF16 = "the BF16 checkpoint: the same KV cache, about twice the weights (give memory.weights_gib)"
-# GlmMoeDsaForCausalLM runs an fp8 cache for kv-cache-dtype auto on SM10x from vLLM 0.32.0
-GLM5_AUTO_FP8 = (("0.32.0", ("sm100", "sm103"), "fp8_e4m3",
-                  "vllm==0.32.0 vllm/model_executor/models/config.py:49-55 (vllm==0.31.0 :43-50 has no such rule)"),)
 V4_PRO_RATIOS = (128, 128) + (4, 128) * 29 + (4,)
 GLM5NEXT_ARCH = "Glm5NextForConditionalGeneration"
-# Glm5NextForConditionalGeneration runs an fp8 cache for kv-cache-dtype auto on SM10x from vLLM 0.33.0 (Hopper stays
-# BF16: the recipe says FP8 KV does not work there for this model)
-GLM5NEXT_AUTO_FP8 = (("0.33.0", ("sm100", "sm103"), "fp8",
-                      "vllm==0.33.0 vllm/model_executor/models/config.py:119-145, 1228-1229 (Glm5NextModelConfig; "
-                      "vllm==0.32.0 has none)"),)
 # GLM-5.3-Flash: 42 MoE layers (first_k_dense_replace 3 of 45) x 288 experts, FP8 with 128 x 128 block scales
 GLM53_FLASH_EXPERT_BYTES = 42 * 288 * 3 * 4096 * 2048 * 4097 // 4096
 GLM53_FLASH_LINEAR_LAYERS = tuple(layer for layer in range(45) if layer % 4 != 3)  # layer_types linear_attention
@@ -523,23 +513,18 @@ MLA_MODELS = [
           aliases=("GLM-5.3-NVFP4",), checkpoint_format="nvfp4",
           note="NVFP4 routed experts (the recipe: a ~465 GB checkpoint, Blackwell only); GLM-5.2's shape"),
 ]
-# vLLM's rules for GlmMoeDsaForCausalLM hold for every GLM-5.x checkpoint, after its quantization config's own
-MLA_MODELS = [replace(m, auto_kv_cache_dtype=m.auto_kv_cache_dtype + GLM5_AUTO_FP8) if m.architecture == GLM5_ARCH
-              else m for m in MLA_MODELS]
 V4_MODELS = [
     Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", V4_ARCH, 43, 1, 4096, 64,
           128, 512, 1048576, estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES,
           compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4,
-          num_attention_heads=64, first_release=V4_FIRST),
+          num_attention_heads=64),
     Model("deepseek-ai/DeepSeek-V4-Flash-0731", f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the "
           "same compress_ratios, sliding_window and layers as the preview)", V4_ARCH, 43, 1, 4096, 64, 128, 512, 1048576,
           estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
-          indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=64, drafters=V4_DRAFTERS,
-          first_release=V4_FIRST),
+          indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=64, drafters=V4_DRAFTERS),
     Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", V4_ARCH, 61, 1, 7168, 64, 128,
           1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS,
-          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128,
-          first_release=V4_FIRST),
+          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128),
     Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json and LivingAgile/mlx-lm "
           "tests/test_deepseek_v41.py (third-party copies, byte for byte the same, of deepseek-ai/DeepSeek-V4.1-Flash@"
           "dba1be0a; vllm==0.33.0 vllm/models/deepseek_v41/amd/mono/keylist.py:5 names the same index layers)",
@@ -547,7 +532,7 @@ V4_MODELS = [
           V41_FLASH_EXPERT_BYTES, compress_ratios=(0, 0) + (2,) * 18 + (1,) * 20, sliding_window=128,
           kv_source_layers=(2, 8, 14, 20), index_source_layers=(2, 8, 14, 20, 24, 28, 32, 36), kv_compress_ratio=4,
           candidate_topk_blocks=2048, candidate_block_size=8,
-          num_attention_heads=64, o_groups=8, drafters=("dspark",), first_release="0.30.0",
+          num_attention_heads=64, o_groups=8, drafters=("dspark",),
           offloadable_bytes=V41_FLASH_ENGRAM_BYTES,
           note="only the kv-source layers 2, 8, 14, 20 keep compressed caches and the index sources among them "
                "indexer caches; every layer a 32-token window; DSpark (its only drafter) adds 3 window-only layers"),
@@ -558,7 +543,7 @@ GLM5NEXT_MODELS = [
           "zai-org/GLM-5.3-Flash, model_type glm5_next_text)", GLM5NEXT_ARCH, 45, 1, 4096, 32, 128, 2048, 1048576,
           estimates.GLM53_FLASH_CHECKPOINT, GLM53_FLASH_EXPERT_BYTES, linear_layers=GLM53_FLASH_LINEAR_LAYERS,
           linear_heads=64, linear_head_dim=128, linear_conv_kernel=4, index_kpool=4, mla_head_size=512,
-          num_attention_heads=64, first_release="0.30.0", auto_kv_cache_dtype=GLM5NEXT_AUTO_FP8,
+          num_attention_heads=64,
           note="hybrid: 34 KDA linear-attention layers keep a per-request state (conv + recurrent, per TP rank), 11 "
                "DSA layers and the MTP layer an MLA latent without RoPE, a kpool indexer and a tail ring; the "
                "attention block is sized to hold a KDA state (derived for SM90 and SM10x)"),

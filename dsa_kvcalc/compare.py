@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import Plan
-from dsa_kvcalc.engine import VLLM_RULES, release_tuple
+from dsa_kvcalc.engine import VLLM_RULES
 from dsa_kvcalc.keys import RecipeError, Refusal
 from dsa_kvcalc.report import flatten, plan_json
 from dsa_kvcalc.sweep import Base, Vary, recipe_at
@@ -134,11 +134,11 @@ def plain(value):
 def rule_changes(columns: list[Column], name: str) -> dict:
     """One rule between the columns' oldest release and their newest: its value in the oldest, then each change up to
     the newest, with its source (none between engines without a release order)."""
-    versions = sorted({release_tuple(c.plan.recipe.engine.version) for c in columns
-                       if c.plan is not None and c.plan.recipe.engine.name == "vllm"})
-    rule = VLLM_RULES[name]
+    versions = {c.plan.recipe.engine.version for c in columns
+                if c.plan is not None and c.plan.recipe.engine.name == "vllm"}
     if not versions:
         return {"oldest": None, "changes": []}
-    return {"oldest": plain(rule.at(versions[0])[0]),
+    oldest, changes = VLLM_RULES[name].between(versions)
+    return {"oldest": plain(oldest),
             "changes": [{"release": change.release, "value": plain(change.value), "source": change.source}
-                        for change in rule.changes if versions[0] < release_tuple(change.release) <= versions[-1]]}
+                        for change in changes]}

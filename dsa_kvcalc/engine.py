@@ -49,6 +49,17 @@ class Rule:
                 value, source = change.value, change.source
         return value, source
 
+    def between(self, versions: set[str]) -> tuple[object, tuple[Change, ...]]:
+        """The value at the oldest of the versions, and the changes up to the newest."""
+        oldest = min(release_tuple(version) for version in versions)
+        newest = max(release_tuple(version) for version in versions)
+        return self.at(oldest)[0], tuple(c for c in self.changes if oldest < release_tuple(c.release) <= newest)
+
+    def adding(self, member: str) -> Change | None:
+        """The change whose value first holds member (a rule whose value is a set that grows), or None when the
+        oldest release has it already or no release does."""
+        return None if member in self.initial else next((c for c in self.changes if member in c.value), None)
+
 
 @functools.cache
 def release_tuple(version: str) -> tuple[int, ...]:
@@ -56,6 +67,18 @@ def release_tuple(version: str) -> tuple[int, ...]:
     if version == MAIN:
         return (*release_tuple(NEWEST_VLLM), 1)
     return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def within(release: str, first: str, last: str) -> bool:
+    return release_tuple(first) <= release_tuple(release) <= release_tuple(last)
+
+
+def release_of(version: str) -> str:
+    """The release whose rules and arguments a version has: itself when a release, the newest for main and newer
+    releases, else the release it builds on (0.20.1.dev3 -> 0.20.1)."""
+    version = NEWEST_VLLM if version == MAIN else version
+    return max((r for r in RELEASES if release_tuple(r) <= release_tuple(version)), key=release_tuple,
+               default=RELEASES[0])
 
 
 def build_of(version: str) -> str:
@@ -182,6 +205,13 @@ class Engine:
     flashmla_prefill_head_padding: tuple[int, int]
     flashmla_prefill_query_workspace: bool  # fp8_ds_mla: the padded prefill queries and latents reserved too
     index_group_buffers: bool  # each top-k producing MLA layer's index group holds physical top-k rows
+    # What a release has: the model architectures, the sparse-MLA backends, config values that came late
+    model_architectures: frozenset  # in the model registry
+    sparse_mla_backends: frozenset  # in the attention-backend registry
+    indexer_kv_dtype_auto: bool  # attention-config.indexer_kv_dtype takes auto
+    v4_mxfp4_indexer_entries: bool  # DeepSeek-V4's MXFP4 indexer stores 68 B entries (else the FP8 132 B)
+    # architecture -> the cache dtype vLLM runs for kv-cache-dtype auto on SM10x (a dict: left out of the hash)
+    sm10x_auto_kv_cache_dtypes: dict = field(hash=False)
 
     @property
     def label(self) -> str:
@@ -199,6 +229,7 @@ ALL = "*"  # every architecture
 SEED = "the seed (vLLM PR #62860, merged 2026-10-28 as 317081f)"
 V4 = "DeepseekV4ForCausalLM"
 V32 = "DeepseekV32ForCausalLM"
+V41 = "DeepseekV41ForCausalLM"
 GLM5 = "GlmMoeDsaForCausalLM"
 GLM5NEXT = "Glm5NextForConditionalGeneration"
 MIB = 1 << 20
@@ -656,6 +687,54 @@ VLLM_RULES = {
                "its own (no chunked-prefill workspace)",
         (Change("0.32.0", True, "vllm==0.32.0 vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:423-425: a "
                                 "SparseMLACommonMetadataBuilder"),)),
+    "model_architectures": Rule(
+        frozenset({V32, GLM5}), "vllm==0.19.0 vllm/model_executor/models/registry.py:98, 120",
+        (Change("0.20.0", frozenset({V32, GLM5, V4}), "vllm==0.20.0 vllm/model_executor/models/registry.py:99"),
+         Change("0.30.0", frozenset({V32, GLM5, V4, V41, GLM5NEXT}),
+                "vllm==0.30.0 vllm/model_executor/models/registry.py:379-382, 429-432 (vllm==0.29.0 has neither)"))),
+    "sparse_mla_backends": Rule(
+        frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE"}),
+        "vllm==0.19.0 vllm/v1/attention/backends/registry.py:57, 66, 73",
+        (Change("0.23.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
+                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4"}),
+                "vllm==0.23.0 vllm/v1/attention/backends/registry.py:80, 83"),
+         Change("0.24.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
+                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_SM120"}),
+                "vllm==0.24.0 vllm/v1/attention/backends/registry.py:76"),
+         Change("0.25.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
+                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_SM120",
+                                     "FLASH_ATTN_MLA_SPARSE"}),
+                "vllm==0.25.0 vllm/v1/attention/backends/registry.py:98"),
+         Change("0.30.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
+                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_SM120",
+                                     "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90", "FLASHMLA_SPARSE_DSV41",
+                                     "FLASHINFER_MLA_SPARSE_DSV41"}),
+                "vllm==0.30.0 vllm/v1/attention/backends/registry.py:86, 110, 113"),
+         Change("0.31.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
+                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_SM120",
+                                     "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90", "FLASHMLA_SPARSE_DSV41",
+                                     "FLASHINFER_MLA_SPARSE_DSV41", "FLASHMLA_MEGA_ATTN_DSV41"}),
+                "vllm==0.31.0 vllm/v1/attention/backends/registry.py:117"),
+         Change("0.33.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE",
+                                     "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_SM120",
+                                     "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM90", "FLASHMLA_SPARSE_DSV41",
+                                     "FLASHINFER_MLA_SPARSE_DSV41", "FLASHMLA_MEGA_ATTN_DSV41",
+                                     "FLASH_ATTN_MLA_SPARSE_FA4"}),
+                "vllm==0.33.0 vllm/v1/attention/backends/registry.py:131"))),
+    "indexer_kv_dtype_auto": Rule(
+        False, "vllm==0.27.0 vllm/config/attention.py:13 IndexerKVDType: bf16, fp8, mxfp4, nvfp4",
+        (Change("0.28.0", True, "vllm==0.28.0 vllm/config/attention.py:16 IndexerKVDType: auto too"),)),
+    "v4_mxfp4_indexer_entries": Rule(
+        False, "vllm==0.26.0 vllm/models/deepseek_v4/attention.py:729-733: the indexer cache's entries are the FP8 "
+               "layout's 132 B whatever its dtype",
+        (Change("0.27.0", True, "vllm==0.27.0 vllm/models/deepseek_v4/attention.py:782-790: MXFP4 entries of "
+                                "64 packed bytes + 4 UE8M0 scales = 68 B"),)),
+    "sm10x_auto_kv_cache_dtypes": Rule(
+        {}, "vllm==0.31.0 vllm/model_executor/models/config.py:43-50: no rule of auto for the DSA models",
+        (Change("0.32.0", {GLM5: "fp8_e4m3"}, "vllm==0.32.0 vllm/model_executor/models/config.py:49-55"),
+         Change("0.33.0", {GLM5: "fp8_e4m3", GLM5NEXT: "fp8"},
+                "vllm==0.33.0 vllm/model_executor/models/config.py:119-145, 1228-1229 (Glm5NextModelConfig; Hopper "
+                "stays BF16: the recipe says FP8 KV does not work there for this model)"))),
 }
 
 

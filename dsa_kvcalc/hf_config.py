@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from dsa_kvcalc import inputs
-from dsa_kvcalc.catalog import CHECKPOINT_FP8_KV, GLM5NEXT_AUTO_FP8, NOPE_MLA_HEAD_SIZE, Model
+from dsa_kvcalc.catalog import CHECKPOINT_FP8_KV, NOPE_MLA_HEAD_SIZE, Model
 from dsa_kvcalc.estimates import Figure
 
 CONFIG_MAX_BYTES = 4 << 20  # config.json files are kilobytes
@@ -154,7 +154,7 @@ def v41_fields(config: dict, n: dict, path: Path) -> dict:
     return {"compress_ratios": ratios, "sliding_window": n["sliding_window"] or 128, "kv_source_layers": kv_sources,
             "index_source_layers": index_sources, "kv_compress_ratio": 4, "num_attention_heads":
                 n["num_attention_heads"], "o_groups": n["o_groups"], "drafters": ("dspark",),
-            "dspark_layers": n["num_nextn_predict_layers"] or 3, "first_release": "0.30.0"}
+            "dspark_layers": n["num_nextn_predict_layers"] or 3}
 
 
 def kda_shape(config: dict, path: Path) -> dict:
@@ -203,8 +203,7 @@ def glm5next_fields(config: dict, n: dict, path: Path) -> dict:
     return {"linear_layers": linear, "linear_heads": shape["num_heads"], "linear_head_dim": shape["head_dim"],
             "linear_conv_kernel": shape["short_conv_kernel_size"],
             "index_kpool": kpool, "mla_head_size": head_size,
-            "num_attention_heads": n["num_attention_heads"] or 64, "first_release": "0.30.0",
-            "auto_kv_cache_dtype": GLM5NEXT_AUTO_FP8}
+            "num_attention_heads": n["num_attention_heads"] or 64}
 
 
 def checkpoint_cache_dtype(config: dict) -> tuple:

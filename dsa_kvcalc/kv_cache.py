@@ -21,7 +21,6 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
-from dsa_kvcalc.engine import release_tuple
 from dsa_kvcalc.keys import Recipe
 
 MLA_BLOCK_TOKENS = 64
@@ -43,7 +42,6 @@ V4_HEAD_DIM = 512
 V4_WINDOW_BLOCK = 64
 V4_COMPRESSED_BLOCK = 256  # --block-size, the sparse-SWA backend's preference (sparse_swa.py:127-128)
 V4_STATE_BYTES = 4  # compressor states are FP32 (compressor.py:170)
-V4_MXFP4_INDEXER_FROM = "0.27.0"  # 68 B MXFP4 indexer entries; 0.22.0-0.26.0 store them at the FP8 size
 # DeepSeek-V4.1 (vllm==0.33.0 vllm/models/deepseek_v41/attention.py:521-536, 569; compressor.py:221-233): MXFP8
 # records on the SM10x family (528 B, 512 B alignment), V4's elsewhere (584 B, 576 B); the compressed record is NVFP4
 # (288 B) under nvfp4_ds_mla; windows of 32-token pages; the ratio-2 compressors' FP32 ring of max(8, next_pow2(k + 2))
@@ -205,8 +203,7 @@ def v4_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
     - on ratio-4 layers: the indexer's entries (132 B, or MXFP4's 68 B from 0.27.0), 64 per 256-token page, and its
       compressor's FP32 state (2 x 2 x index_head_dim per entry, 4-token pages, window 8)."""
     model = recipe.model
-    mxfp4 = recipe.indexer_kv_dtype == "mxfp4" and release_tuple(recipe.engine.version) >= release_tuple(
-        V4_MXFP4_INDEXER_FROM)
+    mxfp4 = recipe.indexer_kv_dtype == "mxfp4" and recipe.engine.v4_mxfp4_indexer_entries
     indexer_entry = INDEXER_MXFP4_ENTRY_BYTES if mxfp4 else INDEXER_ENTRY_BYTES
     caches = []
     for layer in range(model.num_layers + draft_layers):

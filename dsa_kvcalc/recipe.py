@@ -18,7 +18,7 @@ from dsa_kvcalc.keys import DERIVED, KEYS, Recipe, RecipeError, Refusal, canonic
 from dsa_kvcalc.names import MODEL_NAMES, find_gpu, find_model
 from dsa_kvcalc.overrides import set_override
 from dsa_kvcalc.values import read_values
-from dsa_kvcalc.vllm_config import RELEASE_VALUES, SPARSE_MLA_BACKEND_FIRST, SPARSE_MLA_BACKENDS
+from dsa_kvcalc.vllm_config import RELEASE_VALUES, SPARSE_MLA_BACKENDS
 
 
 class WithDefaults(dict):
@@ -55,7 +55,7 @@ def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = N
                     notes=(*([name_note] if name_note else []), *notes), fit_max_model_len=fits_to_memory(values))
     check_across(recipe)
     if recipe.engine.name == "vllm":
-        vllm_cli.check_release(ignored | given_arguments(recipe), recipe.engine.version)
+        vllm_cli.check_release(ignored | given_arguments(recipe), recipe.engine)
         check_release_values(recipe)
     return recipe
 
@@ -118,14 +118,12 @@ def given_arguments(recipe: Recipe) -> dict:
 
 def check_release_values(recipe: Recipe) -> None:
     """A value a release's config type does not have yet (vllm_config.RELEASE_VALUES): vLLM's parser refuses it."""
-    version = engines.release_tuple(recipe.engine.version)
     for name, value in given_arguments(recipe).items():
-        if name not in RELEASE_VALUES or not isinstance(value, str):
-            continue
-        first, source = RELEASE_VALUES[name].get(value, (engines.OLDEST_VLLM, ""))
-        if version < engines.release_tuple(first):
+        rule = RELEASE_VALUES.get(name, {}).get(value) if isinstance(value, str) else None
+        if rule and not getattr(recipe.engine, rule):
+            first = engines.VLLM_RULES[rule].changes[0]
             raise Refusal(name, f"{value}: {recipe.engine.label} refuses to start: its parser takes this value "
-                                f"from vLLM {first} on ({source})")
+                                f"from vLLM {first.release} on ({first.source})")
 
 
 def check_decode_context_parallel(recipe: Recipe) -> None:
@@ -202,15 +200,14 @@ def check_across(recipe: Recipe) -> None:
     if recipe.attention_backend is not None and recipe.attention_backend not in SPARSE_MLA_BACKENDS:
         raise RecipeError("attention-backend", f"{recipe.attention_backend} is no sparse-MLA backend; DSA models run "
                                                f"on {', '.join(SPARSE_MLA_BACKENDS)}")
-    first, line = SPARSE_MLA_BACKEND_FIRST.get(recipe.attention_backend, (engines.OLDEST_VLLM, 0))
-    if recipe.engine.name == "vllm" and engines.release_tuple(recipe.engine.version) < engines.release_tuple(first):
+    if recipe.attention_backend is not None and recipe.attention_backend not in recipe.engine.sparse_mla_backends:
+        first = engines.VLLM_RULES["sparse_mla_backends"].adding(recipe.attention_backend)
         raise RecipeError("attention-backend", f"{recipe.attention_backend} is not a backend of {recipe.engine.label}: "
-                                               f"vLLM {first} adds it (vllm=={first} "
-                                               f"vllm/v1/attention/backends/registry.py:{line})")
-    if recipe.engine.name == "vllm" and engines.release_tuple(recipe.engine.version) < engines.release_tuple(
-            model.first_release):
+                                               f"vLLM {first.release} adds it ({first.source})")
+    first = engines.VLLM_RULES["model_architectures"].adding(model.architecture)
+    if first and model.architecture not in recipe.engine.model_architectures:
         raise RecipeError("vllm-version", f"{recipe.engine.label} predates {model.name}'s model code (vLLM "
-                                          f"{model.first_release}+)")
+                                          f"{first.release}+)")
     heads = model.num_attention_heads
     if heads % recipe.tensor_parallel_size:  # vllm==0.33.0 vllm/config/model.py:1557-1564 (vllm==0.19.0 :1111-1116)
         raise Refusal("tensor-parallel-size", f"{recipe.tensor_parallel_size} does not divide {model.name}'s "

@@ -111,8 +111,6 @@ def version(name: str, k: Key, value) -> str:
         build = engines.build_of(text.lstrip("v"))
     except ValueError as error:
         raise RecipeError(name, str(error)) from None
-    if engines.release_tuple(build) < engines.release_tuple(engines.OLDEST_VLLM):
-        raise RecipeError(name, f"{build} is older than the oldest modelled release, {engines.OLDEST_VLLM}")
     return build
 
 

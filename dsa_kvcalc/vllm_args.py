@@ -258,7 +258,7 @@ def server_recipe(server: launch_script.Server, version: str | None) -> Server:
         tagged, note = image_release(server.image)
         notes += [note] if note else []
     if version or tagged:
-        raw, unexpanded = read_server(server, vllm_cli.table_release(version or tagged))
+        raw, unexpanded = read_server(server, engines.release_of(version or tagged))
     else:
         raw, unexpanded, release = newest_reading(server)
         if release != engines.NEWEST_VLLM:
@@ -268,7 +268,7 @@ def server_recipe(server: launch_script.Server, version: str | None) -> Server:
     if tagged:
         raw["vllm-version"] = tagged
     role = ROLES.get((raw.get("kv-transfer-config") or {}).get("kv_role"))
-    return Server(server.line, raw, vllm_cli.table_release(raw.get("vllm-version") or version or engines.NEWEST_VLLM),
+    return Server(server.line, raw, engines.release_of(raw.get("vllm-version") or version or engines.NEWEST_VLLM),
                   role, unexpanded, notes)
 
 
@@ -411,7 +411,7 @@ def deployment(recipe: Recipe) -> Deployment:
         if value is not None:
             top, _, inner = k.name.rpartition(".")
             (arguments.setdefault(top, {}) if top else arguments)[inner] = value
-    release = vllm_cli.arguments(vllm_cli.table_release(recipe.engine.version))
+    release = vllm_cli.arguments(engines.release_of(recipe.engine.version))
     for name, value in recipe.passthrough:
         top, _, inner = name.partition(".")
         if value is not None and not (value is False and f"--no-{top}" not in release):

@@ -32,24 +32,12 @@ class Argument:
     none: bool = False  # "None" (or "") reads as no value
 
 
-def in_span(release: str, span: list[str]) -> bool:
-    return engines.release_tuple(span[0]) <= engines.release_tuple(release) <= engines.release_tuple(span[1])
-
-
-def table_release(version: str) -> str:
-    """The release whose arguments a version has: itself when modelled, the newest for main and newer releases, else
-    the modelled release it builds on (0.20.1.dev3 -> 0.20.1)."""
-    version = engines.NEWEST_VLLM if version == engines.MAIN else version
-    return max((r for r in RELEASES if engines.release_tuple(r) <= engines.release_tuple(version)),
-               key=engines.release_tuple, default=RELEASES[0])
-
-
 @functools.cache
 def arguments(release: str) -> dict[str, Argument]:
     """The release's arguments by option string (every name of each)."""
     found = {}
     for dest, variants in TABLE["arguments"].items():
-        entry = next((v for v in variants if in_span(release, v["in"])), None)
+        entry = next((v for v in variants if engines.within(release, *v["in"])), None)
         if entry is None:
             continue
         flags = tuple(entry.get("flags", {}).items())
@@ -63,7 +51,7 @@ def arguments(release: str) -> dict[str, Argument]:
 
 @functools.cache
 def config_fields(release: str, config: str) -> frozenset:
-    return frozenset(next((v["fields"] for v in TABLE["configs"][config] if in_span(release, v["in"])), ()))
+    return frozenset(next((v["fields"] for v in TABLE["configs"][config] if engines.within(release, *v["in"])), ()))
 
 
 def spans(found: list[str]) -> str:
@@ -121,12 +109,12 @@ IGNORED_NESTED = {top: frozenset(f for v in TABLE["configs"][CONFIGS[top]] for f
                                  if f"{top}.{f}" not in BY_NAME) for top in NESTED if top in CONFIGS}
 
 
-def check_release(ignored: dict, version: str) -> None:
+def check_release(ignored: dict, engine: engines.Engine) -> None:
     """Every vLLM argument a recipe gives that dsa-kvcalc ignores is one the release takes, with keys its config
     class has: vLLM refuses the others. A release newer than modelled is not checked."""
-    if version != engines.MAIN and engines.release_tuple(version) > engines.release_tuple(RELEASES[-1]):
+    if engine.newer_than_modelled:
         return
-    release = table_release(version)
+    release = engines.release_of(engine.version)
     taken = arguments(release)
     for name, value in ignored.items():
         top, dot, inner = name.partition(".")

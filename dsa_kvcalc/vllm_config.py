@@ -18,21 +18,10 @@ PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")  # vllm==0.33.0 
 ALL2ALL_BACKENDS = ("naive", "pplx", "deepep_high_throughput", "deepep_low_latency", "deepep_v2", "mori_high_throughput",
                     "mori_low_latency", "moonep", "nixl_ep", "allgather_reducescatter", "flashinfer_all2allv",
                     "flashinfer_nvlink_two_sided", "flashinfer_nvlink_one_sided", "passthrough")
-# The sparse-MLA backends (vLLM's AttentionBackendEnum) and the release that first has each (line of
-# vllm/v1/attention/backends/registry.py there); none is removed up to 0.33.0. DeepSeek-V4's and V4.1's own are
-# picked by their model code (vllm==0.33.0 vllm/models/deepseek_v41/nvidia/model.py:201-258).
-SPARSE_MLA_BACKEND_FIRST = {
-    "FLASHMLA_SPARSE": ("0.19.0", 73), "FLASHINFER_MLA_SPARSE": ("0.19.0", 66), "ROCM_AITER_MLA_SPARSE": ("0.19.0", 57),
-    "FLASH_ATTN_MLA_SPARSE": ("0.25.0", 98), "FLASH_ATTN_MLA_SPARSE_FA4": ("0.33.0", 131),
-    "FLASHINFER_MLA_SPARSE_SM120": ("0.24.0", 76), "FLASHINFER_MLA_SPARSE_SM90": ("0.30.0", 86),
-    "FLASHMLA_SPARSE_DSV4": ("0.23.0", 80), "FLASHINFER_MLA_SPARSE_DSV4": ("0.23.0", 83),
-    "FLASHMLA_SPARSE_DSV41": ("0.30.0", 110), "FLASHMLA_MEGA_ATTN_DSV41": ("0.31.0", 117),
-    "FLASHINFER_MLA_SPARSE_DSV41": ("0.30.0", 113),
-}
-SPARSE_MLA_BACKENDS = tuple(SPARSE_MLA_BACKEND_FIRST)
+# The sparse-MLA backends (vLLM's AttentionBackendEnum) of the newest release (engine.py sparse_mla_backends: when
+# each came); none is removed up to 0.33.0. DeepSeek-V4's and V4.1's own are picked by their model code
+# (vllm==0.33.0 vllm/models/deepseek_v41/nvidia/model.py:201-258).
+SPARSE_MLA_BACKENDS = tuple(sorted(engines.NEWEST.sparse_mla_backends))
 # Values of vLLM config fields that come later than the field (vllm_cli.py has the arguments and fields of each
-# release): key -> {value: (first release, source)}
-RELEASE_VALUES = {
-    "attention-config.indexer_kv_dtype": {"auto": ("0.28.0", "vllm==0.28.0 vllm/config/attention.py:16 IndexerKVDType "
-                                                             "(bf16, fp8, mxfp4, nvfp4 before: vllm==0.27.0 :13)")},
-}
+# release): key -> {value: the engine rule that says whether the release takes it}
+RELEASE_VALUES = {"attention-config.indexer_kv_dtype": {"auto": "indexer_kv_dtype_auto"}}

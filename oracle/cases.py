@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsa_kvcalc import capacity
+from dsa_kvcalc import engine as engines
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.choices import on_model_runner_v2
-from dsa_kvcalc.engine import RELEASES, release_tuple
+from dsa_kvcalc.engine import RELEASES
 from dsa_kvcalc.keys import RecipeError, Refusal, canonical
 from dsa_kvcalc.names import find_gpu, find_model
 from dsa_kvcalc.recipe import load, read_recipe
@@ -197,7 +198,7 @@ def oracle_case(name: str, raw: dict, release: str, kv_bytes: int | None) -> dic
 
 
 def point(release: str, name: str, raw: dict, available_gib: float | None) -> Point:
-    if release_tuple(release) < release_tuple(find_model(raw["model"], ROOT)[0].first_release):
+    if find_model(raw["model"], ROOT)[0].architecture not in engines.vllm(release).model_architectures:
         return Point(release, name, None, None, "no model code in this release")
     answer = plan_answer(raw, release, available_gib)
     kv_bytes = answer.get("kv_bytes") if available_gib is None else round(available_gib * GIB)
