@@ -486,3 +486,17 @@ def test_a_term_estimated_or_measured_at_this_shape_carries_nothing():
     assert (measured.weights.provenance, measured.weights.bytes) == ("measured", 80 * 2**30)
     for term in (estimated.weights, estimated.base_peak, estimated.non_torch, measured.weights):
         assert report.provenance(term)["carried_bytes"] == 0
+
+
+def test_v41_plain_rows_take_plain_dtypes_and_refuse_only_the_packed_names_from_031():
+    # vllm==0.31.0 vllm/models/deepseek_v41/attention.py:160-164: on a plain-row backend (FlashInfer's V4.1 one) a
+    # dtype ending in _ds_mla is refused, "a packed FlashMLA DeepSeek V4.1 KV cache format; the selected backend
+    # stores plain KV rows"; bf16 (auto) and per-tensor fp8 rows go on (:166-169). 0.30.0 has no such check.
+    v41 = {"model": "DeepSeek-V4.1-Flash", "gpu": "B200", "data-parallel-size": 4, "enable-expert-parallel": True,
+           "attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}
+    for version in ("0.31.0", "0.33.0"):
+        for dtype in ("auto", "fp8"):
+            assert capacity.plan(load(v41 | {"vllm-version": version, "kv-cache-dtype": dtype})).memory.kv.block_bytes
+        with pytest.raises(RecipeError, match="fp8_ds_mla is a packed FlashMLA DeepSeek V4.1 KV cache format"):
+            capacity.plan(load(v41 | {"vllm-version": version, "kv-cache-dtype": "fp8_ds_mla"}))
+    assert capacity.plan(load(v41 | {"vllm-version": "0.30.0", "kv-cache-dtype": "fp8_ds_mla"})).memory.kv.block_bytes
