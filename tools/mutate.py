@@ -243,9 +243,14 @@ def mutants(module: str, source: str, known_releases: list[str]) -> list[Mutant]
 
 
 def apply(source: str, mutant: Mutant) -> str:
+    """The source with the mutant's one node rewritten in place: everything else, comments included, as it was
+    (tools/vllm_versions_doc.py reads the comments on engine.Engine's fields)."""
     tree = ast.parse(source)
     node = list(ast.walk(tree))[mutant.node]
     kind, change = mutant.kind, mutant.change
+    target = node.test if kind == "if" else node.value if kind == "not" else node  # the part rewritten
+    start, end = (target.lineno, target.col_offset), (target.end_lineno, target.end_col_offset)
+    replacement = node
     if kind in ("bool", "number", "release"):
         node.value = change
     elif kind == "compare":
@@ -256,10 +261,18 @@ def apply(source: str, mutant: Mutant) -> str:
     elif kind == "minmax":
         node.func.id = change
     elif kind == "not":
-        node.value = ast.UnaryOp(ast.Not(), node.value)
+        replacement = ast.UnaryOp(ast.Not(), node.value)
     elif kind == "if":
-        node.test = ast.Constant(change)
-    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+        replacement = ast.Constant(change)
+    text = ast.unparse(replacement)
+    text = text if isinstance(replacement, ast.stmt) else f"({text})"
+    data = source.encode()  # ast's columns count UTF-8 bytes
+    lines = data.splitlines(keepends=True)
+
+    def offset(position: tuple[int, int]) -> int:
+        return sum(map(len, lines[:position[0] - 1])) + position[1]
+
+    return (data[:offset(start)] + text.encode() + data[offset(end):]).decode()
 
 
 # Runs in each workspace under the interpreter with pytest: imports what every test run imports (pytest and its
@@ -517,7 +530,7 @@ def main() -> None:
         free.append(Workspace(args.tests_from or args.at, args.at))
     for n, module in enumerate(dict.fromkeys(m.module for m in todo)):  # the unparsed, unmutated source must pass
         full = not args.fast_only and n == 0  # the slow files once: they need no mutant to fail
-        baseline = free[0].run(module, ast.unparse(ast.parse(sources[module])) + "\n",
+        baseline = free[0].run(module, sources[module],
                                stages(module, free[0].path / "tests", full))
         if baseline["code"] != 0:
             raise SystemExit(f"{module}: the unmutated module fails the tests:\n{baseline['tail']}")
