@@ -74,7 +74,7 @@ FIRST_TESTS = {
     "kv_init_buffers": (),
     "fixes": ("test_oom_fixes.py", "test_seed.py", "test_capacity.py"),
 }
-FAST_TIMEOUT = 240  # the fast files take about 60 s on a quiet machine, twice that beside other work; a loop is cut off
+FAST_TIMEOUT = 480  # the fast files take about 60 s on a quiet machine, four times that beside other work
 FULL_TIMEOUT = 500  # the slow files about 140 s
 
 NEIGHBOURS = {
