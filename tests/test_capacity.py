@@ -500,3 +500,16 @@ def test_v41_plain_rows_take_plain_dtypes_and_refuse_only_the_packed_names_from_
         with pytest.raises(RecipeError, match="fp8_ds_mla is a packed FlashMLA DeepSeek V4.1 KV cache format"):
             capacity.plan(load(v41 | {"vllm-version": version, "kv-cache-dtype": "fp8_ds_mla"}))
     assert capacity.plan(load(v41 | {"vllm-version": "0.30.0", "kv-cache-dtype": "fp8_ds_mla"})).memory.kv.block_bytes
+
+
+def test_a_peak_measured_at_the_budget_it_runs_with_already_holds_mains_reservation():
+    # H200: requested = ceil(150,109,880,320 x 0.92) = 138,101,089,895 B (vllm==0.33.0 vllm/v1/worker/utils.py:724-726),
+    # less the measured 80 + 6 + 2 + 1 GiB = 42,538,067,559 B of KV cache on 0.33.0. main reserves the larger of the
+    # prefill budget and the decode worst case in the profile run (vLLM PR #62860, the seed); 16 sequences' logits are
+    # far below a 2,048 MiB budget, whose prefill logits the measured peak already held: the KV cache stays the same.
+    recipe = {"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "max-num-seqs": 16,
+              "env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": 2048},
+              "memory": {"weights_gib": 80, "peak_activation_gib": 6, "non_torch_gib": 2, "cudagraph_gib": 1}}
+    for version in ("0.33.0", "main"):
+        backends = capacity.plan(load(recipe | {"vllm-version": version})).backends
+        assert {b.kv_cache_bytes for b in backends if b.available} == {42_538_067_559}, version
