@@ -120,6 +120,16 @@ def test_calibrates_table_names_each_term_and_the_logs_figures(tmp_path):
     assert "75.64 GiB" in result.output and "1,993,100" in result.output and "within one block" in result.output
 
 
+def test_each_terms_difference_is_plan_minus_the_logs_figure():
+    """The log's KV tokens (its line 39: 1,993,100) against the recipe's plan on a B200, in the JSON and the table's
+    "plan - log" column; a term the log does not print has none."""
+    terms = {t["term"]: t for t in json.loads(calibrate(RTX, "--set", "gpu=B200", "--format", "json").output)["terms"]}
+    tokens = terms["KV tokens"]
+    assert tokens["log"] == 1_993_100 and tokens["difference"] == tokens["plan"] - 1_993_100 > 0
+    assert terms["non-torch"]["log"] is None and terms["non-torch"]["difference"] is None
+    assert f"{tokens['plan'] - 1_993_100:+,}" in calibrate(RTX, "--set", "gpu=B200").output
+
+
 def test_ansi_coloured_log_calibrates_the_same(tmp_path):
     # Derived: the RTX log with coloured level names.
     coloured = tmp_path / "coloured.log"

@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import math
 import re
 import subprocess
 import sys
@@ -210,6 +211,12 @@ def test_every_explained_line_adds_up(recipe, settings):
         elif line.startswith("  reserved = prefill budget"):
             budget, workspace, result = values
             assert budget + workspace == result, line
+        elif line.startswith("  padded width = align(L, lcm("):  # whole splits and whole 1024-byte strides
+            split, stride_bytes, element, stride, multiple = values[:5]
+            assert stride_bytes // element == stride and math.lcm(split, stride) == multiple, line
+        elif line.startswith("  held = KV"):
+            kv, weights, peak, non_torch, pool, held = values
+            assert kv + weights + peak + non_torch + pool == held, line
         elif line.startswith("  graph logits ="):
             rows, width, element, result, _ = values
             assert rows * width * element == result, line

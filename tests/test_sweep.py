@@ -14,10 +14,9 @@ from conftest import ROOT, SEED, cli, one_line, run, runner
 from dsa_kvcalc import capacity
 from dsa_kvcalc.cli import app, console_chunks
 from dsa_kvcalc.inputs import RecipeLoader
-from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.keys import RecipeError, flatten_keys
 from dsa_kvcalc.recipe import load_recipe
 from dsa_kvcalc.render import sweep as sweep_render
-from dsa_kvcalc.report import flatten
 from dsa_kvcalc.sweep import parse_vary, parse_varies
 from dsa_kvcalc.values import read_values
 
@@ -109,8 +108,8 @@ def test_rows_equal_plan_json_for_sampled_points(tmp_path):
                             row["gpu-memory-utilization"])
         plan = plan_backends(f"max-num-seqs={seqs}", f"speculative-config.num_speculative_tokens={spec}",
                              f"gpu-memory-utilization={util}")[row["backend"]]
-        assert row == flatten("", plan, {"max-num-seqs": seqs, "speculative-config.num_speculative_tokens": spec,
-                                         "gpu-memory-utilization": util})
+        assert row == {"max-num-seqs": seqs, "speculative-config.num_speculative_tokens": spec,
+                       "gpu-memory-utilization": util} | flatten_keys(plan)
 
 
 def test_default_backends_are_the_available_ones_and_csv_holds_the_seeds_figures():
@@ -123,6 +122,20 @@ def test_default_backends_are_the_available_ones_and_csv_holds_the_seeds_figures
     last = rows[-1]  # torch at 256, which pays the FP32 copy as auto does: the seed's 41,050,274 tokens on main
     assert (last["backend"], last["kv_cache_tokens"], last["error"]) == ("torch", "41050274", "")
     assert last["reserved_bytes"] == str(512 * 2**20)  # vLLM 0.33.0 reserves the prefill budget only (no #62860)
+
+
+@pytest.mark.parametrize("weights", ["40,45", "200,40"])  # 200 GiB fails first: the error column comes early
+def test_csv_rows_equal_plan_json_at_their_points(weights, tmp_path):
+    output = tmp_path / "sweep.csv"
+    result = run("sweep", SEED, "--vary", f"memory.weights_gib={weights}", "--vary", "max-num-seqs=64,256",
+                 "--backend", "auto", "--backend", "deep_select", "--output", output)
+    assert result.exit_code == 0, result.output
+    rows = [row for row in csv.DictReader(output.open()) if not row["error"]]
+    assert len(rows) == (8 if weights == "40,45" else 4)
+    for row in rows:
+        plan = plan_backends(f"memory.weights_gib={row['memory.weights_gib']}", f"max-num-seqs={row['max-num-seqs']}")
+        expected = {key: "" if value is None else str(value) for key, value in flatten_keys(plan[row["backend"]]).items()}
+        assert {key: row[key] for key in expected} == expected
 
 
 def test_an_invalid_point_is_a_row_not_the_end(tmp_path):
