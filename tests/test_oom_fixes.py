@@ -70,3 +70,13 @@ def test_main_with_62860_stays_at_risk_where_the_room_is_below_the_indexer_headr
     assert fixed.oom.room_bytes - rise < 3_091_880_448 and fixed.oom.at_risk
     at_097 = capacity.plan(load_recipe(SEED, ["vllm-version=main"])).backend("auto")
     assert not at_097.oom.at_risk  # 4,907,972,772 B of room before the rise covers the headroom
+
+
+def test_plans_budget_and_kv_fixes_are_the_edge_one_mib_or_byte_short_is_at_risk():
+    # the budget fix is the smallest VLLM_SPARSE_INDEXER_MAX_LOGITS_MB that plans safe, the kv fix the largest
+    # --kv-cache-memory-bytes: each re-planned with --set as a user would, one step short of it is at risk
+    fixes = {f["name"]: f for f in json.loads(run("plan", SEED, "-f", "json").stdout)["summary"]["oom"]["fixes"]}
+    for name, past in (("budget", -1), ("kv", 1)):
+        key, value = fixes[name]["key"], fixes[name]["value"]
+        assert not capacity.plan(load_recipe(SEED, [f"{key}={value}"])).backend("auto").oom.at_risk, name
+        assert capacity.plan(load_recipe(SEED, [f"{key}={value + past}"])).backend("auto").oom.at_risk, name
