@@ -507,8 +507,8 @@ class Engine:
     # which key's MXFP4 indexer cache vLLM refuses off the SM10x family: None, the use_fp4_indexer_cache flag (an
     # assertion), or the indexer dtype however it is spelt
     mxfp4_indexer_needs_sm10x: str | None = rule(
-        None, "vllm==0.21.0: no FP4 indexer cache",
-        (Change("0.22.0", "use_fp4_indexer_cache", "vllm==0.22.0 vllm/v1/attention/backends/mla/indexer.py:255-265 "
+        None, "vllm==0.19.1 vllm/config/attention.py: no FP4 indexer cache",
+        (Change("0.20.0", "use_fp4_indexer_cache", "vllm==0.20.0 vllm/v1/attention/backends/mla/indexer.py:255-265 "
                                                    "(vllm==0.27.1 :494-504): 'use_fp4_indexer_cache requires Blackwell "
                                                    "datacenter GPUs', asserted where the flag is set"),
          Change("0.28.0", "indexer_kv_dtype", "vllm==0.28.0 vllm/v1/attention/backends/mla/indexer.py:48-62 "

@@ -86,7 +86,7 @@ def test_the_upgrades_table_shows_what_differs_and_cites_the_rules():
     assert re.search(r"the same in every column: answered for auto; reservation BUDGET; reserved GiB 0\.50", text)
 
 
-def test_h200_or_b200():
+def test_h200_or_b200_differ_in_the_default_batch_and_deep_select():
     rows = compared(V32_H200, "--across", "gpu=H200,B200")
     check_columns(rows, [plan_json(V32_H200, f"gpu={gpu}") for gpu in ("H200", "B200")])
     # vLLM's default batch: 16,384 tokens from 160 GiB of GPU memory (B200: 178.35 GiB), else 8,192 (vllm==0.33.0
@@ -96,7 +96,7 @@ def test_h200_or_b200():
     assert rows["rules"] == []  # one release
 
 
-def test_tp8_or_dep8():
+def test_tp8_or_dep8_counts_a_kv_cache_an_engine():
     rows = compared(V32_B200, "--across", "tensor-parallel-size=8,1", "--across", "data-parallel-size=1,8",
                     "--across", "enable-expert-parallel=false,true")
     sets = [["tensor-parallel-size=8", "data-parallel-size=1", "enable-expert-parallel=false"],
