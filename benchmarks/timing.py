@@ -18,6 +18,11 @@ ENV["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="dsa-kvcalc-bench-pycache-"
 atexit.register(shutil.rmtree, ENV["PYTHONPYCACHEPREFIX"], ignore_errors=True)
 
 
+def load() -> str:
+    """The 1-minute load average, printed beside every timing: a busy machine's timings are not a quiet one's."""
+    return f"load {os.getloadavg()[0]:.2f}"
+
+
 def seconds(command: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=ENV)

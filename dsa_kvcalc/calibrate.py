@@ -61,6 +61,11 @@ class TermRow:
     source: str  # where the calibrated value comes from
     line: int | None = None  # the number of the log's line the log's figure was read from
 
+    @property
+    def difference(self) -> int | None:
+        """plan - log, where both have the term."""
+        return None if self.log is None or self.plan is None else self.plan - self.log
+
 
 @dataclass(frozen=True)
 class Headroom:
@@ -647,8 +652,7 @@ def oom_measure(oom: OomReading, raw: dict, recipe_dir) -> tuple[dict, OomMeasur
     allocation, decodes, live = failed_allocation(oom, b, 1 + recipe.num_speculative_tokens)
     free = oom.free.bytes - oom.free.rounding_bytes
     room = free + live
-    held = capacity.held_bytes(plan.memory, b.kv_cache_bytes, b.cudagraph.bytes)
-    unprofiled = recipe.gpu.total_memory_bytes - held - b.oom.kv_init_buffers.bytes - room
+    unprofiled = recipe.gpu.total_memory_bytes - b.oom.held_bytes - b.oom.kv_init_buffers.bytes - room
     calibrated_raw = with_memory(raw, {"unprofiled": unprofiled}, recipe.gpu.name)
     replanned = capacity.plan(load(calibrated_raw, recipe_dir)).backend(b.backend).oom
     return calibrated_raw, OomMeasure(b.backend, allocation, decodes, oom.tried.bytes, free, live, room, unprofiled,

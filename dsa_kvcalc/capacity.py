@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from dsa_kvcalc import estimates
+from dsa_kvcalc.bisection import largest
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Backend, Layout, Rows
 from dsa_kvcalc.deployment import Deployment, Known, kv_spec, resolve
 from dsa_kvcalc.graphs import CudagraphEstimate
@@ -43,10 +44,14 @@ def decode_rows(recipe: Recipe, rule: Rows) -> int:
 
 # 2. Width: DeepGEMM's padded row --------------------------------------------------------------------------------
 
+def stride_columns(layout: Layout) -> int:
+    """The columns of a 1024-byte row stride in the layout's logits dtype."""
+    return STRIDE_ALIGNMENT_BYTES // DTYPE_BYTES[layout.logits_dtype]
+
+
 def width_multiple(layout: Layout) -> int:
     """Whole KV splits, and where the layout aligns its row stride to 1024 B, whole strides too."""
-    stride_columns = STRIDE_ALIGNMENT_BYTES // DTYPE_BYTES[layout.logits_dtype]
-    return math.lcm(layout.split_columns, stride_columns) if layout.stride_aligned else layout.split_columns
+    return math.lcm(layout.split_columns, stride_columns(layout)) if layout.stride_aligned else layout.split_columns
 
 
 def padded_columns(columns: int, layout: Layout) -> int:
@@ -62,6 +67,7 @@ class DecodeLogits:
     rows: int
     columns: int  # the view's width: the keys the indexer scores (decode_logits)
     width_multiple: int  # the padded width is the columns rounded up to this
+    stride_columns: int  # the columns of a 1024-byte row stride, in the multiple where the layout aligns strides
     padded_columns: int  # the row stride
     logits_dtype: str
     logits_bytes_per_element: int  # DeepGEMM's output
@@ -97,7 +103,7 @@ def decode_logits(recipe: Recipe, rule: Rows, topk_reads_bf16: bool) -> DecodeLo
     layout = recipe.layout
     columns = recipe.max_model_len // recipe.indexer_width_ratio
     needs_copy = layout.logits_dtype != "fp32" and not topk_reads_bf16
-    return DecodeLogits(rule, decode_rows(recipe, rule), columns, width_multiple(layout),
+    return DecodeLogits(rule, decode_rows(recipe, rule), columns, width_multiple(layout), stride_columns(layout),
                         padded_columns(columns, layout), layout.logits_dtype, DTYPE_BYTES[layout.logits_dtype],
                         FP32_BYTES if needs_copy else 0)
 
@@ -264,6 +270,7 @@ class OomRisk:
     kv-cache-memory-bytes the pinned KV takes its place. The edge is room // one decode's logits; the safe count
     keeps a margin below it: the allocator's rounding and the uncertainty of the unprofiled term."""
     room_bytes: int
+    held_bytes: int  # KV + weights + base peak + non-torch + graph pool: what a rank holds outside a step's transients
     kv_init_buffers: Term  # buffers the model runner makes after the KV bytes are fixed (kv_init_buffers.py)
     unprofiled: Term  # what else a step finds taken, net of the profile's unused peak: measured from an OOM, or fitted
     margin_bytes: int  # ALLOCATOR_ROUNDING_BYTES + the unprofiled term's uncertainty
@@ -279,24 +286,19 @@ def worst_decodes(recipe: Recipe) -> int:
     return min(recipe.max_num_seqs, recipe.max_num_batched_tokens // (1 + recipe.num_speculative_tokens))
 
 
-def held_bytes(memory: RankMemory, kv_bytes: int, graph_pool_bytes: int) -> int:
-    """What a rank holds at run time outside a step's transients, as vLLM sized it."""
-    return kv_bytes + memory.weights.bytes + memory.base_peak.bytes + memory.non_torch.bytes + graph_pool_bytes
-
-
 def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, reserved: Reservation, kv_bytes: int,
         graph_pool_bytes: int) -> OomRisk:
     kv_init = kv_init_buffer_bytes(recipe, memory.kv)
     unprofiled = memory.unprofiled
-    room = recipe.gpu.total_memory_bytes - held_bytes(memory, kv_bytes, graph_pool_bytes) - kv_init.bytes \
-        - unprofiled.bytes
+    held = kv_bytes + memory.weights.bytes + memory.base_peak.bytes + memory.non_torch.bytes + graph_pool_bytes
+    room = recipe.gpu.total_memory_bytes - held - kv_init.bytes - unprofiled.bytes
     margin = ALLOCATOR_ROUNDING_BYTES + unprofiled.uncertainty_bytes
     per_decode = (1 + recipe.num_speculative_tokens) * logits.padded_columns * logits.bytes_per_element
     worst = worst_decodes(recipe)
     max_decodes = max(room, 0) // per_decode
     safe_decodes = max(room - margin, 0) // per_decode
     held_by_profile = reserved.kind in (Reserved.HELD, Reserved.WORKSPACE)
-    return OomRisk(room, kv_init, unprofiled, margin, per_decode, worst, max_decodes, safe_decodes,
+    return OomRisk(room, held, kv_init, unprofiled, margin, per_decode, worst, max_decodes, safe_decodes,
                    not held_by_profile and worst > safe_decodes)
 
 
@@ -444,20 +446,17 @@ def fitted(recipe: Recipe, known: Known | None) -> Recipe:
     mla = profiled.memory.sparse_mla_backend
     specs = None if known is None else known.specs
 
-    def fits(length: int) -> bool:
-        return kv_spec(replace(at_most, max_model_len=length), mla, specs).request_bytes <= available
+    def too_long(length: int) -> bool:
+        return kv_spec(replace(at_most, max_model_len=length), mla, specs).request_bytes > available
 
     longest = recipe.max_model_len
-    if fits(longest):
+    good = largest(too_long, 1, longest)
+    if good == longest:
         return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: the model's maximum, {longest:,}, fits "
                                                       f"({FIT_RULE})"))
-    if not fits(1):  # vLLM stops: "Cannot auto-fit max_model_len", and the plan refuses
+    if good is None:  # vLLM stops: "Cannot auto-fit max_model_len", and the plan refuses
         return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: not one token fits the KV memory, so vLLM "
                                                       f"stops ({FIT_RULE})"))
-    good, bad = 1, longest
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        good, bad = (middle, bad) if fits(middle) else (good, middle)
     return replace(at_most, max_model_len=good, notes=(
         *recipe.notes, f"max-model-len auto: vLLM fits it to {good:,}, the longest whose one request fits the "
                        f"{available / GIB:.2f} GiB its profile at {longest:,} leaves ({FIT_RULE})"))

@@ -12,6 +12,21 @@ from dsa_kvcalc.estimates import Figure
 from dsa_kvcalc.units import MIB, bytes_of_gib
 
 
+# The families vLLM's capability checks name, by arch: SM100 and SM103 are one (is_device_capability_family(100) is any
+# 10.x: B300 runs SM100's kernels and DeepGEMM's SM100 logits layout), SM120 and SM121 another (12.x), SM90 is checked
+# alone (is_device_capability(90)) (vllm==0.33.0 vllm/platforms/interface.py:554-588); gfx942 and gfx950 are ROCm,
+# checked as the platform (current_platform.is_rocm()). In the order messages name archs.
+FAMILIES = {"sm90": "sm90", "sm100": "sm100", "sm103": "sm100", "sm120": "sm120", "sm121": "sm120", "gfx942": "rocm",
+            "gfx950": "rocm"}
+CUDA = ("sm90", "sm100", "sm120")
+ROCM = ("rocm",)
+
+
+def family_archs(families: tuple[str, ...]) -> tuple[str, ...]:
+    """The archs of these families, as messages name them."""
+    return tuple(arch for arch, family in FAMILIES.items() if family in families)
+
+
 @dataclass(frozen=True)
 class Gpu:
     name: str
@@ -27,71 +42,92 @@ class Gpu:
     # than the discrete parts (estimates.UNIFIED_NON_TORCH_SPREAD)
     unified_memory: bool = False
 
+    @property
+    def family(self) -> str:
+        return FAMILIES[self.arch]
+
 
 GPUS = [
-    Gpu("H100", "sm90", 81089 * MIB, ("NVIDIA H100 80GB HBM3", "NVIDIA H100", "H100-80GB", "H100-SXM", "H100 SXM",
-                                      "H100 Mega 80GB", "NVIDIA H100 Mega 80GB"),
-        "81,089 MiB (79.19 GiB): torch device properties and 'Free memory on device (78.66/79.19 GiB)' in vLLM logs "
-        "quoted in vllm-project/vllm issues; vLLM logs 'NVIDIA H100' on several machines, and GKE's A3 Mega "
-        "('H100 Mega 80GB') nodes carry the SXM part", marketed_gb=(80,)),
-    Gpu("H800", "sm90", 81089 * MIB, ("NVIDIA H800", "NVIDIA H800 80GB HBM3", "H800 SXM", "H800-SXM"),
-        "estimated as the H100 SXM's 81,089 MiB: the H800 is the H100's GH100 die and 80 GB of HBM3 with NVLink and "
-        "FP64 cut for export (aiwiki.ai/wiki/nvidia_h800); Hopper, compute capability 9.0", marketed_gb=(80,)),
-    Gpu("H100 PCIe", "sm90", 81008 * MIB, ("NVIDIA H100 PCIe",),
-        "torch device properties: name 'NVIDIA H100 PCIe', 9.0, total_memory 81008MB, 114 SMs (a public issue's "
-        "_CudaDeviceProperties print)", marketed_gb=(80,)),
-    Gpu("H100 NVL", "sm90", bytes_of_gib(93.00), ("NVIDIA H100 NVL",),
-        "'GPU 0 has a total capacity of 93.00 GiB' in a torch OOM on H100 NVL (ali-vilab/VACE#56); nvidia-smi 95,830 "
-        "MiB (NVIDIA/gpu-admin-tools#4)", marketed_gb=(94,)),
-    Gpu("H200", "sm90", 150_109_880_320, ("NVIDIA H200", "H200-141GB", "H200-SXM", "H200 SXM", "NVIDIA H200 SXM",
-                                          "NVIDIA H200 141GB", "NVIDIA H200 SXM 141GB"),
-        "measured on an H200 (docs/validation.md, GPU runs); 143,156 MiB in torch device properties",
+    Gpu(name="H100", arch="sm90", total_memory_bytes=81089 * MIB,
+        aliases=("NVIDIA H100 80GB HBM3", "NVIDIA H100", "H100-80GB", "H100-SXM", "H100 SXM", "H100 Mega 80GB",
+                 "NVIDIA H100 Mega 80GB"),
+        source="81,089 MiB (79.19 GiB): torch device properties and 'Free memory on device (78.66/79.19 GiB)' in vLLM "
+               "logs quoted in vllm-project/vllm issues; vLLM logs 'NVIDIA H100' on several machines, and GKE's A3 "
+               "Mega ('H100 Mega 80GB') nodes carry the SXM part", marketed_gb=(80,)),
+    Gpu(name="H800", arch="sm90", total_memory_bytes=81089 * MIB,
+        aliases=("NVIDIA H800", "NVIDIA H800 80GB HBM3", "H800 SXM", "H800-SXM"),
+        source="estimated as the H100 SXM's 81,089 MiB: the H800 is the H100's GH100 die and 80 GB of HBM3 with NVLink "
+               "and FP64 cut for export (aiwiki.ai/wiki/nvidia_h800); Hopper, compute capability 9.0",
+        marketed_gb=(80,)),
+    Gpu(name="H100 PCIe", arch="sm90", total_memory_bytes=81008 * MIB, aliases=("NVIDIA H100 PCIe",),
+        source="torch device properties: name 'NVIDIA H100 PCIe', 9.0, total_memory 81008MB, 114 SMs (a public issue's "
+               "_CudaDeviceProperties print)", marketed_gb=(80,)),
+    Gpu(name="H100 NVL", arch="sm90", total_memory_bytes=bytes_of_gib(93.00), aliases=("NVIDIA H100 NVL",),
+        source="'GPU 0 has a total capacity of 93.00 GiB' in a torch OOM on H100 NVL (ali-vilab/VACE#56); nvidia-smi "
+               "95,830 MiB (NVIDIA/gpu-admin-tools#4)", marketed_gb=(94,)),
+    Gpu(name="H200", arch="sm90", total_memory_bytes=150_109_880_320,
+        aliases=("NVIDIA H200", "H200-141GB", "H200-SXM", "H200 SXM", "NVIDIA H200 SXM", "NVIDIA H200 141GB",
+                 "NVIDIA H200 SXM 141GB"),
+        source="measured on an H200 (docs/validation.md, GPU runs); 143,156 MiB in torch device properties",
         marketed_gb=(141,)),
-    Gpu("H200 NVL", "sm90", 150_109_880_320, ("NVIDIA H200 NVL",),
-        "nvidia-smi prints 143,771 MiB for H200 NVL as for the SXM part (so the SXM part's measured bytes); "
-        "139.80 GiB in user reports of vLLM on H200 NVL", marketed_gb=(141,)),
-    Gpu("H20", "sm90", 97285 * MIB, ("NVIDIA H20",),
-        "torch device properties: name 'NVIDIA H20', 9.0, total_memory 97285MB, 78 SMs (vllm-project/vllm issues)",
+    Gpu(name="H200 NVL", arch="sm90", total_memory_bytes=150_109_880_320, aliases=("NVIDIA H200 NVL",),
+        source="nvidia-smi prints 143,771 MiB for H200 NVL as for the SXM part (so the SXM part's measured bytes); "
+               "139.80 GiB in user reports of vLLM on H200 NVL", marketed_gb=(141,)),
+    Gpu(name="H20", arch="sm90", total_memory_bytes=97285 * MIB, aliases=("NVIDIA H20",),
+        source="torch device properties: name 'NVIDIA H20', 9.0, total_memory 97285MB, 78 SMs (vllm-project/vllm "
+               "issues)",
         marketed_gb=(96,)),
-    Gpu("H20 141GB", "sm90", 150_109_880_320, ("NVIDIA H20 141GB", "H20-141GB", "H20 HBM3e"),
-        "estimated as the H200's bytes: the H20's 141 GB HBM3e edition carries the H200's memory (vllm-project/recipes "
-        "models/zai-org/GLM-5.2.yaml: '8xH200/H20 (141GB x 8)')", marketed_gb=(141,)),
-    Gpu("GH200", "sm90", bytes_of_gib(94.88), ("NVIDIA GH200 480GB", "GH200 480GB", "NVIDIA GH200"),
-        "94.88 GiB total capacity in a torch OOM on GH200 480GB (Lightning-AI/litgpt#1892); the Grace memory mode "
-        "can change what is visible", marketed_gb=(96, 480), unified_memory=True),
-    Gpu("B200", "sm100", 182631 * MIB, ("NVIDIA B200",),
-        "178.35 GiB in the seed's OOM message (vLLM PR #62860); 182,631 MiB in torch device properties",
+    Gpu(name="H20 141GB", arch="sm90", total_memory_bytes=150_109_880_320,
+        aliases=("NVIDIA H20 141GB", "H20-141GB", "H20 HBM3e"),
+        source="estimated as the H200's bytes: the H20's 141 GB HBM3e edition carries the H200's memory "
+               "(vllm-project/recipes models/zai-org/GLM-5.2.yaml: '8xH200/H20 (141GB x 8)')", marketed_gb=(141,)),
+    Gpu(name="GH200", arch="sm90", total_memory_bytes=bytes_of_gib(94.88),
+        aliases=("NVIDIA GH200 480GB", "GH200 480GB", "NVIDIA GH200"),
+        source="94.88 GiB total capacity in a torch OOM on GH200 480GB (Lightning-AI/litgpt#1892); the Grace memory "
+               "mode can change what is visible", marketed_gb=(96, 480), unified_memory=True),
+    Gpu(name="B200", arch="sm100", total_memory_bytes=182631 * MIB, aliases=("NVIDIA B200",),
+        source="178.35 GiB in the seed's OOM message (vLLM PR #62860); 182,631 MiB in torch device properties",
         marketed_gb=(180, 192)),
-    Gpu("GB200", "sm100", bytes_of_gib(184.31), ("NVIDIA GB200",),
-        "'Free memory on device (181.84/184.31 GiB)' in a vLLM 0.26.0 GB200 startup log", marketed_gb=(186, 192)),
-    Gpu("B300", "sm103", bytes_of_gib(267.69), ("NVIDIA B300 SXM6 AC", "NVIDIA B300", "B300-SXM6"),
-        "'(267.08/267.69 GiB)' in a vLLM startup log and 267.69 GiB in OOM messages; compute capability 10.3",
+    Gpu(name="GB200", arch="sm100", total_memory_bytes=bytes_of_gib(184.31), aliases=("NVIDIA GB200",),
+        source="'Free memory on device (181.84/184.31 GiB)' in a vLLM 0.26.0 GB200 startup log",
+        marketed_gb=(186, 192)),
+    Gpu(name="B300", arch="sm103", total_memory_bytes=bytes_of_gib(267.69),
+        aliases=("NVIDIA B300 SXM6 AC", "NVIDIA B300", "B300-SXM6"),
+        source="'(267.08/267.69 GiB)' in a vLLM startup log and 267.69 GiB in OOM messages; compute capability 10.3",
         marketed_gb=(288,)),
-    Gpu("GB300", "sm103", bytes_of_gib(276.50), ("NVIDIA GB300",),
-        "276.50 GiB total capacity in torch OOM messages on GB300 nodes; compute capability 10.3 (two workstation "
-        "hosts show 256,703 MiB: the Grace memory mode moves what is visible)", marketed_gb=(279, 288)),
-    Gpu("RTX PRO 6000", "sm120", 97250 * MIB,
-        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
-         "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell",
-         "RTX PRO 6000 Blackwell", "RTX-PRO-6000"),
-        "torch device properties: 12.0, total_memory 97250MB, 188 SMs; 'Free memory on device (94.41/94.97 GiB)' "
-        "in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)", marketed_gb=(96,)),
-    Gpu("RTX 5090", "sm120", bytes_of_gib(31.37), ("NVIDIA GeForce RTX 5090", "GeForce RTX 5090", "RTX5090"),
-        "'total capacity of 31.37 GiB' in torch OOM messages on RTX 5090 (Tencent-Hunyuan/HunyuanVideo#299); "
-        "nvidia-smi 32,607 MiB, compute capability 12.0 (vllm-project/vllm#39594)", marketed_gb=(32,)),
-    Gpu("GB10", "sm121", bytes_of_gib(121.69), ("NVIDIA GB10", "DGX Spark", "NVIDIA DGX Spark"),
-        "'Free memory on device cuda:0 (x/121.69 GiB)' in many DGX Spark vLLM logs; unified memory, so the "
-        "figure moves with the OS carve-out", marketed_gb=(128,), unified_memory=True),
-    Gpu("MI300X", "gfx942", 196592 * MIB, ("AMD Instinct MI300X", "AMD_Instinct_MI300X"),
-        "196,592 MiB (191.98 GiB) in ROCm torch device properties (ROCm/ROCm#4203); vLLM names it "
-        "AMD_Instinct_MI300X (vllm==0.33.0 vllm/platforms/rocm.py:77-93)", marketed_gb=(192,)),
-    Gpu("MI325X", "gfx942", bytes_of_gib(255.98), ("AMD Instinct MI325X", "AMD_Instinct_MI325X"),
-        "255.98 GiB total capacity in HIP OOM messages (vllm-project/vllm#41962)", marketed_gb=(256,)),
-    Gpu("MI355X", "gfx950", bytes_of_gib(287.98), ("AMD Instinct MI355X", "AMD_Instinct_MI355X"),
-        "287.98 GiB total capacity in HIP OOM messages on MI355X nodes", marketed_gb=(288,)),
-    Gpu("MI350X", "gfx950", bytes_of_gib(287.98), ("AMD Instinct MI350X", "AMD_Instinct_MI350X"),
-        "estimated as the MI355X's 287.98 GiB: the MI350X is the same CDNA 4 package (gfx950) and 288 GB of HBM3E, "
-        "air-cooled at 1,000 W instead of 1,400 W (AMD at Hot Chips 2025, as wccftech.com reported it)",
+    Gpu(name="GB300", arch="sm103", total_memory_bytes=bytes_of_gib(276.50), aliases=("NVIDIA GB300",),
+        source="276.50 GiB total capacity in torch OOM messages on GB300 nodes; compute capability 10.3 (two "
+               "workstation hosts show 256,703 MiB: the Grace memory mode moves what is visible)",
+        marketed_gb=(279, 288)),
+    Gpu(name="RTX PRO 6000", arch="sm120", total_memory_bytes=97250 * MIB,
+        aliases=("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+                 "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell",
+                 "RTX PRO 6000 Blackwell", "RTX-PRO-6000"),
+        source="torch device properties: 12.0, total_memory 97250MB, 188 SMs; 'Free memory on device (94.41/94.97 "
+               "GiB)' in vLLM logs (Server Edition; the Workstation editions show the same nvidia-smi total)",
+        marketed_gb=(96,)),
+    Gpu(name="RTX 5090", arch="sm120", total_memory_bytes=bytes_of_gib(31.37),
+        aliases=("NVIDIA GeForce RTX 5090", "GeForce RTX 5090", "RTX5090"),
+        source="'total capacity of 31.37 GiB' in torch OOM messages on RTX 5090 (Tencent-Hunyuan/HunyuanVideo#299); "
+               "nvidia-smi 32,607 MiB, compute capability 12.0 (vllm-project/vllm#39594)", marketed_gb=(32,)),
+    Gpu(name="GB10", arch="sm121", total_memory_bytes=bytes_of_gib(121.69),
+        aliases=("NVIDIA GB10", "DGX Spark", "NVIDIA DGX Spark"),
+        source="'Free memory on device cuda:0 (x/121.69 GiB)' in many DGX Spark vLLM logs; unified memory, so the "
+               "figure moves with the OS carve-out", marketed_gb=(128,), unified_memory=True),
+    Gpu(name="MI300X", arch="gfx942", total_memory_bytes=196592 * MIB,
+        aliases=("AMD Instinct MI300X", "AMD_Instinct_MI300X"),
+        source="196,592 MiB (191.98 GiB) in ROCm torch device properties (ROCm/ROCm#4203); vLLM names it "
+               "AMD_Instinct_MI300X (vllm==0.33.0 vllm/platforms/rocm.py:77-93)", marketed_gb=(192,)),
+    Gpu(name="MI325X", arch="gfx942", total_memory_bytes=bytes_of_gib(255.98),
+        aliases=("AMD Instinct MI325X", "AMD_Instinct_MI325X"),
+        source="255.98 GiB total capacity in HIP OOM messages (vllm-project/vllm#41962)", marketed_gb=(256,)),
+    Gpu(name="MI355X", arch="gfx950", total_memory_bytes=bytes_of_gib(287.98),
+        aliases=("AMD Instinct MI355X", "AMD_Instinct_MI355X"),
+        source="287.98 GiB total capacity in HIP OOM messages on MI355X nodes", marketed_gb=(288,)),
+    Gpu(name="MI350X", arch="gfx950", total_memory_bytes=bytes_of_gib(287.98),
+        aliases=("AMD Instinct MI350X", "AMD_Instinct_MI350X"),
+        source="estimated as the MI355X's 287.98 GiB: the MI350X is the same CDNA 4 package (gfx950) and 288 GB of "
+               "HBM3E, air-cooled at 1,000 W instead of 1,400 W (AMD at Hot Chips 2025, as wccftech.com reported it)",
         marketed_gb=(288,)),
 ]
 # GPUs vLLM cannot run the DSA models on: the sparse-MLA backends take SM90 and SM10x (SM12x from vLLM 0.24.0):
@@ -112,7 +148,7 @@ class Layout:
     """How DeepGEMM's paged MQA logits are laid out: [rows, padded width], row stride = padded width."""
 
     versions: str  # the DeepGEMM releases it covers
-    archs: tuple[str, ...]
+    family: str  # the GPU family it runs on (FAMILIES)
     logits_dtype: str  # bf16 or fp32
     split_columns: int  # KV split: a row holds whole splits
     stride_aligned: bool  # the row stride is also a multiple of 1024 B: padded = align(L, lcm(split, 1024 B / elem));
@@ -125,36 +161,39 @@ STRIDE_ALIGNMENT_BYTES = 1024  # "Logits row stride must be 1024-byte aligned" (
 
 LAYOUTS = {
     ("2.8", "sm100"): Layout(
-        "2.8.x", ("sm100", "sm103"), "bf16", 384, True,
-        "deepinfer-gemm==2.8.2 sdist (upstream DeepGEMM 2.8.2): csrc/apis/attention.hpp fp8_fp4_paged_mqa_logits, "
-        "out_dtype = arch_major == 10 ? kBFloat16 : kFloat32; split_kv = kMQALogitsSplitKV = 384 "
-        "(csrc/jit_kernels/impls/sm100_mqa_logits.hpp); aligned_max_context_len = align(L, split / gcd(split, 512) * 512)"),
+        versions="2.8.x", family="sm100", logits_dtype="bf16", split_columns=384, stride_aligned=True,
+        source="deepinfer-gemm==2.8.2 sdist (upstream DeepGEMM 2.8.2): csrc/apis/attention.hpp "
+               "fp8_fp4_paged_mqa_logits, out_dtype = arch_major == 10 ? kBFloat16 : kFloat32; split_kv = "
+               "kMQALogitsSplitKV = 384 (csrc/jit_kernels/impls/sm100_mqa_logits.hpp); aligned_max_context_len = "
+               "align(L, split / gcd(split, 512) * 512)"),
     ("2.8", "sm90"): Layout(
-        "2.8.x", ("sm90",), "fp32", 256, True,
-        "deepinfer-gemm==2.8.2 sdist: csrc/apis/attention.hpp, split_kv = 256 off SM100, FP32 output; "
-        "measured on an H200 (docs/validation.md, GPU runs: L=4097 -> stride 4352)"),
+        versions="2.8.x", family="sm90", logits_dtype="fp32", split_columns=256, stride_aligned=True,
+        source="deepinfer-gemm==2.8.2 sdist: csrc/apis/attention.hpp, split_kv = 256 off SM100, FP32 output; measured "
+               "on an H200 (docs/validation.md, GPU runs: L=4097 -> stride 4352)"),
     ("2.6", "sm100"): Layout(
-        "2.3 - 2.6.1", ("sm100", "sm103"), "fp32", 256, True,
-        "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (v2.6.1, 54e2261): FP32 logits by default "
-        "(BF16 optional from 2.4.2, not requested by vLLM), align(align(L, 256), 1024 B / elem)"),
+        versions="2.3 - 2.6.1", family="sm100", logits_dtype="fp32", split_columns=256, stride_aligned=True,
+        source="deepseek-ai/DeepGEMM csrc/apis/attention.hpp (v2.6.1, 54e2261): FP32 logits by default (BF16 optional "
+               "from 2.4.2, not requested by vLLM), align(align(L, 256), 1024 B / elem)"),
     ("2.6", "sm90"): Layout(
-        "2.3 - 2.6.1", ("sm90",), "fp32", 256, True,
-        "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (v2.6.1, 54e2261)"),
+        versions="2.3 - 2.6.1", family="sm90", logits_dtype="fp32", split_columns=256, stride_aligned=True,
+        source="deepseek-ai/DeepGEMM csrc/apis/attention.hpp (v2.6.1, 54e2261)"),
     ("2.2", "sm100"): Layout(
-        "2.1 - 2.2", ("sm100", "sm103"), "fp32", 256, False,
-        "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (1c9fa43): FP32 logits, width aligned to 256 (2 x 128 splits)"),
+        versions="2.1 - 2.2", family="sm100", logits_dtype="fp32", split_columns=256, stride_aligned=False,
+        source="deepseek-ai/DeepGEMM csrc/apis/attention.hpp (1c9fa43): FP32 logits, width aligned to 256 (2 x 128 "
+               "splits)"),
     ("2.2", "sm90"): Layout(
-        "2.1 - 2.2", ("sm90",), "fp32", 256, False,
-        "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (1c9fa43): FP32 logits, width aligned to 256 (4 x 64 splits)"),
+        versions="2.1 - 2.2", family="sm90", logits_dtype="fp32", split_columns=256, stride_aligned=False,
+        source="deepseek-ai/DeepGEMM csrc/apis/attention.hpp (1c9fa43): FP32 logits, width aligned to 256 (4 x 64 "
+               "splits)"),
     ("nv_dev", "sm120"): Layout(
-        "nv_dev (vLLM's pin)", ("sm120", "sm121"), "fp32", 128, False,
-        "deepseek-ai/DeepGEMM nv_dev a6b593d2 csrc/apis/attention.hpp:410-414: split_kv = 128 on SM12x, "
-        "aligned_max_context_len = align(L, 128), FP32 by default; vLLM builds it for SM12x since PR #43477 "
-        "(2026-06-23) and pins nv_dev since #47304"),
+        versions="nv_dev (vLLM's pin)", family="sm120", logits_dtype="fp32", split_columns=128, stride_aligned=False,
+        source="deepseek-ai/DeepGEMM nv_dev a6b593d2 csrc/apis/attention.hpp:410-414: split_kv = 128 on SM12x, "
+               "aligned_max_context_len = align(L, 128), FP32 by default; vLLM builds it for SM12x since PR #43477 "
+               "(2026-06-23) and pins nv_dev since #47304"),
     ("rocm", "rocm"): Layout(
-        "ROCm (no DeepGEMM)", ("gfx942", "gfx950"), "fp32", 256, True,
-        "seed (vLLM PR #62860): FP32 logits and 256-column padding on every platform but SM100 "
-        "(vllm rocm_fp8_paged_mqa_logits)"),
+        versions="ROCm (no DeepGEMM)", family="rocm", logits_dtype="fp32", split_columns=256, stride_aligned=True,
+        source="seed (vLLM PR #62860): FP32 logits and 256-column padding on every platform but SM100 (vllm "
+               "rocm_fp8_paged_mqa_logits)"),
 }
 
 # DeepGEMM release (major.minor) -> layout family in LAYOUTS (each family's source says which releases it read). The
@@ -165,11 +204,11 @@ DEEPGEMM_RELEASES = {"2.1": "2.2", "2.2": "2.2", "2.3": "2.6", "2.4": "2.6", "2.
 def layout_for(release: str, gpu: "Gpu") -> Layout:
     """The logits layout a GPU gets from a DeepGEMM release (ROCm has no DeepGEMM; SM12x only DeepGEMM's nv_dev
     branch, whatever the release)."""
-    if gpu.arch.startswith("gfx"):
+    if gpu.family == "rocm":
         return LAYOUTS[("rocm", "rocm")]
-    if gpu.arch in ("sm120", "sm121"):
+    if gpu.family == "sm120":
         return LAYOUTS[("nv_dev", "sm120")]
-    return LAYOUTS[(DEEPGEMM_RELEASES[release], "sm100" if gpu.arch in ("sm100", "sm103") else "sm90")]
+    return LAYOUTS[(DEEPGEMM_RELEASES[release], gpu.family)]
 
 
 # The KV-cache dtypes each sparse-MLA backend takes (supported_kv_cache_dtypes): vLLM starts on no other.
@@ -194,23 +233,23 @@ SPARSE_MLA_CACHE_DTYPES = {
 }
 
 
-# The archs each sparse-MLA backend runs on (supports_compute_capability; the same from its first release to 0.33.0):
-# vLLM refuses to start when the backend it picks, or the one named, does not run on the GPU.
-SPARSE_MLA_ARCHS = {
-    "FLASHMLA_SPARSE": (("sm90", "sm100", "sm103"), "vllm==0.19.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:"
+# The GPU families each sparse-MLA backend runs on (supports_compute_capability; the same from its first release to
+# 0.33.0): vLLM refuses to start when the backend it picks, or the one named, does not run on the GPU.
+SPARSE_MLA_FAMILIES = {
+    "FLASHMLA_SPARSE": (("sm90", "sm100"), "vllm==0.19.0 vllm/v1/attention/backends/mla/flashmla_sparse.py:"
                                                      "118-119 (major 9 or 10; vllm==0.33.0 :203-204)"),
-    "FLASHINFER_MLA_SPARSE": (("sm100", "sm103"), "vllm==0.19.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py:"
+    "FLASHINFER_MLA_SPARSE": (("sm100",), "vllm==0.19.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse.py:"
                                                   "100-102 (major 10; vllm==0.33.0 :105-106)"),
-    "FLASH_ATTN_MLA_SPARSE_FA4": (("sm100", "sm103"), "vllm==0.33.0 vllm/v1/attention/backends/mla/"
+    "FLASH_ATTN_MLA_SPARSE_FA4": (("sm100",), "vllm==0.33.0 vllm/v1/attention/backends/mla/"
                                                       "flashattn_mla_sparse.py:275 (FlashInfer's TRTLLM backend's, major "
                                                       "10)"),
-    "FLASHINFER_MLA_SPARSE_SM120": (("sm120", "sm121"), "vllm==0.24.0 vllm/v1/attention/backends/mla/"
+    "FLASHINFER_MLA_SPARSE_SM120": (("sm120",), "vllm==0.24.0 vllm/v1/attention/backends/mla/"
                                                         "flashinfer_mla_sparse.py:170-171 (major 12)"),
     "FLASHINFER_MLA_SPARSE_SM90": (("sm90",), "vllm==0.33.0 vllm/v1/attention/backends/mla/flashinfer_mla_sparse_sm90.py:"
                                               "189-190 (major 9)"),
     "FLASH_ATTN_MLA_SPARSE": (("sm90",), "vllm==0.33.0 vllm/v1/attention/backends/mla/flashattn_mla_sparse.py:82-83 "
                                          "(major 9)"),
-    "ROCM_AITER_MLA_SPARSE": (("gfx942", "gfx950"), "vllm==0.33.0 vllm/platforms/rocm.py:537-539 (ROCm's only sparse "
+    "ROCM_AITER_MLA_SPARSE": (ROCM, "vllm==0.33.0 vllm/platforms/rocm.py:537-539 (ROCm's only sparse "
                                                     "MLA)"),
 }
 
@@ -228,8 +267,7 @@ SPARSE_MLA_WIDE_ONLY = {
 # which stores the same layout (DeepseekV4FlashInferSM120Attention.use_fp8_ds_mla_layout: vllm==0.24.0
 # vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py:509-513, vllm==0.33.0 :619-624; the pick:
 # vllm==0.31.0 vllm/models/deepseek_v4/nvidia/model.py:1146-1177)
-V4_FLASHMLA_ARCHS = ("sm90", "sm100", "sm103")
-V4_SM120_ARCHS = ("sm120", "sm121")
+V4_FLASHMLA_FAMILIES = ("sm90", "sm100")
 
 
 # The sparse-MLA backend vLLM runs for a 512-wide latent (kv_lora_rank 512 without RoPE: GLM-5.3-Flash), by arch. On
@@ -237,15 +275,14 @@ V4_SM120_ARCHS = ("sm120", "sm121")
 # 0.33.0); on SM10x FlashMLA-sparse and FA4 refuse head size 512 (vllm==0.30.0
 # vllm/v1/attention/backends/mla/flashmla_sparse.py:157-159, vllm==0.33.0 flashmla_sparse.py:219-248 and
 # flashattn_mla_sparse.py:299-301), FlashInfer's takes it (flashinfer_mla_sparse.py:57-61). Elsewhere: not determined.
+# (deployment.sparse_mla_candidates orders them so)
 NOPE_MLA_HEAD_SIZE = 512
-NOPE_SPARSE_MLA_BACKENDS = {"sm90": "FLASHINFER_MLA_SPARSE_SM90", "sm100": "FLASHINFER_MLA_SPARSE",
-                            "sm103": "FLASHINFER_MLA_SPARSE"}
 
 
 @dataclass(frozen=True)
 class Backend:
     name: str
-    archs: tuple[str, ...]  # where it runs
+    families: tuple[str, ...]  # where it runs (FAMILIES)
     topk: tuple[int, ...] | None  # index_topk values it supports (None: any)
     reads_bf16: bool  # reads DeepGEMM's BF16 logits directly (no FP32 copy); only without DCP
     note: str
@@ -253,27 +290,28 @@ class Backend:
     engines: tuple[str, ...] = ("vllm",)
 
 
-CUDA = ("sm90", "sm100", "sm103", "sm120", "sm121")
-ROCM = ("gfx942", "gfx950")
-NOT_SM12X = ("sm90", "sm100", "sm103")  # cooperative top-k is off on SM12x (vLLM PR #47164)
+NOT_SM12X = ("sm90", "sm100")  # cooperative top-k is off on SM12x (vLLM PR #47164)
 INDEXER_TOPK = "vllm-project/vllm vllm/model_executor/layers/indexer_topk.py (0fd8f213)"
 
 BACKENDS = [
-    Backend("auto", CUDA + ROCM, None, False,
-            "cooperative for batches of <= {cooperative_rows} rows, then persistent, then a per-row kernel; aiter on "
-            "ROCm",
-            INDEXER_TOPK),
-    Backend("persistent", CUDA, (512, 1024, 2048), False, "1 MiB workspace", INDEXER_TOPK),
-    Backend("cooperative", NOT_SM12X, (512, 1024, 2048), False,
-            "batches of <= {cooperative_rows} rows; 1 MiB workspace", INDEXER_TOPK),
-    Backend("deep_select", ("sm100", "sm103"), tuple(range(1, 4097)), True,
-            "DeepSelect: FP32 or BF16 input, row stride a multiple of 1024 B, topk <= 4096",
-            INDEXER_TOPK + "; BF16 ranking: vLLM PR #62240"),
-    Backend("flashinfer", CUDA, None, False, "FP32 input only", INDEXER_TOPK),
-    Backend("torch", CUDA + ROCM, None, False, "reference implementation", INDEXER_TOPK),
-    Backend("aiter", ROCM, None, False, "ROCm only", INDEXER_TOPK),
-    Backend("deepinfer", NOT_SM12X, None, True, "DeepInfer's own top-k over BF16 logits",
-            "seed: DeepInfer@774ce24 index_attn.py", ("deepinfer",)),
+    Backend(name="auto", families=CUDA + ROCM, topk=None, reads_bf16=False,
+            note="cooperative for batches of <= {cooperative_rows} rows, then persistent, then a per-row kernel; aiter "
+                 "on ROCm",
+            source=INDEXER_TOPK),
+    Backend(name="persistent", families=CUDA, topk=(512, 1024, 2048), reads_bf16=False, note="1 MiB workspace",
+            source=INDEXER_TOPK),
+    Backend(name="cooperative", families=NOT_SM12X, topk=(512, 1024, 2048), reads_bf16=False,
+            note="batches of <= {cooperative_rows} rows; 1 MiB workspace", source=INDEXER_TOPK),
+    Backend(name="deep_select", families=("sm100",), topk=tuple(range(1, 4097)), reads_bf16=True,
+            note="DeepSelect: FP32 or BF16 input, row stride a multiple of 1024 B, topk <= 4096",
+            source=INDEXER_TOPK + "; BF16 ranking: vLLM PR #62240"),
+    Backend(name="flashinfer", families=CUDA, topk=None, reads_bf16=False, note="FP32 input only", source=INDEXER_TOPK),
+    Backend(name="torch", families=CUDA + ROCM, topk=None, reads_bf16=False, note="reference implementation",
+            source=INDEXER_TOPK),
+    Backend(name="aiter", families=ROCM, topk=None, reads_bf16=False, note="ROCm only", source=INDEXER_TOPK),
+    Backend(name="deepinfer", families=NOT_SM12X, topk=None, reads_bf16=True,
+            note="DeepInfer's own top-k over BF16 logits",
+            source="seed: DeepInfer@774ce24 index_attn.py", engines=("deepinfer",)),
 ]
 
 
@@ -365,8 +403,8 @@ class Model:
     candidate_block_size: int = 0
     # Weights a deployment may keep in host memory instead (V4.1's Engram tables, offloaded by default)
     offloadable_bytes: int = 0
-    # the checkpoint's own cache dtype for kv-cache-dtype auto: (archs, cache dtype, source); the architecture's is a
-    # vLLM rule (engine.py sm10x_auto_kv_cache_dtypes)
+    # the checkpoint's own cache dtype for kv-cache-dtype auto: (GPU families, cache dtype, source); the
+    # architecture's is a vLLM rule (engine.py sm10x_auto_kv_cache_dtypes)
     auto_kv_cache_dtype: tuple[tuple[tuple[str, ...], str, str], ...] = ()
     note: str = ""
     config_path: Path | None = None  # a local config.json (an input: never written over)
@@ -418,7 +456,8 @@ V4_PRO_EXPERT_BYTES = 61 * 384 * 3 * 7168 * 3072 * 17 // 32
 V41_FLASH_EXPERT_BYTES = bytes_of_gib(259.5 + 16.22)
 V41_FLASH_ENGRAM_BYTES = bytes_of_gib(183.1 + 5.72)
 V4_FLASH_RATIOS = (0, 0) + (4, 128) * 20 + (4,)
-# DeepSeek-V4: in vLLM from 0.20.0 (engine.py model_architectures), DSpark drafts from 0.25.0 for a checkpoint that has a DSpark block: its drafter reads the config's dspark_target_layer_ids (vllm==0.33.0
+# DeepSeek-V4: in vLLM from 0.20.0 (engine.py model_architectures), DSpark drafts from 0.25.0 for a checkpoint that
+# has a DSpark block: its drafter reads the config's dspark_target_layer_ids (vllm==0.33.0
 # vllm/models/deepseek_v4/nvidia/dspark.py:100), which V4-Flash-0731's config has and the preview V4-Flash's and
 # V4-Pro's have not (oracle/configs; dsa_kvcalc/weights.json records vLLM's refusal)
 V4_DRAFTERS = ("mtp", "dspark")
@@ -455,95 +494,120 @@ GLM5NEXT_ARCH = "Glm5NextForConditionalGeneration"
 GLM53_FLASH_EXPERT_BYTES = 42 * 288 * 3 * 4096 * 2048 * 4097 // 4096
 GLM53_FLASH_LINEAR_LAYERS = tuple(layer for layer in range(45) if layer % 4 != 3)  # layer_types linear_attention
 
+# DeepSeek-V3.2's and GLM-5.x's shapes: every GLM-5.x checkpoint is GLM-5's 78 layers, the later ones at GLM-5.2's
+# 1M context with shared indexers; a re-quantization differs in its weights only
+V32_MODEL = Model(
+    name="deepseek-ai/DeepSeek-V3.2", config_source=f"{AIC}/deepseek-ai--DeepSeek-V3.2_config.json",
+    architecture=V32_ARCH, num_layers=61, mtp_layers=1, hidden_size=7168, index_n_heads=64, index_head_dim=128,
+    index_topk=2048, max_position_embeddings=163840, checkpoint=estimates.V32_CHECKPOINT,
+    routed_expert_bytes=V32_EXPERT_BYTES, num_attention_heads=128)
+GLM5_MODEL = Model(
+    name="zai-org/GLM-5-FP8", config_source=f"{AIC}/zai-org--GLM-5-FP8_config.json", architecture=GLM5_ARCH,
+    num_layers=78, mtp_layers=1, hidden_size=6144, index_n_heads=32, index_head_dim=128, index_topk=2048,
+    max_position_embeddings=202752, checkpoint=estimates.GLM5_FP8_CHECKPOINT, routed_expert_bytes=GLM_EXPERT_BYTES,
+    num_attention_heads=64, aliases=("GLM-5",), stand_ins=(("zai-org/GLM-5", GLM_BF16),))
+GLM51_MODEL = replace(
+    GLM5_MODEL, name="zai-org/GLM-5.1-FP8", config_source=f"{AIC}/zai-org--GLM-5.1-FP8_config.json",
+    aliases=("GLM-5.1",), stand_ins=(("zai-org/GLM-5.1", GLM_BF16),))
+GLM52_MODEL = replace(
+    GLM51_MODEL, name="zai-org/GLM-5.2-FP8", config_source=f"{AIC}/zai-org--GLM-5.2-FP8_config.json",
+    max_position_embeddings=1048576, aliases=("GLM-5.2",), stand_ins=(("zai-org/GLM-5.2", GLM_BF16),),
+    index_topk_freq=4, index_skip_topk_offset=3,
+    note="shared indexers: 21 of 78 layers (and the MTP layer) keep an indexer K cache")
+# GLM-5.x's re-quantized weights: NVFP4 routed experts at 9/16, MXFP4 at 17/32 of the FP8 bytes
+GLM_NVFP4_WEIGHTS = {"checkpoint": estimates.GLM5_NVFP4_CHECKPOINT, "routed_expert_bytes": GLM_EXPERT_BYTES * 9 // 16,
+                     "checkpoint_format": "nvfp4"}
+GLM_MXFP4_WEIGHTS = {"checkpoint": estimates.GLM5_MXFP4_CHECKPOINT, "routed_expert_bytes": GLM_EXPERT_BYTES * 17 // 32,
+                     "checkpoint_format": "mxfp4"}
 MLA_MODELS = [
-    Model("deepseek-ai/DeepSeek-V3.2", f"{AIC}/deepseek-ai--DeepSeek-V3.2_config.json", V32_ARCH, 61, 1, 7168, 64, 128, 2048,
-          163840, estimates.V32_CHECKPOINT, V32_EXPERT_BYTES, num_attention_heads=128),
-    Model("deepseek-ai/DeepSeek-V3.2-Exp", "awesome-mini-project/DeepSeek-V3.2-Exp inference/config_671B_v3.2.json "
-          "(DeepSeek's reference config)", V32_ARCH, 61, 1, 7168, 64, 128, 2048, 163840,
-          estimates.V32_CHECKPOINT, V32_EXPERT_BYTES, num_attention_heads=128),
-    Model("zai-org/GLM-5-FP8", f"{AIC}/zai-org--GLM-5-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
-          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5",),
-          stand_ins=(("zai-org/GLM-5", GLM_BF16),)),
-    Model("zai-org/GLM-5.1-FP8", f"{AIC}/zai-org--GLM-5.1-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
-          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.1",),
-          stand_ins=(("zai-org/GLM-5.1", GLM_BF16),)),
-    Model("nvidia/GLM-5.1-NVFP4", f"{AIC}/nvidia--GLM-5.1-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
-          estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, num_attention_heads=64,
-          aliases=("GLM-5.1-NVFP4",),
-          stand_ins=(("lukealonso/GLM-5.1-NVFP4-MTP", "a community NVFP4 re-quantization of GLM-5.1 with its MTP "
-                                                     "layer: NVIDIA's layout and format"),
-                     ("nvidia/GLM-5-NVFP4", "NVIDIA's NVFP4 checkpoint of GLM-5, GLM-5.1's shape (vllm-project/recipes "
-                                            "models/zai-org/GLM-5.yaml, variant nvfp4)")),
-          checkpoint_format="nvfp4", auto_kv_cache_dtype=CHECKPOINT_FP8_KV,
-          note="NVFP4 routed experts, an FP8 KV cache by its quantization config; GLM-5.1's KV layout"),
-    Model("amd/GLM-5.1-MXFP4", "vllm-project/recipes models/zai-org/GLM-5.1.yaml (MXFP4 on AMD MI355X): AMD Quark's "
-          "MXFP4 re-quantization of GLM-5.1's MoE weights, the architecture and so the KV-cache fields of "
-          f"{AIC}/zai-org--GLM-5.1-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 202752,
-          estimates.GLM5_MXFP4_CHECKPOINT, GLM_EXPERT_BYTES * 17 // 32, num_attention_heads=64,
-          aliases=("GLM-5.1-MXFP4",), checkpoint_format="mxfp4", note="MXFP4 routed experts; GLM-5.1's KV layout"),
-    Model("zai-org/GLM-5.2-FP8", f"{AIC}/zai-org--GLM-5.2-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
-          estimates.GLM5_FP8_CHECKPOINT, GLM_EXPERT_BYTES, num_attention_heads=64, aliases=("GLM-5.2",),
-          stand_ins=(("zai-org/GLM-5.2", GLM_BF16),),
-          index_topk_freq=4, index_skip_topk_offset=3,
-          note="shared indexers: 21 of 78 layers (and the MTP layer) keep an indexer K cache"),
-    Model("nvidia/GLM-5.2-NVFP4", f"{AIC}/nvidia--GLM-5.2-NVFP4_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
-          estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, num_attention_heads=64, aliases=("GLM-5.2-NVFP4",),
-          stand_ins=(("RedHatAI/GLM-5.2-NVFP4-FP8", "RedHat AI's NVFP4 re-quantization: NVFP4 routed experts, FP8 "
-                                                   "attention and embeddings (vllm-project/recipes "
-                                                   "models/zai-org/GLM-5.2.yaml, variant redhat_nvfp4), NVIDIA's "
-                                                   "sizes within its BF16 parts"),),
-          index_topk_freq=4, index_skip_topk_offset=3, checkpoint_format="nvfp4", auto_kv_cache_dtype=CHECKPOINT_FP8_KV,
-          note="NVFP4 routed experts, an FP8 KV cache by its quantization config; shared indexers as GLM-5.2"),
-    Model("amd/GLM-5.2-MXFP4", "vllm-project/recipes models/zai-org/GLM-5.2.yaml, variant mxfp4: AMD Quark's MXFP4 "
-          "re-quantization of GLM-5.2's MoE weights, the architecture and so the KV-cache fields of "
-          f"{AIC}/zai-org--GLM-5.2-FP8_config.json", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
-          estimates.GLM5_MXFP4_CHECKPOINT, GLM_EXPERT_BYTES * 17 // 32, num_attention_heads=64,
-          aliases=("GLM-5.2-MXFP4",), index_topk_freq=4, index_skip_topk_offset=3, checkpoint_format="mxfp4",
-          note="MXFP4 routed experts (the recipe serves it on MI355X); shared indexers as GLM-5.2"),
-    Model("zai-org/GLM-5.3", f"{SYFI}/glm53_nvfp4.json (commit bee7da91, the NVFP4 re-quantization of GLM-5.3: 78 "
-          "layers, kv_lora_rank 512 + rope 64, index_topk_freq 4, index_skip_topk_offset 3; ROCm/ATOM#2291 states "
-          "every KV field of GLM-5.3 equals GLM-5.2's)", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
-          estimates.GLM53_CHECKPOINT, GLM_EXPERT_BYTES, index_topk_freq=4, index_skip_topk_offset=3,
-          num_attention_heads=64, stand_ins=(("zai-org/GLM-5.3-BF16", GLM_BF16),),
-          note="GLM-5.2's shape: shared indexers on 21 of 78 layers (and the MTP layer)"),
-    Model("Inferact/GLM-5.3-NVFP4", "vllm-project/recipes models/zai-org/GLM-5.3.yaml, variant nvfp4: Inferact's "
-          "NVFP4 re-quantization of GLM-5.3's MoE expert linears, the rest BF16, GLM-5.3's architecture (so "
-          "zai-org/GLM-5.3's KV-cache fields)", GLM5_ARCH, 78, 1, 6144, 32, 128, 2048, 1048576,
-          estimates.GLM5_NVFP4_CHECKPOINT, GLM_EXPERT_BYTES * 9 // 16, index_topk_freq=4, index_skip_topk_offset=3, num_attention_heads=64,
-          aliases=("GLM-5.3-NVFP4",), checkpoint_format="nvfp4",
-          note="NVFP4 routed experts (the recipe: a ~465 GB checkpoint, Blackwell only); GLM-5.2's shape"),
+    V32_MODEL,
+    replace(V32_MODEL, name="deepseek-ai/DeepSeek-V3.2-Exp",
+            config_source="awesome-mini-project/DeepSeek-V3.2-Exp inference/config_671B_v3.2.json (DeepSeek's "
+                          "reference config)"),
+    GLM5_MODEL,
+    GLM51_MODEL,
+    replace(GLM51_MODEL, **GLM_NVFP4_WEIGHTS, name="nvidia/GLM-5.1-NVFP4",
+            config_source=f"{AIC}/nvidia--GLM-5.1-NVFP4_config.json",
+            aliases=("GLM-5.1-NVFP4",),
+            stand_ins=(("lukealonso/GLM-5.1-NVFP4-MTP", "a community NVFP4 re-quantization of GLM-5.1 with its MTP "
+                                                       "layer: NVIDIA's layout and format"),
+                       ("nvidia/GLM-5-NVFP4", "NVIDIA's NVFP4 checkpoint of GLM-5, GLM-5.1's shape "
+                                              "(vllm-project/recipes models/zai-org/GLM-5.yaml, variant nvfp4)")),
+            auto_kv_cache_dtype=CHECKPOINT_FP8_KV,
+            note="NVFP4 routed experts, an FP8 KV cache by its quantization config; GLM-5.1's KV layout"),
+    replace(GLM51_MODEL, **GLM_MXFP4_WEIGHTS, name="amd/GLM-5.1-MXFP4",
+            config_source="vllm-project/recipes models/zai-org/GLM-5.1.yaml (MXFP4 on AMD MI355X): AMD Quark's MXFP4 "
+                          "re-quantization of GLM-5.1's MoE weights, the architecture and so the KV-cache fields of "
+                          f"{AIC}/zai-org--GLM-5.1-FP8_config.json",
+            aliases=("GLM-5.1-MXFP4",), stand_ins=(), note="MXFP4 routed experts; GLM-5.1's KV layout"),
+    GLM52_MODEL,
+    replace(GLM52_MODEL, **GLM_NVFP4_WEIGHTS, name="nvidia/GLM-5.2-NVFP4",
+            config_source=f"{AIC}/nvidia--GLM-5.2-NVFP4_config.json",
+            aliases=("GLM-5.2-NVFP4",),
+            stand_ins=(("RedHatAI/GLM-5.2-NVFP4-FP8", "RedHat AI's NVFP4 re-quantization: NVFP4 routed experts, FP8 "
+                                                     "attention and embeddings (vllm-project/recipes "
+                                                     "models/zai-org/GLM-5.2.yaml, variant redhat_nvfp4), NVIDIA's "
+                                                     "sizes within its BF16 parts"),),
+            auto_kv_cache_dtype=CHECKPOINT_FP8_KV,
+            note="NVFP4 routed experts, an FP8 KV cache by its quantization config; shared indexers as GLM-5.2"),
+    replace(GLM52_MODEL, **GLM_MXFP4_WEIGHTS, name="amd/GLM-5.2-MXFP4",
+            config_source="vllm-project/recipes models/zai-org/GLM-5.2.yaml, variant mxfp4: AMD Quark's MXFP4 "
+                          "re-quantization of GLM-5.2's MoE weights, the architecture and so the KV-cache fields of "
+                          f"{AIC}/zai-org--GLM-5.2-FP8_config.json",
+            aliases=("GLM-5.2-MXFP4",), stand_ins=(),
+            note="MXFP4 routed experts (the recipe serves it on MI355X); shared indexers as GLM-5.2"),
+    replace(GLM52_MODEL, name="zai-org/GLM-5.3",
+            config_source=f"{SYFI}/glm53_nvfp4.json (commit bee7da91, the NVFP4 re-quantization of GLM-5.3: 78 "
+                          "layers, kv_lora_rank 512 + rope 64, index_topk_freq 4, index_skip_topk_offset 3; "
+                          "ROCm/ATOM#2291 states every KV field of GLM-5.3 equals GLM-5.2's)",
+            checkpoint=estimates.GLM53_CHECKPOINT, aliases=(), stand_ins=(("zai-org/GLM-5.3-BF16", GLM_BF16),),
+            note="GLM-5.2's shape: shared indexers on 21 of 78 layers (and the MTP layer)"),
+    replace(GLM52_MODEL, **GLM_NVFP4_WEIGHTS, name="Inferact/GLM-5.3-NVFP4",
+            config_source="vllm-project/recipes models/zai-org/GLM-5.3.yaml, variant nvfp4: Inferact's NVFP4 "
+                          "re-quantization of GLM-5.3's MoE expert linears, the rest BF16, GLM-5.3's architecture (so "
+                          "zai-org/GLM-5.3's KV-cache fields)",
+            aliases=("GLM-5.3-NVFP4",), stand_ins=(),
+            note="NVFP4 routed experts (the recipe: a ~465 GB checkpoint, Blackwell only); GLM-5.2's shape"),
 ]
+V4_FLASH_MODEL = Model(
+    name="deepseek-ai/DeepSeek-V4-Flash", config_source=f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json",
+    architecture=V4_ARCH, num_layers=43, mtp_layers=1, hidden_size=4096, index_n_heads=64, index_head_dim=128,
+    index_topk=512, max_position_embeddings=1048576, checkpoint=estimates.V4_FLASH_CHECKPOINT,
+    routed_expert_bytes=V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
+    indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=64)
 V4_MODELS = [
-    Model("deepseek-ai/DeepSeek-V4-Flash", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Flash_config.json", V4_ARCH, 43, 1, 4096, 64,
-          128, 512, 1048576, estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES,
-          compress_ratios=V4_FLASH_RATIOS, sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4,
-          num_attention_heads=64),
-    Model("deepseek-ai/DeepSeek-V4-Flash-0731", f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the "
-          "same compress_ratios, sliding_window and layers as the preview)", V4_ARCH, 43, 1, 4096, 64, 128, 512, 1048576,
-          estimates.V4_FLASH_CHECKPOINT, V4_FLASH_EXPERT_BYTES, compress_ratios=V4_FLASH_RATIOS, sliding_window=128,
-          indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=64, drafters=V4_DRAFTERS),
-    Model("deepseek-ai/DeepSeek-V4-Pro", f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", V4_ARCH, 61, 1, 7168, 64, 128,
-          1024, 1048576, estimates.V4_PRO_CHECKPOINT, V4_PRO_EXPERT_BYTES, compress_ratios=V4_PRO_RATIOS,
-          sliding_window=128, indexer_logits_ratio=4, kv_compress_ratio=4, num_attention_heads=128),
-    Model("deepseek-ai/DeepSeek-V4.1-Flash", f"{SYFI}/deepseek_v41_flash.json and LivingAgile/mlx-lm "
-          "tests/test_deepseek_v41.py (third-party copies, byte for byte the same, of deepseek-ai/DeepSeek-V4.1-Flash@"
-          "dba1be0a; vllm==0.33.0 vllm/models/deepseek_v41/amd/mono/keylist.py:5 names the same index layers)",
-          "DeepseekV41ForCausalLM", 40, 3, 5120, 32, 128, 512, 1048576, estimates.V41_FLASH_CHECKPOINT,
-          V41_FLASH_EXPERT_BYTES, compress_ratios=(0, 0) + (2,) * 18 + (1,) * 20, sliding_window=128,
-          kv_source_layers=(2, 8, 14, 20), index_source_layers=(2, 8, 14, 20, 24, 28, 32, 36), kv_compress_ratio=4,
-          candidate_topk_blocks=2048, candidate_block_size=8,
-          num_attention_heads=64, o_groups=8, drafters=("dspark",),
+    V4_FLASH_MODEL,
+    replace(V4_FLASH_MODEL, name="deepseek-ai/DeepSeek-V4-Flash-0731",
+            config_source=f"{SYFI}/deepseek_v4_flash_0731.json (vllm-project/vllm#51041: the same compress_ratios, "
+                          "sliding_window and layers as the preview)", drafters=V4_DRAFTERS),
+    replace(V4_FLASH_MODEL, name="deepseek-ai/DeepSeek-V4-Pro",
+            config_source=f"{AIC_FORK}/deepseek-ai--DeepSeek-V4-Pro_config.json", num_layers=61, hidden_size=7168,
+            index_topk=1024, checkpoint=estimates.V4_PRO_CHECKPOINT, routed_expert_bytes=V4_PRO_EXPERT_BYTES,
+            compress_ratios=V4_PRO_RATIOS, num_attention_heads=128),
+    Model(name="deepseek-ai/DeepSeek-V4.1-Flash",
+          config_source=f"{SYFI}/deepseek_v41_flash.json and LivingAgile/mlx-lm tests/test_deepseek_v41.py "
+                        "(third-party copies, byte for byte the same, of deepseek-ai/DeepSeek-V4.1-Flash@dba1be0a; "
+                        "vllm==0.33.0 vllm/models/deepseek_v41/amd/mono/keylist.py:5 names the same index layers)",
+          architecture="DeepseekV41ForCausalLM", num_layers=40, mtp_layers=3, hidden_size=5120, index_n_heads=32,
+          index_head_dim=128, index_topk=512, max_position_embeddings=1048576,
+          checkpoint=estimates.V41_FLASH_CHECKPOINT, routed_expert_bytes=V41_FLASH_EXPERT_BYTES,
+          compress_ratios=(0, 0) + (2,) * 18 + (1,) * 20, sliding_window=128, kv_source_layers=(2, 8, 14, 20),
+          index_source_layers=(2, 8, 14, 20, 24, 28, 32, 36), kv_compress_ratio=4, candidate_topk_blocks=2048,
+          candidate_block_size=8, num_attention_heads=64, o_groups=8, drafters=("dspark",),
           offloadable_bytes=V41_FLASH_ENGRAM_BYTES,
           note="only the kv-source layers 2, 8, 14, 20 keep compressed caches and the index sources among them "
                "indexer caches; every layer a 32-token window; DSpark (its only drafter) adds 3 window-only layers"),
 ]
 V4_MODELS = [replace(m, checkpoint_format="mxfp4") for m in V4_MODELS]  # MXFP4 routed experts (above)
 GLM5NEXT_MODELS = [
-    Model("zai-org/GLM-5.3-Flash", f"{SYFI}/glm53_flash.json (commit d8fc2f3a, the flattened text config of "
-          "zai-org/GLM-5.3-Flash, model_type glm5_next_text)", GLM5NEXT_ARCH, 45, 1, 4096, 32, 128, 2048, 1048576,
-          estimates.GLM53_FLASH_CHECKPOINT, GLM53_FLASH_EXPERT_BYTES, linear_layers=GLM53_FLASH_LINEAR_LAYERS,
-          linear_heads=64, linear_head_dim=128, linear_conv_kernel=4, index_kpool=4, mla_head_size=512,
-          num_attention_heads=64,
+    Model(name="zai-org/GLM-5.3-Flash",
+          config_source=f"{SYFI}/glm53_flash.json (commit d8fc2f3a, the flattened text config of "
+                        "zai-org/GLM-5.3-Flash, model_type glm5_next_text)",
+          architecture=GLM5NEXT_ARCH, num_layers=45, mtp_layers=1, hidden_size=4096, index_n_heads=32,
+          index_head_dim=128, index_topk=2048, max_position_embeddings=1048576,
+          checkpoint=estimates.GLM53_FLASH_CHECKPOINT, routed_expert_bytes=GLM53_FLASH_EXPERT_BYTES,
+          linear_layers=GLM53_FLASH_LINEAR_LAYERS, linear_heads=64, linear_head_dim=128, linear_conv_kernel=4,
+          index_kpool=4, mla_head_size=512, num_attention_heads=64,
           note="hybrid: 34 KDA linear-attention layers keep a per-request state (conv + recurrent, per TP rank), 11 "
                "DSA layers and the MTP layer an MLA latent without RoPE, a kpool indexer and a tail ring; the "
                "attention block is sized to hold a KDA state (derived for SM90 and SM10x)"),

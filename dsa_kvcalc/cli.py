@@ -310,34 +310,32 @@ def deployment_text(recipe, format: Enum, source: str, risk: str | None = None) 
 @app.command()
 def models(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f")):
     """List the model catalog, with sources."""
-    from dsa_kvcalc.catalog import MODELS
-    from dsa_kvcalc.render import catalog as render
-
-    if format is ReportFormat.json:
-        sys.stdout.write(render.catalog_json("models", MODELS))
-    else:
-        render.render_models(console())
+    show_catalog("models", format)
 
 
 @app.command()
 def gpus(format: ReportFormat = typer.Option(ReportFormat.table, "--format", "-f")):
     """List the GPU catalog, with sources."""
-    from dsa_kvcalc.catalog import GPUS
+    show_catalog("gpus", format)
+
+
+def show_catalog(name: str, format: ReportFormat) -> None:
     from dsa_kvcalc.render import catalog as render
 
     if format is ReportFormat.json:
-        sys.stdout.write(render.catalog_json("gpus", GPUS))
+        sys.stdout.write(render.catalog_json(name))
     else:
-        render.render_gpus(console())
+        render.TABLES[name](console())
 
 
 @app.command()
 def schema(output: Path | None = typer.Option(None, "--output", "-o")):
     """Print the recipe's JSON Schema (for editors)."""
+    from dsa_kvcalc.render import json_text
     from dsa_kvcalc.schema import json_schema
 
     check_outputs({"--output": output}, [])
-    emit([json.dumps(json_schema(), indent=2) + "\n"], output)
+    emit([json_text(json_schema())], output)
 
 
 def read_log_file(path: Path, key: str):

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import Plan
 from dsa_kvcalc.engine import VLLM_RULES
-from dsa_kvcalc.keys import RecipeError, Refusal
-from dsa_kvcalc.report import flatten, plan_json
+from dsa_kvcalc.keys import RecipeError, Refusal, flatten_keys
+from dsa_kvcalc.report import plan_json
 from dsa_kvcalc.sweep import Base, Vary, recipe_at
 
 
@@ -117,7 +117,7 @@ def rows(columns: list[Column]) -> list[Row]:
     data_parallel = any(j is not None and j["summary"]["data_parallel_size"] > 1 for j in planned_json)
     found += [row(key, [None if j is None else read(j, answered(j)) for j in planned_json], columns)
               for key, read in ANSWER_ROWS if data_parallel or key != "deployment_kv_cache_tokens"]
-    recipes = [None if j is None else flatten("", j["recipe"], {}) for j in planned_json]
+    recipes = [None if j is None else flatten_keys(j["recipe"]) for j in planned_json]
     keys = dict.fromkeys(key for recipe in recipes if recipe for key in recipe)
     found += [row(f"recipe.{key}", [None if recipe is None else recipe.get(key) for recipe in recipes], columns,
                   False) for key in keys]

@@ -46,6 +46,8 @@ def cache_dtype(values) -> str:
     as_auto = written == "bfloat16" and engine.name == "vllm" and values["model"].architecture in BF16_CACHE_AS_AUTO
     if written != "auto" and not as_auto:
         return written
-    checkpoint = next((dtype for archs, dtype, _ in values["model"].auto_kv_cache_dtype if gpu.arch in archs), None)
-    by_architecture = engine.sm10x_auto_kv_cache_dtypes.get(values["model"].architecture) if gpu.arch in ("sm100", "sm103") else None
+    checkpoint = next((dtype for families, dtype, _ in values["model"].auto_kv_cache_dtype if gpu.family in families),
+                      None)
+    sm10x = engine.sm10x_auto_kv_cache_dtypes if gpu.family == "sm100" else {}
+    by_architecture = sm10x.get(values["model"].architecture)
     return checkpoint or by_architecture or "auto"

@@ -12,13 +12,13 @@ The walk runs one way: recipe -> deployment -> capacity (plan) -> report -> rend
 from dataclasses import dataclass, field
 
 from dsa_kvcalc import graphs, kv_cache
-from dsa_kvcalc.catalog import (BACKENDS, DRAFTER_NEEDS, NOPE_MLA_HEAD_SIZE, SPARSE_MLA_ARCHS, SPARSE_MLA_CACHE_DTYPES,
-                                SPARSE_MLA_WIDE_ONLY, V4_FLASHMLA_ARCHS, V4_SM120_ARCHS, V41_DSPARK_BLOCK_TOKENS,
-                                Backend, Rows)
+from dsa_kvcalc.catalog import (BACKENDS, DRAFTER_NEEDS, NOPE_MLA_HEAD_SIZE, SPARSE_MLA_CACHE_DTYPES,
+                                SPARSE_MLA_FAMILIES, SPARSE_MLA_WIDE_ONLY, V4_FLASHMLA_FAMILIES, V41_DSPARK_BLOCK_TOKENS,
+                                Backend, Rows, family_archs)
 from dsa_kvcalc.engine import ALL, MTP_METHODS, VLLM_RULES
 from dsa_kvcalc.graphs import CudagraphEstimate
 from dsa_kvcalc.keys import KEYS, Recipe, Refusal
-from dsa_kvcalc.kv_cache import SM10X, KvSpec, stage_layers, v41_packed
+from dsa_kvcalc.kv_cache import KvSpec, stage_layers, v41_packed
 from dsa_kvcalc.recipe import given_arguments
 from dsa_kvcalc.vllm_config import RELEASE_VALUES
 
@@ -33,8 +33,8 @@ def availability(recipe: Recipe, backend: Backend) -> str | None:
         return f"a {'/'.join(backend.engines)} backend; this recipe runs {recipe.engine.label}"
     if not recipe.engine.topk_backend_flag and backend.name != "auto":
         return f"{recipe.engine.label} has no --sparse-indexer-topk-backend (vLLM 0.30.0+): its built-in chain runs"
-    if recipe.gpu.arch not in backend.archs:
-        return f"needs {'/'.join(backend.archs)}; {recipe.gpu.name} is {recipe.gpu.arch}"
+    if recipe.gpu.family not in backend.families:
+        return f"needs {'/'.join(family_archs(backend.families))}; {recipe.gpu.name} is {recipe.gpu.arch}"
     if backend.topk is not None and recipe.model.index_topk not in backend.topk:
         supported = f"<= {backend.topk[-1]}" if len(backend.topk) > 8 else "/".join(map(str, backend.topk))
         return f"index_topk {recipe.model.index_topk} not supported ({supported})"
@@ -48,12 +48,12 @@ def sparse_mla_candidates(recipe: Recipe) -> list[str]:
     FlashAttention's sparse MLA (0.25.0+), FlashMLA-sparse, and from 0.30.0 FlashInfer's SM90 kernel, first for a
     512-wide latent and last otherwise (engine.py sm90_flashinfer_sparse_mla); ROCm's only one (vllm/platforms/rocm.py
     :537-539)."""
-    arch, engine = recipe.gpu.arch, recipe.engine
-    if arch.startswith("gfx"):
+    family, engine = recipe.gpu.family, recipe.engine
+    if family == "rocm":
         return ["ROCM_AITER_MLA_SPARSE"]
-    if arch in ("sm120", "sm121"):
+    if family == "sm120":
         return [engine.sm12x_sparse_mla_backend]
-    if arch in kv_cache.SM10X:
+    if family == "sm100":
         if recipe.quantized_cache:
             return ["FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE"]
         if recipe.model.num_attention_heads // recipe.tensor_parallel_size <= 16:
@@ -73,21 +73,21 @@ def sparse_mla_refusal(recipe: Recipe, backend: str) -> tuple[str, str] | None:
     cache dtypes it takes (canonicalized later, vllm/model_executor/layers/attention/mla_attention.py
     _canonicalize_sparse_mla_kv_cache_dtype), the latent width, decode context parallelism (engine.py
     sparse_mla_dcp_backends), and FA4's gathered head counts."""
-    engine, arch, dtype = recipe.engine, recipe.gpu.arch, recipe.cache_dtype
+    engine, family, dtype = recipe.engine, recipe.gpu.family, recipe.cache_dtype
     dcp, model = recipe.decode_context_parallel_size, recipe.model
-    archs, source = SPARSE_MLA_ARCHS[backend]
-    if arch not in archs:
-        return "gpu", f"{backend} runs on {', '.join(archs)} only ({source})"
+    families, source = SPARSE_MLA_FAMILIES[backend]
+    if family not in families:
+        return "gpu", f"{backend} runs on {', '.join(family_archs(families))} only ({source})"
     dtypes, source = SPARSE_MLA_CACHE_DTYPES[backend]
     rocm_fp8 = backend == "ROCM_AITER_MLA_SPARSE" and recipe.quantized_cache and not engine.rocm_accepts_fp8
-    nvfp4 = dtype == "nvfp4_ds_mla" and (arch not in kv_cache.SM10X or not engine.nvfp4_ds_mla)
+    nvfp4 = dtype == "nvfp4_ds_mla" and (family != "sm100" or not engine.nvfp4_ds_mla)
     if dtype not in dtypes or rocm_fp8 or nvfp4:
         return "kv-cache-dtype", f"{backend} takes {', '.join(dtypes)} ({source})"
     if model.mla_head_size == NOPE_MLA_HEAD_SIZE and backend in SPARSE_MLA_WIDE_ONLY:
         return "model", f"{backend} takes a {model.mla_head_size}-wide latent only ({SPARSE_MLA_WIDE_ONLY[backend]})"
     if model.mla_head_size == NOPE_MLA_HEAD_SIZE and backend == "FLASHMLA_SPARSE":
         nope = engine.flashmla_sparse_nope_cache_dtypes
-        if arch != "sm90" or dtype not in nope:
+        if family != "sm90" or dtype not in nope:
             return "kv-cache-dtype", (f"FLASHMLA_SPARSE takes a 512-wide latent on SM90 with {', '.join(nope) or 'no'} "
                                       f"cache only ({engine.sources['flashmla_sparse_nope_cache_dtypes']})")
     if dcp > 1 and backend == "FLASH_ATTN_MLA_SPARSE":
@@ -132,7 +132,7 @@ def on_model_runner_v2(recipe: Recipe) -> bool:
     engine, architectures = recipe.engine, {ALL, recipe.model.architecture}
     if recipe.speculative_method == "dspark" and engine.dspark_on_model_runner_v2:
         return True
-    if recipe.gpu.arch.startswith("gfx") and architectures & engine.rocm_model_runner_v1_architectures:
+    if recipe.gpu.family == "rocm" and architectures & engine.rocm_model_runner_v1_architectures:
         return False
     return bool(architectures & engine.model_runner_v2_architectures)
 
@@ -262,7 +262,7 @@ def check_indexer_cache_dtype(recipe: Recipe) -> None:
     however the dtype is spelt (engine.py mxfp4_indexer_needs_sm10x). ROCm's own MXFP4 rules are not modelled."""
     checked = recipe.engine.mxfp4_indexer_needs_sm10x
     arch = recipe.gpu.arch
-    if checked is None or arch.startswith("gfx") or arch in SM10X or recipe.indexer_kv_dtype != "mxfp4":
+    if checked is None or recipe.gpu.family in ("rocm", "sm100") or recipe.indexer_kv_dtype != "mxfp4":
         return
     if checked == "use_fp4_indexer_cache" and "use_fp4_indexer_cache" not in recipe.given:
         return
@@ -280,7 +280,7 @@ def check_v41_cache_dtype(recipe: Recipe) -> None:
         dtypes, reason = engine.v41_packed_cache_dtypes
         if dtype not in dtypes:
             raise refusal(recipe, "kv-cache-dtype", "v41_packed_cache_dtypes", reason.format(dtype=dtype))
-        if dtype == "nvfp4_ds_mla" and engine.v41_nvfp4_needs_sm10x and recipe.gpu.arch not in SM10X:
+        if dtype == "nvfp4_ds_mla" and engine.v41_nvfp4_needs_sm10x and recipe.gpu.family != "sm100":
             raise refusal(recipe, "kv-cache-dtype", "v41_nvfp4_needs_sm10x",
                           f"nvfp4_ds_mla on {recipe.gpu.name}: the V4.1 records it needs FlashMLA decodes only on "
                           f"SM100")
@@ -314,8 +314,9 @@ def check_cache_dtype(recipe: Recipe, backend: str) -> None:
     if recipe.model.family == "deepseek_v41":
         check_v41_cache_dtype(recipe)
     if recipe.model.family == "deepseek_v4":
-        flashmla = recipe.gpu.arch in V4_FLASHMLA_ARCHS and recipe.attention_backend != "FLASHINFER_MLA_SPARSE_DSV4"
-        ds_mla_layout = flashmla or recipe.gpu.arch in V4_SM120_ARCHS  # catalog.V4_FLASHMLA_ARCHS
+        named_flashinfer = recipe.attention_backend == "FLASHINFER_MLA_SPARSE_DSV4"
+        flashmla = recipe.gpu.family in V4_FLASHMLA_FAMILIES and not named_flashinfer
+        ds_mla_layout = flashmla or recipe.gpu.family == "sm120"  # catalog.V4_FLASHMLA_FAMILIES
         auto_fp8 = recipe.cache_dtype == "auto" and recipe.engine.v4_auto_cache_dtype_fp8
         if ds_mla_layout and not (recipe.cache_dtype.startswith("fp8") or auto_fp8):
             source = recipe.engine.sources["v4_auto_cache_dtype_fp8"]
@@ -386,7 +387,7 @@ def rocm_workspace_rows(recipe: Recipe) -> int:
     rocm_indexer_workspace): max_num_batched_tokens rows from vLLM 0.23.0, min(max_num_batched_tokens,
     max_num_seqs x (1 + k)) from 0.30.0; none on CUDA."""
     rule = recipe.engine.rocm_indexer_workspace
-    if not recipe.gpu.arch.startswith("gfx") or rule == "none":
+    if recipe.gpu.family != "rocm" or rule == "none":
         return 0
     rows = recipe.max_num_batched_tokens
     if rule == "decode rows":

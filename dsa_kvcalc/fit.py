@@ -14,12 +14,11 @@ one step above it.
 
 from dataclasses import dataclass
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc.bisection import largest
 from dsa_kvcalc.capacity import BackendPlan, Plan
-from dsa_kvcalc.deployment import Known
 from dsa_kvcalc.keys import KEYS, Recipe
 from dsa_kvcalc.report import refusal
-from dsa_kvcalc.sweep import Base, recipe_at
+from dsa_kvcalc.sweep import Base, Planner, seqs_ceiling
 
 
 def shortfall(plan: Plan, b: BackendPlan, concurrency: int) -> str | None:
@@ -32,23 +31,6 @@ def shortfall(plan: Plan, b: BackendPlan, concurrency: int) -> str | None:
         return (f"{concurrency:,} x {r.max_model_len:,} = {concurrency * r.max_model_len:,} tokens > the KV cache's "
                 f"{b.kv_cache_tokens:,}")
     return None
-
-
-def largest(problem, low: int, high: int) -> int | None:
-    """The largest n in [low, high] where problem(n) is None (no problem), which holds up to an edge and not above
-    it; None when there is a problem at low already."""
-    if problem(low):
-        return None
-    if not problem(high):
-        return high
-    good, bad = low, high
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        if problem(middle):
-            bad = middle
-        else:
-            good = middle
-    return good
 
 
 @dataclass(frozen=True)
@@ -71,28 +53,15 @@ class Answer:
         return {key: value for key, value in (self.held | {self.key: self.largest}).items() if shape[key] != value}
 
     @property
+    def pages_bound(self) -> bool:
+        """Where the answer is: do a request's window and state pages, over half its pages, bound the context (rather
+        than the tokens at max-model-len)?"""
+        kv = self.plan.memory.kv
+        return 2 * kv.window_state_pages > kv.pages_per_request
+
+    @property
     def at(self) -> BackendPlan | None:
         return None if self.plan is None else self.plan.backend(self.backend)
-
-
-class Planner:
-    """Plans at points of the base recipe, each once: the three questions probe many of the same points (and share
-    KV-cache specs where only max-num-seqs moves)."""
-
-    def __init__(self, base: Base):
-        self.base = base
-        self.plans: dict[tuple, Plan] = {}
-        self.known = Known()
-
-    def at(self, point: dict) -> Plan:
-        key = tuple(sorted(point.items()))
-        if key not in self.plans:
-            self.plans[key] = capacity.plan(recipe_at(self.base, point), known=self.known)
-        return self.plans[key]
-
-    def backend(self, point: dict, name: str) -> tuple[Plan, BackendPlan]:
-        plan = self.at(point)
-        return plan, plan.backend(name)
 
 
 def answer(planner: Planner, name: str, question: str, key: str, held: dict, low: int, high: int, top: str,
@@ -137,10 +106,6 @@ def largest_start(planner: Planner, name: str) -> Answer:
     at the OOM edge."""
     r = planner.base.recipe
     return answer(planner, name, "max-num-seqs", "max-num-seqs", {}, 1, seqs_ceiling(r), seqs_top(r), starts_safely)
-
-
-def seqs_ceiling(r: Recipe) -> int:
-    return min(r.max_num_batched_tokens, int(KEYS["max_num_seqs"].maximum))
 
 
 def seqs_top(r: Recipe) -> str:

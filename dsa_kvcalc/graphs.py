@@ -78,7 +78,7 @@ DEFAULT_CAPTURE_CEILING = 512
 
 
 def capture_ceiling(recipe: Recipe) -> int:
-    return recipe.engine.capture_ceiling_sm10x if recipe.gpu.arch in ("sm100", "sm103") else DEFAULT_CAPTURE_CEILING
+    return recipe.engine.capture_ceiling_sm10x if recipe.gpu.family == "sm100" else DEFAULT_CAPTURE_CEILING
 
 
 def capture_sizes(recipe: Recipe) -> Graphs:
@@ -148,7 +148,7 @@ def cudagraphs_subtracted(recipe: Recipe, model_runner_v2: bool) -> bool:
     under cudagraph_mode NONE: vllm==0.20.0 vllm/v1/worker/gpu_worker.py:379-385, vllm==0.33.0 :700-709); Model
     Runner V2 estimates nothing before 0.29.0."""
     engine = recipe.engine
-    if not engine.estimates_cudagraphs or (recipe.gpu.arch.startswith("gfx") and not engine.rocm_estimates_cudagraphs):
+    if not engine.estimates_cudagraphs or (recipe.gpu.family == "rocm" and not engine.rocm_estimates_cudagraphs):
         return False
     if recipe.cudagraph_mode == "NONE":
         return False

@@ -298,13 +298,18 @@ class Recipe:
         return out
 
 
-def flatten_keys(values: dict, prefix: str = "") -> dict:
+def flatten_keys(values: dict) -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}: the one flatten (Recipe.flat, sweep rows, plan's CSV, compare's columns)."""
     flat = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            flat |= flatten_keys(value, f"{prefix}{key}.")
-        else:
-            flat[f"{prefix}{key}"] = value
+
+    def walk(mapping: dict, prefix: str) -> None:
+        for key, value in mapping.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[f"{prefix}{key}"] = value
+
+    walk(values, "")
     return flat
 
 

@@ -51,7 +51,6 @@ V41_NVFP4_RECORD = 288
 V41_MXFP8_ALIGNMENT = 512
 V41_WINDOW_BLOCK = 32
 V41_RING_SLOT_BYTES = 2 * 512 * 4
-SM10X = ("sm100", "sm103")
 
 
 @dataclass(frozen=True)
@@ -162,7 +161,7 @@ def mla_stride_alignment(recipe: Recipe, backend: str, token_bytes: int, block: 
     flashmla_sparse_quantized_kernel_block; get_block_stride_alignment: 1 where the kernel page is the block)."""
     variant = backend
     if backend == "FLASHMLA_SPARSE" and token_bytes in (MLA_FP8_DS_BYTES, MLA_NVFP4_DS_BYTES):
-        variant = "FLASHMLA_SPARSE ds_mla on SM10x" if recipe.gpu.arch in SM10X else "FLASHMLA_SPARSE quantized"
+        variant = "FLASHMLA_SPARSE ds_mla on SM10x" if recipe.gpu.family == "sm100" else "FLASHMLA_SPARSE quantized"
     kernel_block = recipe.engine.flashmla_sparse_quantized_kernel_block
     if variant == "FLASHMLA_SPARSE quantized" and kernel_block:
         pages = math.gcd(kernel_block, block)
@@ -230,18 +229,18 @@ def v41_attention(recipe: Recipe) -> str:
              "FLASHMLA_SPARSE_DSV4": "flashmla", "FLASHMLA_SPARSE": "flashmla"}
     if recipe.attention_backend in named:
         return named[recipe.attention_backend]
-    arch, tp, model = recipe.gpu.arch, recipe.tensor_parallel_size, recipe.model
-    if arch in ("sm120", "sm121"):
+    family, tp, model = recipe.gpu.family, recipe.tensor_parallel_size, recipe.model
+    if family == "sm120":
         return "flashinfer"
     heads, groups = model.num_attention_heads, model.o_groups
     grouped = heads % tp == 0 and groups % tp == 0 and groups >= tp and (heads // tp) // (groups // tp) == 8
-    return "mega" if arch in SM10X and recipe.engine.v41_mega_attention and grouped else "flashmla"
+    return "mega" if family == "sm100" and recipe.engine.v41_mega_attention and grouped else "flashmla"
 
 
 def v41_packed(recipe: Recipe) -> bool:
     """Does V4.1's attention store DeepSeek's packed records (fp8_ds_mla: FlashMLA's and mega attention's, and
     FlashInfer's on SM12x), rather than plain rows (FlashInfer's elsewhere)?"""
-    return v41_attention(recipe) != "flashinfer" or recipe.gpu.arch in ("sm120", "sm121")
+    return v41_attention(recipe) != "flashinfer" or recipe.gpu.family == "sm120"
 
 
 def v41_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
@@ -249,10 +248,10 @@ def v41_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
     (the others read theirs), the index sources among them an indexer cache (the other index layers read layer 20's),
     every layer (DSpark's drafts too) a 32-token window, the ratio-2 kv sources an FP32 compressor ring; compressed and
     indexer pages hold block // ratio states of 128 (SM10x) or 64 (SM90) tokens."""
-    model, engine, arch = recipe.model, recipe.engine, recipe.gpu.arch
+    model, engine, family = recipe.model, recipe.engine, recipe.gpu.family
     attention = v41_attention(recipe)
     packed = v41_packed(recipe)
-    mxfp8 = arch in SM10X
+    mxfp8 = family == "sm100"
     record = V41_MXFP8_RECORD if mxfp8 else V4_ENTRY_BYTES
     alignment = V41_MXFP8_ALIGNMENT if mxfp8 else V4_PAGE_ALIGNMENT
     nvfp4 = recipe.cache_dtype == "nvfp4_ds_mla" or (attention == "mega" and recipe.cache_dtype in ("auto", "fp8"))
@@ -268,7 +267,7 @@ def v41_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
                                   1 if packed and mxfp8 and engine.v41_window_stride_alignment else indexer_alignment)
     window_stride = math.lcm(record, compressed_record) if engine.v41_window_stride_alignment and mxfp8 and packed \
         else 1
-    block = 128 if arch != "sm90" else 64
+    block = 128 if family != "sm90" else 64
     k = recipe.num_speculative_tokens if recipe.speculative_method == "dspark" else 0
     ring_slots = max(8, next_power_of_2(k + 2))
     caches = []

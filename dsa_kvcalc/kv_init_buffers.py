@@ -60,7 +60,6 @@ SPARSE_BLOCK_KV_CHOICES = (16, 8)
 # The V3.2 indexer backend's kernel block, which GLM-5.3-Flash's kpool indexer takes in vLLM 0.30.0 and 0.31.0
 # (vllm==0.30.0 vllm/v1/attention/backends/mla/indexer.py:203-204)
 INDEXER_KERNEL_TOKENS = 64
-SM10X = ("sm100", "sm103")
 
 
 # The engine rules this module reads (engine.py VLLM_RULES, each with its history and sources there)
@@ -257,7 +256,7 @@ def sparse_mla_pieces(recipe: Recipe, kv: KvSpec, builders: int) -> list[tuple[s
     vllm/v1/attention/backends/mla/rocm_aiter_mla_sparse.py:494-498), the common builder's workspace only from 0.32.0
     (rocm_aiter_mla_sparse.py:423-425)."""
     engine, model = recipe.engine, recipe.model
-    rocm = recipe.gpu.arch.startswith("gfx")
+    rocm = recipe.gpu.family == "rocm"
     pieces = []
     if rocm:
         pieces.append((f"AITER sparse-MLA KV indices ({builders} builders)",
@@ -265,7 +264,7 @@ def sparse_mla_pieces(recipe: Recipe, kv: KvSpec, builders: int) -> list[tuple[s
     if engine.sparse_mla_prefill_workspace != "none" and (engine.rocm_sparse_mla_common_builder or not rocm):
         pieces.append((f"sparse-MLA prefill workspaces ({builders} builders)",
                        builders * workspace_rows(recipe, full_group(kv).block) * model.mla_head_size * BF16_BYTES))
-    masked = recipe.gpu.arch in SM10X and model.architecture in engine.masked_mha_architectures \
+    masked = recipe.gpu.family == "sm100" and model.architecture in engine.masked_mha_architectures \
         and not recipe.quantized_cache
     if masked:
         pieces.append((f"masked-MHA top-k masks ({builders})", builders * engine.masked_mha_mask_bytes))

@@ -85,7 +85,7 @@ def weights_estimate(recipe: Recipe) -> Term:
 def profile_budget_bytes(recipe: Recipe) -> int:
     """The prefill logits budget the profile run allocates: none on ROCm before vLLM 0.23.0, whose profiling branch
     returns at once."""
-    if recipe.gpu.arch.startswith("gfx") and recipe.engine.rocm_indexer_workspace == "none":
+    if recipe.gpu.family == "rocm" and recipe.engine.rocm_indexer_workspace == "none":
         return 0
     return recipe.prefill_budget_bytes
 

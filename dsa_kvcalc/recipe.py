@@ -111,7 +111,7 @@ def check_linear_attention(recipe: Recipe) -> None:
         return
     if recipe.engine.name != "vllm":
         raise RecipeError("engine", f"{model.name}'s KV cache is derived for vLLM only")
-    if gpu.arch not in ("sm90", "sm100", "sm103"):
+    if gpu.family not in ("sm90", "sm100"):
         raise RecipeError("gpu", f"{model.name}'s KV cache is derived for SM90 and SM10x; on {gpu.name} ({gpu.arch}) "
                                  f"it is not determined (SM12x's fp8_ds_mla pages are not what its block alignment "
                                  f"sizes; ROCm builds its own indexer and ring caches)")

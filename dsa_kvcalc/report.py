@@ -213,9 +213,8 @@ def estimated_terms(plan: Plan) -> list[str]:
 
 def room_terms(plan: Plan, b: BackendPlan) -> str:
     """The room as its terms, each with its provenance."""
-    o, memory = b.oom, plan.memory
-    held = capacity.held_bytes(memory, b.kv_cache_bytes, b.cudagraph.bytes)
-    return (f"total {plan.recipe.gpu.total_memory_bytes / GIB:.2f} - held {held / GIB:.2f} (KV, weights, base peak, "
+    o = b.oom
+    return (f"total {plan.recipe.gpu.total_memory_bytes / GIB:.2f} - held {o.held_bytes / GIB:.2f} (KV, weights, base peak, "
             f"non-torch, graph pool) - KV-init buffers {o.kv_init_buffers.bytes / GIB:.2f} ({o.kv_init_buffers.provenance})"
             f" - unprofiled {o.unprofiled.bytes / GIB:+.2f} ({o.unprofiled.provenance}) = {o.room_bytes / GIB:.2f} GiB")
 
@@ -344,14 +343,3 @@ def plan_json(plan: Plan, fixes: list = ()) -> dict:
         "assumptions": assumptions(plan),
         "published_gaps": [vars(gap) for gap in published.gaps(plan)],
     }
-
-
-def flatten(prefix: str, value: dict, into: dict) -> dict:
-    """{"a": {"b": 1}} -> {"a.b": 1}"""
-    for key, inner in value.items():
-        name = f"{prefix}.{key}" if prefix else key
-        if isinstance(inner, dict):
-            flatten(name, inner, into)
-        else:
-            into[name] = inner
-    return into

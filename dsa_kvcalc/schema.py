@@ -18,7 +18,7 @@ PER_BACKEND = {"anyOf": [NUMBER, {"type": "object", "propertyNames": {"enum": [b
 
 def release_schema() -> dict:
     """A DeepGEMM release of a known family, as text (2.8.2) or as the number YAML reads (2.8)."""
-    releases = sorted(DEEPGEMM_RELEASES, key=lambda r: tuple(map(int, r.split("."))))
+    releases = list(DEEPGEMM_RELEASES)
     text = RELEASE_PATTERN.replace(r"(\d+\.\d+)", "(?:" + "|".join(re.escape(r) for r in releases) + ")")
     return {"anyOf": [{"type": "string", "pattern": rf"^\s*{text}\s*$"}, {"enum": [float(r) for r in releases]}]}
 

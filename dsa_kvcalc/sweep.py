@@ -13,18 +13,19 @@ from pathlib import Path
 import yaml
 
 from dsa_kvcalc import capacity
+from dsa_kvcalc.bisection import largest
+from dsa_kvcalc.capacity import BackendPlan, Plan
 from dsa_kvcalc.catalog import BACKENDS
 from dsa_kvcalc.deployment import Known
-from dsa_kvcalc.units import GIB
 from dsa_kvcalc.inputs import RecipeLoader
-from dsa_kvcalc.keys import BY_NAME, KEYS, MEMORY_TERMS, NESTED, Recipe, RecipeError, canonical, memory_unit, \
-    suggestion
+from dsa_kvcalc.keys import BY_NAME, KEYS, MEMORY_TERMS, NESTED, Recipe, RecipeError, canonical, flatten_keys, \
+    memory_unit, suggestion
 from dsa_kvcalc.names import model_config_path
 from dsa_kvcalc.overrides import as_written, set_value
 from dsa_kvcalc.recipe import load, load_recipe, read_command, read_recipe, resolve_as_written, with_memory_gpu
 from dsa_kvcalc.values import parse_size, read_values
 from dsa_kvcalc.vllm_cli import IGNORED_KEYS
-from dsa_kvcalc.report import backend_json, flatten
+from dsa_kvcalc.report import backend_json
 
 BACKEND_NAMES = tuple(b.name for b in BACKENDS)
 MAX_POINTS = 1_000_000  # about two minutes of sweeping: a larger product is a typo in a range
@@ -273,7 +274,8 @@ class Failures:
 
 def rows(base: Base, varies: list[Vary], backends: list[str], points, failures: Failures):
     """One row per point and backend: the varied values, then plan's JSON for that backend, flattened.
-    Without `backends`, every available backend; named backends come even when unavailable (with the reason)."""
+    Without `backends`, every available backend; named backends come even when unavailable (with the reason).
+    A point is resolved in one place, recipe_at(base, values): the base resolved once, the varied keys on top."""
     keys = [vary.key for vary in varies]
     known = Known()
     for point in points:
@@ -288,10 +290,34 @@ def rows(base: Base, varies: list[Vary], backends: list[str], points, failures: 
         planned = {b.backend: b for b in plan.backends}
         for name in backends or [b.backend for b in plan.backends if b.available]:
             if name in planned:
-                yield flatten("", backend_json(plan, planned[name]), dict(values))
+                yield values | flatten_keys(backend_json(plan, planned[name]))
             else:
                 yield {**values, "backend": name, "available": False,
                        "reason": f"not a backend of {plan.recipe.engine.label}"}
+
+
+class Planner:
+    """Plans at points of the base recipe, each once: fit's questions and recommend's bisections probe many of the
+    same points (and share KV-cache specs where only max-num-seqs moves)."""
+
+    def __init__(self, base: Base):
+        self.base = base
+        self.plans: dict[tuple, Plan] = {}
+        self.known = Known()
+
+    def at(self, point: dict) -> Plan:
+        key = tuple(sorted(point.items()))
+        if key not in self.plans:
+            self.plans[key] = capacity.plan(recipe_at(self.base, point), known=self.known)
+        return self.plans[key]
+
+    def backend(self, point: dict, name: str) -> tuple[Plan, BackendPlan]:
+        plan = self.at(point)
+        return plan, plan.backend(name)
+
+
+def seqs_ceiling(r: Recipe) -> int:
+    return min(r.max_num_batched_tokens, int(KEYS["max_num_seqs"].maximum))
 
 
 # recommend ---------------------------------------------------------------------------------------------------
@@ -331,38 +357,29 @@ def recommend(base: Base, target_concurrency: int, min_kv_tokens: int, backends:
     targets. KV tokens only shrink and the OOM bound only tightens as max-num-seqs grows, so the feasible
     max-num-seqs form one interval [target, largest]: bisection finds its end. Best candidate first."""
     candidates = []
-    known = Known()
+    planner = Planner(base)
+    most = int(KEYS["max_num_seqs"].maximum)
     for k in spec_tokens:
         spec = {"speculative-config.num_speculative_tokens": k}
-        most_seqs = min(recipe_at(base, spec).max_num_batched_tokens, KEYS["max_num_seqs"].maximum)
-        ceiling = most_seqs + 1  # always fails: above max-num-batched-tokens (vLLM's rule) or what the key takes
 
-        def check(seqs: int) -> dict[str, tuple[list[str], capacity.BackendPlan]]:
-            recipe = recipe_at(base, {"max-num-seqs": seqs, **spec})
-            plan = capacity.plan(recipe, known=known)
-            return {b.backend: (shortfalls(plan, b, min_kv_tokens), b) for b in plan.backends
-                    if (b.backend in backends if backends else b.available)}
+        def missed(seqs: int, name: str) -> list[str]:
+            plan, b = planner.backend({"max-num-seqs": seqs, **spec}, name)
+            return shortfalls(plan, b, min_kv_tokens)
 
-        at_target = check(target_concurrency)
-        for name, (missed, b) in at_target.items():
+        at_target = planner.at({"max-num-seqs": target_concurrency, **spec})
+        for b in at_target.backends:
+            name = b.backend
+            if not (name in backends if backends else b.available):
+                continue
             if not b.available:
                 candidates.append(Candidate(name, k, None, None, None, [f"unavailable: {b.reason}"]))
                 continue
-            if missed:
-                candidates.append(Candidate(name, k, None, None, None, missed))
+            if at_target_missed := missed(target_concurrency, name):
+                candidates.append(Candidate(name, k, None, None, None, at_target_missed))
                 continue
-            good, bad = target_concurrency, ceiling  # the target passed, so it is below the ceiling
-            good_plan = b
-            bad_missed = check(bad)[name][0] if bad <= KEYS["max_num_seqs"].maximum else [
-                f"max-num-seqs is at most {KEYS['max_num_seqs'].maximum:,}"]
-            while bad - good > 1:
-                middle = (good + bad) // 2
-                missed, middle_plan = check(middle)[name]
-                if missed:
-                    bad, bad_missed = middle, missed
-                else:
-                    good, good_plan = middle, middle_plan
-            candidates.append(Candidate(name, k, good, good_plan.kv_cache_tokens, good_plan.max_concurrency,
-                                        bad_missed))
+            edge = largest(lambda seqs: missed(seqs, name), target_concurrency, seqs_ceiling(recipe_at(base, spec)))
+            stops = missed(edge + 1, name) if edge < most else [f"max-num-seqs is at most {most:,}"]
+            at_edge = planner.at({"max-num-seqs": edge, **spec}).backend(name)
+            candidates.append(Candidate(name, k, edge, at_edge.kv_cache_tokens, at_edge.max_concurrency, stops))
     return sorted(candidates, key=lambda c: (c.max_num_seqs is None, -(c.max_num_seqs or 0), -c.spec_tokens,
                                              -(c.kv_cache_tokens or 0)))

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from dsa_kvcalc import capacity
 from dsa_kvcalc.capacity import DecodeLogits, Plan
+from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, FAMILIES, GPUS, LAYOUTS, Gpu, Layout, family_archs, layout_for
 from dsa_kvcalc.deployment import check_indexer_cache_dtype
-from dsa_kvcalc.catalog import DEEPGEMM_RELEASES, GPUS, LAYOUTS, Gpu, Layout, layout_for
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc.keys import Recipe, RecipeError
 from dsa_kvcalc.kv_cache import round_up
@@ -22,7 +22,7 @@ from dsa_kvcalc.recipe import load, read_recipe
 INSTALL = ("with a CUDA torch installed (pip install torch setuptools wheel packaging), in the checkout: "
            "DG_PACKAGE_NAME=deepinfer-gemm DG_FORCE_BUILD=1 CXX=g++ pip install --no-build-isolation '.[gpu]'")
 RECIPES_DIR = Path(__file__).parent / "recipes"
-DEEPGEMM_ARCHS = ("sm90", "sm100", "sm103")
+DEEPGEMM_FAMILIES = ("sm90", "sm100")
 ENTRY_POINTS = {"2.8": "fp8_fp4_paged_mqa_logits"}  # every older release: the legacy fp8_paged_mqa_logits
 LEGACY_ENTRY_POINT = "fp8_paged_mqa_logits"
 GRANULE_BYTES = 2 * MIB  # CUDA and PyTorch's caching allocator hand out large blocks in whole 2 MiB granules
@@ -163,7 +163,7 @@ def local_target(env: LocalGpu) -> Target:
     major, minor = env.compute_capability
     arch = f"sm{major}{minor}"
     name = env.gpu_name
-    if arch not in DEEPGEMM_ARCHS:
+    if FAMILIES.get(arch) not in DEEPGEMM_FAMILIES:
         raise Unavailable(f"{name} is {arch}: DeepGEMM's paged MQA logits needs SM90 (H100, H200) or SM100 "
                           f"(B200, GB200, B300)")
     version = env.deepgemm_version
@@ -185,7 +185,7 @@ def local_target(env: LocalGpu) -> Target:
 
 
 def layout_name(layout) -> str:
-    return (f"DeepGEMM {layout.versions} on {'/'.join(layout.archs)} ({layout.logits_dtype} logits, "
+    return (f"DeepGEMM {layout.versions} on {'/'.join(family_archs((layout.family,)))} ({layout.logits_dtype} logits, "
             f"{layout.split_columns}-column splits{', 1024-byte row strides' if layout.stride_aligned else ''})")
 
 
@@ -251,11 +251,11 @@ def pass_request(recipe: Recipe, dl: DecodeLogits, rows: int, entry_point: str) 
     """The kernel call for `rows` decode rows. SM90 takes next_n 1 or 2: larger speculation is fed as more
     sequences of next_n 1 (same rows). SM100 (2.8) takes varlen rows of next_n 1."""
     per_sequence = 1 + recipe.num_speculative_tokens
-    next_n = per_sequence if per_sequence <= 2 and recipe.gpu.arch == "sm90" else 1
+    next_n = per_sequence if per_sequence <= 2 and recipe.gpu.family == "sm90" else 1
     return PassRequest(rows=rows, batch=rows // next_n, next_n=next_n, heads=recipe.model.index_n_heads,
                        head_dim=recipe.model.index_head_dim, max_context_len=dl.columns, topk=recipe.model.index_topk,
                        fp32_copy=dl.copy_bytes_per_element > 0, entry_point=entry_point,
-                       mx_inputs=entry_point == ENTRY_POINTS["2.8"] and recipe.gpu.arch != "sm90")
+                       mx_inputs=entry_point == ENTRY_POINTS["2.8"] and recipe.gpu.family != "sm90")
 
 
 def rows_that_fit(dl: DecodeLogits, free_bytes: int, next_n: int) -> int:
@@ -338,7 +338,7 @@ def likely_reason(found: list[Check], measured: PassMeasurement, predicted: Layo
                and layout.logits_dtype == measured.logits_dtype
                and capacity.padded_columns(measured.columns, layout) == measured.row_stride]
     if matches:
-        names = "; ".join(f"DeepGEMM {m.versions} on {'/'.join(m.archs)}" for m in matches)
+        names = "; ".join(f"DeepGEMM {m.versions} on {'/'.join(family_archs((m.family,)))}" for m in matches)
         return (f"the logits are laid out as {names}, not as predicted (DeepGEMM {predicted.versions} on {arch}): "
                 f"another DeepGEMM layout or another arch than the installed DeepGEMM {version} was taken for")
     return (f"no catalog layout gives {measured.logits_dtype} logits with row stride {measured.row_stride:,} "

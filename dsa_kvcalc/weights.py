@@ -167,7 +167,7 @@ def mla_workspace_bytes(recipe: Recipe, heads: int) -> int:
         return 0
     tokens = recipe.max_num_batched_tokens
     ds_mla = kv_cache.mla_token_bytes(recipe.cache_dtype, "FLASHMLA_SPARSE") == kv_cache.MLA_FP8_DS_BYTES
-    padding = recipe.engine.flashmla_prefill_head_padding[recipe.gpu.arch in kv_cache.SM10X]
+    padding = recipe.engine.flashmla_prefill_head_padding[recipe.gpu.family == "sm100"]
     query_heads = heads if ds_mla else round_up(heads, padding)
     found = tokens * query_heads * MLA_Q_HEAD * BF16_BYTES
     if not ds_mla:

@@ -1,7 +1,8 @@
-"""Helpers shared by the test files: paths, the CLI runner, the one-line-error check, and a terminal's reader."""
+"""Helpers shared by the test files: paths, the CLI runners, the one-line-error checks, and a terminal's reader."""
 
 import os
 import select
+import time
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -13,6 +14,7 @@ RECIPES = ROOT / "recipes"
 SEED = RECIPES / "deepseek-v4.1-flash-4xb200-dep4.yaml"
 LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"
 runner = CliRunner()
+SECONDS = 5  # "within seconds": of CPU in process, so that a loaded machine does not fail a run that works
 
 
 def run(*args):
@@ -20,6 +22,23 @@ def run(*args):
     result = runner.invoke(app, [str(a) for a in args])
     assert "Traceback" not in result.output, result.output
     return result
+
+
+def cli(*args, env=None):
+    """run, stricter: an exception other than typer's exit fails (CliRunner hides its traceback), and so does a run of
+    more than a few seconds. env: variables for the run (COLUMNS)."""
+    started = time.process_time()
+    result = run(*args) if env is None else runner.invoke(app, [str(a) for a in args], env=env)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert time.process_time() - started < SECONDS, args
+    return result
+
+
+def one_line(text: str, start: str = "error: ") -> str:
+    """The text is one line starting with start."""
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(start), text
+    return lines[0]
 
 
 def fails(result, *words):

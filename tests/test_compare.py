@@ -9,7 +9,7 @@ import re
 import pytest
 
 from conftest import RECIPES, SEED, fails, run
-from dsa_kvcalc.engine import VLLM_RULES, release_tuple
+from dsa_kvcalc.engine import VLLM_RULES, parsed
 
 V32_H200 = RECIPES / "deepseek-v3.2-8xh200-tp8.yaml"
 V32_B200 = RECIPES / "deepseek-v3.2-8xb200-tp8.yaml"
@@ -64,13 +64,13 @@ def test_the_upgrade_of_the_seeds_recipe_from_0_31_to_0_33():
     assert rows["recipe.deepgemm"]["values"] == ["2.6", "2.8"]  # the release's DeepGEMM: BF16 logits from 0.33.0
     # the rules: exactly those whose values VLLM_RULES gives differently at the two releases, with every change
     # after 0.31.0 up to 0.33.0 and its source
-    old, new = release_tuple("0.31.0"), release_tuple("0.33.0")
+    old, new = parsed("0.31.0"), parsed("0.33.0")
     changed = {name: rule for name, rule in VLLM_RULES.items() if rule.at(old)[0] != rule.at(new)[0]}
     assert [r["rule"] for r in rows["rules"]] == list(changed)
     for r in rows["rules"]:
         rule = changed[r["rule"]]
         assert [(c["release"], c["source"]) for c in r["changes"]] == [
-            (c.release, c.source) for c in rule.changes if old < release_tuple(c.release) <= new]
+            (c.release, c.source) for c in rule.changes if old < parsed(c.release) <= new]
     deepgemm = next(r for r in rows["rules"] if r["rule"] == "default_deepgemm")
     assert (deepgemm["oldest"], deepgemm["changes"][0]["value"], deepgemm["changes"][0]["release"]) == ("2.6", "2.8",
                                                                                                          "0.33.0")
@@ -86,7 +86,7 @@ def test_the_upgrades_table_shows_what_differs_and_cites_the_rules():
     assert re.search(r"the same in every column: answered for auto; reservation BUDGET; reserved GiB 0\.50", text)
 
 
-def test_h200_or_b200():
+def test_h200_or_b200_differ_in_the_default_batch_and_deep_select():
     rows = compared(V32_H200, "--across", "gpu=H200,B200")
     check_columns(rows, [plan_json(V32_H200, f"gpu={gpu}") for gpu in ("H200", "B200")])
     # vLLM's default batch: 16,384 tokens from 160 GiB of GPU memory (B200: 178.35 GiB), else 8,192 (vllm==0.33.0
@@ -96,7 +96,7 @@ def test_h200_or_b200():
     assert rows["rules"] == []  # one release
 
 
-def test_tp8_or_dep8():
+def test_tp8_or_dep8_counts_a_kv_cache_an_engine():
     rows = compared(V32_B200, "--across", "tensor-parallel-size=8,1", "--across", "data-parallel-size=1,8",
                     "--across", "enable-expert-parallel=false,true")
     sets = [["tensor-parallel-size=8", "data-parallel-size=1", "enable-expert-parallel=false"],

@@ -11,9 +11,8 @@ from jsonschema import Draft202012Validator
 
 from conftest import LOGS, RECIPES, ROOT, SEED, run
 from dsa_kvcalc import verify
-from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.keys import RecipeError, flatten_keys
 from dsa_kvcalc.recipe import load
-from dsa_kvcalc.report import flatten
 
 H200 = RECIPES / "deepseek-v3.2-8xh200-tp8.yaml"
 
@@ -82,8 +81,8 @@ def test_the_output_suffix_names_the_format(tmp_path, name, starts):
 
 def test_an_unavailable_backend_keeps_every_key_with_null():
     data = stdout_json("plan", SEED, "-f", "json")
-    aiter = flatten("", next(b for b in data["backends"] if b["backend"] == "aiter"), {})
-    auto = flatten("", data["backends"][0], {})
+    aiter = flatten_keys(next(b for b in data["backends"] if b["backend"] == "aiter"))
+    auto = flatten_keys(data["backends"][0])
     assert set(aiter) == set(auto) and aiter["available"] is False
     assert {k: v for k, v in aiter.items() if v is not None} == {
         "backend": "aiter", "engine_label": "vLLM 0.33.0", "available": False, "selected": False,

@@ -70,7 +70,7 @@ def test_plan_gives_what_each_releases_own_planner_gave(row):
 @pytest.mark.parametrize("tp, k, state", [
     # conv (3 + k) x 24,576 / TP x 2 B + recurrent 64 / TP x 128 x 128 x 4 B (glm53.md section 3d)
     (1, 0, 4_341_760), (1, 3, 4_489_216), (2, 1, 2_195_456), (4, 0, 1_085_440), (4, 3, 1_122_304), (8, 1, 548_864)])
-def test_kda_state_per_rank(tp, k, state):
+def test_kda_state_splits_over_the_tensor_parallel_ranks(tp, k, state):
     assert kv_cache.kda_state_bytes(load(FLASH | mtp(k) | {"tensor-parallel-size": tp})) == state
 
 
@@ -92,7 +92,7 @@ def test_34_kda_layers_in_3_groups_with_mtp_and_4_without(version, k, linear_gro
     assert [len(g.caches) for g in plan.memory.kv.groups if g.kind == "linear"] == linear_groups
 
 
-def test_block_price_by_release():
+def test_block_price_rounds_up_to_the_indexer_page_from_032():
     # 12 latents x 1,152 x 1,024 B + 12 indexers x 288 x 132 B = 14,611,968 (0.30.0, 0.31.0: the KDA states and the
     # tails alias these bytes); 0.32.0 rounds it up to lcm(1 row x 1,024 B, a 128-token indexer page of 4,224 B) =
     # 33,792: 14,631,936

@@ -1,14 +1,17 @@
 """KV-cache groups against figures vLLM printed or that follow by hand from its source, never from this code."""
 
 import itertools
+import json
+from collections import Counter
 
 import pytest
 
-from dsa_kvcalc import engine
+from conftest import SEED
+from dsa_kvcalc import capacity, engine, kv_cache, memory_terms
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.deployment import kv_spec, resolve, sparse_mla_backend
 from dsa_kvcalc.keys import RecipeError
-from dsa_kvcalc.recipe import load
+from dsa_kvcalc.recipe import load, load_recipe
 
 
 def groups(recipe: dict) -> list[int]:
@@ -76,163 +79,6 @@ def test_glm52_keeps_21_indexers_since_vllm_024():
     assert groups(glm | mtp) == [64 * (79 * 576 + 22 * 132)]
 
 
-V4, V32, GLM5 = "DeepseekV4ForCausalLM", "DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"
-GLM5NEXT = "Glm5NextForConditionalGeneration"
-# vllm==0.19.0 vllm/config/speculative.py:52, with the MTP names of the DSA models' drafters
-SPEC_019 = {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "extract_hidden_states",
-            "ngram_gpu", "mtp", "deepseek_mtp", "glm4_moe_mtp", "glm5_next_mtp"}
-# vllm/v1/attention/backends/registry.py of 0.19.0, and the sparse-MLA backends 0.23.0, 0.25.0 and 0.30.0 add
-BACKENDS_019 = frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "ROCM_AITER_MLA_SPARSE"})
-BACKENDS_V4 = frozenset({"FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4"})
-BACKENDS_025 = BACKENDS_019 | BACKENDS_V4 | {"FLASHINFER_MLA_SPARSE_SM120", "FLASH_ATTN_MLA_SPARSE"}
-BACKENDS_030 = BACKENDS_025 | {"FLASHINFER_MLA_SPARSE_SM90", "FLASHMLA_SPARSE_DSV41", "FLASHINFER_MLA_SPARSE_DSV41"}
-# Every change of every rule, bracketed: (rule, last release with the old value, old value, first with the new, new
-# value), each pair read in the two releases' source (the lines engine.py cites), written out here by hand.
-BOUNDARIES = [
-    ("reserves_decode_logits", "0.33.0", False, "main", True),
-    ("default_gpu_memory_utilization", "0.19.1", 0.90, "0.20.0", 0.92),
-    ("estimates_cudagraphs", "0.19.1", False, "0.20.0", True),
-    ("rocm_estimates_cudagraphs", "0.25.1", False, "0.26.0", True),
-    ("model_runner_v2_architectures", "0.27.1", frozenset(), "0.28.0", frozenset({V4})),
-    ("model_runner_v2_architectures", "0.28.0", frozenset({V4}), "0.29.0", frozenset({"*"})),
-    ("rocm_model_runner_v1_architectures", "0.28.0", frozenset({"*"}), "0.29.0", frozenset({V32, V4})),
-    ("rocm_model_runner_v1_architectures", "0.29.0", frozenset({V32, V4}), "0.30.0", frozenset({V32, V4, GLM5})),
-    ("rocm_model_runner_v1_architectures", "0.31.0", frozenset({V32, V4, GLM5}), "0.32.0", frozenset()),
-    ("dspark_on_model_runner_v2", "0.24.0", False, "0.25.0", True),
-    ("drafts_take_target_stages", "0.29.0", True, "0.30.0", False),
-    ("v41_dspark_tokens_in_blocks", "0.29.0", False, "0.30.0", True),
-    ("v41_dspark_tokens_in_blocks", "0.30.0", True, "0.31.0", False),
-    ("sm90_flashinfer_sparse_mla", "0.29.0", False, "0.30.0", True),
-    ("sparse_mla_dcp_backends", "0.29.0", None, "0.30.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"})),
-    ("sparse_mla_dcp_backends", "0.32.0", frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE"}), "0.33.0",
-     frozenset({"FLASHMLA_SPARSE", "FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE_FA4"})),
-    ("flashmla_sparse_nope_cache_dtypes", "0.30.0", (), "0.31.0", ("auto", "bfloat16", "float16")),
-    ("flashmla_sparse_nope_cache_dtypes", "0.31.0", ("auto", "bfloat16", "float16"), "0.32.0",
-     ("auto", "bfloat16", "float16", "fp8_ds_mla")),
-    ("flashmla_sparse_dcp_needs_quantized", "0.28.0", False, "0.29.0", True),
-    ("flashmla_sparse_quantized_kernel_block", "0.31.0", 0, "0.32.0", 64),
-    ("nvfp4_ds_mla", "0.29.0", False, "0.30.0", True),
-    ("v41_packed_cache_dtypes", "0.30.0", (("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
-                                            "fp8_per_token_head"),
-                                           "DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got {dtype}"),
-     "0.31.0", (("auto", "fp8", "fp8_ds_mla", "nvfp4_ds_mla"),
-                "DeepseekV4 packed KV layouts only support fp8 kv-cache, got {dtype}")),
-    ("v41_plain_rows_refuse_packed", "0.30.0", False, "0.31.0", True),
-    ("v41_nvfp4_needs_sm10x", "0.30.0", False, "0.31.0", True),
-    ("mxfp4_indexer_needs_sm10x", "0.21.0", None, "0.22.0", "use_fp4_indexer_cache"),
-    ("mxfp4_indexer_needs_sm10x", "0.27.1", "use_fp4_indexer_cache", "0.28.0", "indexer_kv_dtype"),
-    ("model_runner_v2_estimates_cudagraphs", "0.28.0", False, "0.29.0", True),
-    ("batch_defaults", "0.27.1", ((70, 1024, 8192, ()), (0, 256, 2048, ())), "0.28.0",
-     ((160, 1024, 16384, ()), (70, 1024, 8192, ()), (0, 256, 2048, ()))),
-    ("batch_defaults", "0.32.0", ((160, 1024, 16384, ()), (70, 1024, 8192, ()), (0, 256, 2048, ())), "0.33.0",
-     ((160, 1024, 16384, ()), (70, 1024, 8192, ("sm121",)), (0, 256, 2048, ()))),
-    ("batched_dp_moe_max_num_batched_tokens", "0.19.1", None, "0.20.0", 256),
-    ("capture_ceiling_sm10x", "0.27.1", 512, "0.28.0", 1024),
-    ("captures_max_num_batched_tokens", "0.20.0", False, "0.20.1", True),
-    ("captures_whole_requests", "0.28.0", False, "0.29.0", True),
-    ("captures_max_num_seqs", "0.30.0", False, "0.31.0", True),
-    ("topk_backend_flag", "0.29.0", False, "0.30.0", True),
-    ("cooperative_topk_max_rows", "0.23.0", 0, "0.24.0", 32),
-    ("cooperative_topk_max_rows", "0.28.0", 32, "0.29.0", 64),
-    ("windows_count_concurrent_batches", "0.25.1", False, "0.26.0", True),
-    ("retains_draft_tokens", "0.27.1", False, "0.28.0", True),
-    ("kv_block_rule", "0.22.1", "tuple", "0.23.0", "bucket"),
-    ("kv_block_rule", "0.26.0", "bucket", "0.27.0", "overlay"),
-    ("aligns_block_stride", "0.30.0", False, "0.31.0", True),
-    ("pads_layer_pages", "0.31.0", False, "0.32.0", True),
-    ("v4_auto_cache_dtype_fp8", "0.29.0", False, "0.30.0", True),
-    ("kv_grouping", "0.28.0", "uniform", "0.29.0", "packed"),
-    ("v41_mega_attention", "0.30.0", False, "0.31.0", True),
-    ("v41_window_stride_alignment", "0.32.0", False, "0.33.0", True),
-    ("v41_indexer_sparse_logits_alignment", "0.30.0", 0, "0.31.0", 512),
-    ("v41_indexer_sparse_logits_alignment", "0.32.0", 512, "0.33.0", 256),
-    ("pad_window_pages", "0.26.0", True, "0.27.0", False),
-    ("concurrency_counts_pages", "0.26.0", False, "0.27.0", True),
-    ("tokens_from_concurrency", "0.20.0", False, "0.20.1", True),
-    ("shared_indexers_skip_cache", "0.23.0", False, "0.24.0", True),
-    ("rocm_indexer_workspace", "0.22.1", "none", "0.23.0", "batched tokens"),
-    ("rocm_indexer_workspace", "0.29.0", "batched tokens", "0.30.0", "decode rows"),
-    ("logged_peak_includes_cudagraphs", "0.26.0", False, "0.27.0", True),
-    ("default_deepgemm", "0.32.0", "2.6", "0.33.0", "2.8"),
-    ("sm12x_sparse_mla_backend", "0.23.0", "FLASHMLA_SPARSE", "0.24.0", "FLASHINFER_MLA_SPARSE_SM120"),
-    ("sm90_unquantized_sparse_mla_backend", "0.24.0", "FLASHMLA_SPARSE", "0.25.0", "FLASH_ATTN_MLA_SPARSE"),
-    ("sm10x_few_heads_unquantized_sparse_mla_backend", "0.32.0", "FLASHINFER_MLA_SPARSE", "0.33.0",
-     "FLASH_ATTN_MLA_SPARSE_FA4"),
-    ("mla_block_stride_rows", "0.30.0", {}, "0.31.0",
-     {"FLASHINFER_MLA_SPARSE": 1, "FLASHMLA_SPARSE": 1, "FLASHMLA_SPARSE ds_mla on SM10x": 1}),
-    ("mla_block_stride_rows", "0.31.0", {"FLASHINFER_MLA_SPARSE": 1, "FLASHMLA_SPARSE": 1,
-                                         "FLASHMLA_SPARSE ds_mla on SM10x": 1}, "0.32.0",
-     {"FLASHINFER_MLA_SPARSE": 32, "FLASH_ATTN_MLA_SPARSE_FA4": 32, "FLASHINFER_MLA_SPARSE_SM120": 64,
-      "FLASHMLA_SPARSE": 1, "FLASHMLA_SPARSE ds_mla on SM10x": 1, "FLASH_ATTN_MLA_SPARSE": 1,
-      "FLASHINFER_MLA_SPARSE_SM90": 1, "ROCM_AITER_MLA_SPARSE": 1}),
-    ("sparse_mla_prefill_workspace_factor", "0.31.0", (5, 5), "0.32.0", (5, 2)),
-    # FlashMLA-sparse's BF16-cache query heads: unpadded, then 64 (128 on SM10x), then 64 on both
-    ("flashmla_prefill_head_padding", "0.28.0", (1, 1), "0.29.0", (64, 128)),
-    ("flashmla_prefill_head_padding", "0.31.0", (64, 128), "0.32.0", (64, 64)),
-    ("flashmla_prefill_query_workspace", "0.30.0", False, "0.31.0", True),
-    ("index_group_buffers", "0.29.0", False, "0.30.0", True),
-    ("rocm_accepts_fp8", "0.20.2", False, "0.21.0", True),
-    ("kpool_indexer_reserves_decode_logits", "0.29.0", False, "0.30.0", True),
-    ("kpool_logits_over_pools", "0.30.0", False, "0.31.0", True),
-    ("kpool_gather_over_pools", "0.31.0", False, "0.32.0", True),
-    ("kpool_tail_holds_drafts", "0.30.0", False, "0.31.0", True),
-    ("linear_states_share_attention_blocks", "0.29.0", False, "0.30.0", True),
-    ("linear_states_share_attention_blocks", "0.31.0", True, "0.32.0", False),
-    ("kda_prefill_checkpoint_archs", "0.31.0", frozenset(), "0.32.0",
-     frozenset({"sm90", "sm100", "sm103", "sm120", "sm121"})),
-    ("backend_block_stride_alignment", "0.31.0", False, "0.32.0", True),
-    ("v1_block_table_alignment", "0.20.2", False, "0.21.0", True),
-    ("indexer_table_alignment", "0.26.0", False, "0.27.0", True),
-    ("swa_prefill_indices", "0.23.0", False, "0.24.0", True),
-    ("sparse_mla_prefill_workspace", "0.25.1", "none", "0.26.0", "floor seqs x block"),
-    ("sparse_mla_prefill_workspace", "0.27.1", "floor seqs x block", "0.28.0", "floor block"),
-    ("masked_mha_mask_bytes", "0.26.0", 0, "0.27.0", 64 << 20),
-    ("masked_mha_mask_bytes", "0.27.1", 64 << 20, "0.28.0", 128 << 20),
-    ("masked_mha_architectures", "0.26.0", frozenset(), "0.27.0", frozenset({V32})),
-    ("masked_mha_architectures", "0.28.0", frozenset({V32}), "0.29.0", frozenset({V32, GLM5})),
-    ("masked_mha_architectures", "0.29.0", frozenset({V32, GLM5}), "0.30.0", frozenset({V32, GLM5, GLM5NEXT})),
-    ("mla_groups_split_by_index_leader", "0.29.0", False, "0.30.0", True),
-    ("kernel_block_tables_per_attention_group", "0.31.0", False, "0.32.0", True),
-    ("kpool_indexer_pooled_kernel_blocks", "0.31.0", False, "0.32.0", True),
-    ("kpool_tail_row_aligned", "0.31.0", True, "0.32.0", False),
-    ("rocm_sparse_mla_common_builder", "0.31.0", False, "0.32.0", True),
-    ("speculative_methods", "0.19.1", SPEC_019, "0.20.0", SPEC_019 | {"dflash"}),
-    ("speculative_methods", "0.21.0", SPEC_019 | {"dflash"}, "0.22.0", SPEC_019 | {"dflash", "custom_class"}),
-    ("speculative_methods", "0.24.0", SPEC_019 | {"dflash", "custom_class"}, "0.25.0",
-     SPEC_019 | {"dflash", "custom_class", "dspark"}),
-    ("speculative_methods", "0.32.0", SPEC_019 | {"dflash", "custom_class", "dspark"}, "0.33.0",
-     SPEC_019 - {"medusa", "mlp_speculator"} | {"dflash", "custom_class", "dspark"}),
-    ("model_architectures", "0.19.1", frozenset({V32, GLM5}), "0.20.0", frozenset({V32, GLM5, V4})),
-    ("model_architectures", "0.29.0", frozenset({V32, GLM5, V4}), "0.30.0",
-     frozenset({V32, GLM5, V4, "DeepseekV41ForCausalLM", GLM5NEXT})),
-    ("sparse_mla_backends", "0.22.1", BACKENDS_019, "0.23.0", BACKENDS_019 | BACKENDS_V4),
-    ("sparse_mla_backends", "0.23.0", BACKENDS_019 | BACKENDS_V4, "0.24.0",
-     BACKENDS_019 | BACKENDS_V4 | {"FLASHINFER_MLA_SPARSE_SM120"}),
-    ("sparse_mla_backends", "0.24.0", BACKENDS_019 | BACKENDS_V4 | {"FLASHINFER_MLA_SPARSE_SM120"}, "0.25.0",
-     BACKENDS_025),
-    ("sparse_mla_backends", "0.29.0", BACKENDS_025, "0.30.0", BACKENDS_030),
-    ("sparse_mla_backends", "0.30.0", BACKENDS_030, "0.31.0", BACKENDS_030 | {"FLASHMLA_MEGA_ATTN_DSV41"}),
-    ("sparse_mla_backends", "0.32.0", BACKENDS_030 | {"FLASHMLA_MEGA_ATTN_DSV41"}, "0.33.0",
-     BACKENDS_030 | {"FLASHMLA_MEGA_ATTN_DSV41", "FLASH_ATTN_MLA_SPARSE_FA4"}),
-    ("indexer_kv_dtype_auto", "0.27.1", False, "0.28.0", True),
-    ("v4_mxfp4_indexer_entries", "0.26.0", False, "0.27.0", True),
-    ("sm10x_auto_kv_cache_dtypes", "0.31.0", {}, "0.32.0", {GLM5: "fp8_e4m3"}),
-    ("sm10x_auto_kv_cache_dtypes", "0.32.0", {GLM5: "fp8_e4m3"}, "0.33.0", {GLM5: "fp8_e4m3", GLM5NEXT: "fp8"}),
-]
-
-
-@pytest.mark.parametrize("rule, before, old, first, new", BOUNDARIES, ids=lambda v: str(v)[:40])
-def test_each_rule_changes_where_the_releases_show(rule, before, old, first, new):
-    assert getattr(engine.vllm(before), rule) == old
-    assert getattr(engine.vllm(first), rule) == new
-
-
-def test_every_change_of_every_rule_is_bracketed_here():
-    changes = {(name, change.release) for name, rule in engine.VLLM_RULES.items() for change in rule.changes}
-    assert changes == {(rule, first) for rule, _, _, first, _ in BOUNDARIES}
-    assert engine.VLLM_RULES["reserves_decode_logits"].initial is False  # in no release: see the boundary above
-
-
 def test_versions_as_they_exist():
     assert engine.NEWEST_VLLM == "0.33.0" and "0.34.0" not in engine.RELEASES
     assert engine.vllm("0.34.0").newer_than_modelled and not engine.vllm("main").newer_than_modelled
@@ -292,3 +138,237 @@ def test_a_sweep_shares_a_spec_only_between_recipes_that_agree_on_what_it_read()
         points += 1
         assert kv_spec(recipe, backend, specs) == kv_spec(recipe, backend), (model.name, gpu, setting)
     assert sum(len(built) for built in specs.values()) < points
+
+
+# Pages worked out by hand from the vLLM release lines each rule cites -------------------------------------------------
+
+V41 = {"model": "DeepSeek-V4.1-Flash", "data-parallel-size": 4, "enable-expert-parallel": True}
+
+
+def v41_specs(recipe, drafts: int = 0) -> Counter:
+    return Counter((c.kind, c.block, c.page_bytes, c.stride_alignment) for c in kv_cache.v41_caches(recipe, drafts))
+
+
+# DeepSeek-V4.1 (vllm==0.33.0 vllm/models/deepseek_v41/attention.py:521-578, compressor.py:221-233): the kv sources
+# 2, 8, 14 (ratio 2) and 20 (ratio 1) keep a compressed cache of block // ratio states and an indexer cache; every
+# layer a 32-token window; the ratio-2 sources an FP32 ring of 8 slots x 2 x 512 x 4 B = 32,768 B.
+@pytest.mark.parametrize("recipe, drafts, specs", [
+    # The seed, 0.33.0 on B200: mega attention (TP 1: 64 heads / 8 groups = 8), so nvfp4_ds_mla 288 B compressed
+    # records; MXFP8 528 B window records at 512 B alignment; MXFP4 indexer entries of 68 B. Windows 32 x 528 = 16,896
+    # (33 x 512), stride lcm(528, 288) = 3,168; compressed 64 x 288 = 18,432 and 128 x 288 = 36,864; indexer 64 x 68
+    # = 4,352 -> 4,608 and 128 x 68 = 8,704, at lcm(256, 1) = 256 (sparse logits). 40 layers + 3 DSpark drafts.
+    (("seed", []), 3, {("window", 32, 16_896, 3168): 43, ("full", 128, 18_432, 1): 3, ("full", 128, 4608, 256): 3,
+                       ("state", 8, 32_768, 1): 3, ("full", 128, 36_864, 1): 1, ("full", 128, 8704, 256): 1}),
+    # 0.32.0: no window stride alignment; the sparse-logits indexer aligned to lcm(512, 512) = 512
+    (("seed", ["vllm-version=0.32.0"]), 3, {
+        ("window", 32, 16_896, 1): 43, ("full", 128, 18_432, 1): 3, ("full", 128, 4608, 512): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 128, 36_864, 1): 1, ("full", 128, 8704, 512): 1}),
+    # H200: FlashMLA, V4's 584 B records at 576 B alignment, 64-token blocks, FP8 indexer entries of 132 B:
+    # 32 x 584 = 18,688 -> 19,008; 64 x 584 = 37,376 -> 37,440; 32 x 132 = 4,224 -> 4,608; 64 x 132 = 8,448 -> 8,640
+    (({"gpu": "H200"}, None), 0, {("window", 32, 19_008, 1): 40, ("full", 64, 19_008, 1): 3, ("full", 64, 4608, 1): 3,
+                                  ("state", 8, 32_768, 1): 3, ("full", 64, 37_440, 1): 1, ("full", 64, 8640, 1): 1}),
+    # B200 with FlashInfer's V4.1 backend: plain rows of 512 fp8 bytes at 512 B alignment: 32 x 512 = 16,384,
+    # 64 x 512 = 32,768, 128 x 512 = 65,536; indexer 64 x 132 = 8,448 -> 8,704 and 128 x 132 = 16,896
+    (({"gpu": "B200", "kv-cache-dtype": "fp8", "attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}, None), 0, {
+        ("window", 32, 16_384, 1): 40, ("full", 128, 32_768, 1): 3, ("full", 128, 8704, 1): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 128, 65_536, 1): 1, ("full", 128, 16_896, 1): 1}),
+    # the same backend with a BF16 cache: rows of 512 x 2 B: 32,768, 65,536 and 131,072
+    (({"gpu": "B200", "attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}, None), 0, {
+        ("window", 32, 32_768, 1): 40, ("full", 128, 65_536, 1): 3, ("full", 128, 8704, 1): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 128, 131_072, 1): 1, ("full", 128, 16_896, 1): 1}),
+    # H200 with the sparse-logits indexer at 0.33.0: the indexer pages align to lcm(256, 576) = 2,304 (only SM100's
+    # packed layouts drop the page alignment from it)
+    (({"gpu": "H200", "attention-config": {"indexer_sparse_logits": True}}, None), 0, {
+        ("window", 32, 19_008, 1): 40, ("full", 64, 19_008, 1): 3, ("full", 64, 4608, 2304): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 64, 37_440, 1): 1, ("full", 64, 8640, 2304): 1}),
+    # RTX PRO 6000 (SM120): FlashInfer's packed layout with V4's records, 128-token blocks: 128 x 584 = 74,752 ->
+    # 74,880; 128 x 132 = 16,896 -> 17,280
+    (({"gpu": "RTX PRO 6000"}, None), 0, {
+        ("window", 32, 19_008, 1): 40, ("full", 128, 37_440, 1): 3, ("full", 128, 8640, 1): 3,
+        ("state", 8, 32_768, 1): 3, ("full", 128, 74_880, 1): 1, ("full", 128, 17_280, 1): 1}),
+], ids=["seed", "seed-0.32.0", "h200", "b200-flashinfer", "b200-flashinfer-bf16", "h200-sparse-logits",
+        "rtx-pro-6000"])
+def test_v41_caches_as_its_attention_builds_them(recipe, drafts, specs):
+    keys, overrides = recipe
+    built = load_recipe(SEED, overrides) if keys == "seed" else load(V41 | keys)
+    assert v41_specs(built, drafts) == specs
+
+
+@pytest.mark.parametrize("k, slots", [(0, 8), (6, 8), (7, 16)])
+def test_v41_compressor_ring_holds_k_plus_2_rows_in_a_power_of_two_of_at_least_8(k, slots):
+    # vllm==0.33.0 vllm/models/deepseek_v41/compressor.py:221-223: max(8, 1 << (k + 2 - 1).bit_length())
+    speculation = {"speculative-config": {"method": "dspark", "num_speculative_tokens": k}} if k else {}
+    rings = [c for c in kv_cache.v41_caches(load(V41 | {"gpu": "B200"} | speculation), 0) if c.kind == "state"]
+    assert {(c.block, c.page_bytes) for c in rings} == {(slots, slots * 2 * 512 * 4)}
+
+
+@pytest.mark.parametrize("keys, attention", [
+    # vllm==0.33.0 vllm/models/deepseek_v41/nvidia/flash_mla_mega_attn.py:153-174: mega attention on SM100 where TP
+    # divides the 64 heads and 8 wo_a groups and leaves 8 heads a group: TP 1, 2 and 8 do, TP 16 leaves none
+    ({"tensor-parallel-size": 1}, "mega"), ({"tensor-parallel-size": 2}, "mega"), ({"tensor-parallel-size": 8}, "mega"),
+    ({"tensor-parallel-size": 16}, "flashmla"),
+    ({"gpu": "H200"}, "flashmla"),  # SM100 only
+    ({"vllm-version": "0.30.0"}, "flashmla"),  # no mega attention before 0.31.0 (model.py:226-236)
+    ({"attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}, "flashinfer"),  # the recipe's backend decides
+])
+def test_v41_attention_class_follows_the_gpu_tp_release_and_backend(keys, attention):
+    recipe = load({"model": "DeepSeek-V4.1-Flash", "gpu": "B200", "data-parallel-size": 1} | keys)
+    assert kv_cache.v41_attention(recipe) == attention
+
+
+def test_v4_mxfp4_indexer_entries_shrink_pages_from_027():
+    # 0.27.0 stores V4's MXFP4 indexer entries at 68 B (0.22.0-0.26.0 at the FP8 size): a ratio-4 layer's 64 indexer
+    # entries are 4,352 -> 4,608 B (8 x 576) for 8,448 -> 8,640. The largest group, 21 ratio-4 layers of
+    # (37,440 + indexer) + 20 ratio-128 layers of 1,728: 21 x 46,080 + 34,560 = 1,002,240 at 0.26.0, 21 x 42,048 +
+    # 34,560 = 917,568 at 0.27.0 (the block under the overlay rule).
+    v4 = {"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4, "kv-cache-dtype": "fp8",
+          "attention-config": {"indexer_kv_dtype": "mxfp4"}}
+    assert capacity.plan(load(v4 | {"vllm-version": "0.27.0"})).memory.kv.block_bytes == 917_568
+    assert memory_terms.rank_memory(resolve(load(v4 | {"vllm-version": "0.26.0"}))).kv.groups[0].page_bytes == 1_002_240
+
+
+def test_before_0201_tokens_are_blocks_per_group_times_the_smallest_block():
+    # vllm==0.20.0 vllm/v1/core/kv_cache_utils.py:1694-1711: num_blocks // len(groups) x min block size. V4-Flash at
+    # 0.20.0: one full group and, cut by the approximate gcd 22 of the layer counts [21, 43, 21, 20], two sliding-window
+    # groups (43 layers), one of the ratio-4 and indexer compressor states (4-token pages) and one of the ratio-128
+    # states: 5 groups. A block costs 22 layer tuples x (37,440 + 8,640 + 1,728) = 1,051,776 B ('tuple' rule), so
+    # 100 blocks give 100 // 5 x 4 = 80 tokens.
+    v4 = {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "kv-cache-dtype": "fp8",
+          "vllm-version": "0.20.0", "kv-cache-memory-bytes": 100 * 1_051_776}
+    plan = capacity.plan(load(v4))
+    assert (plan.memory.kv.block_bytes, len(plan.memory.kv.groups)) == (1_051_776, 5)
+    assert plan.backend("auto").kv_cache_tokens == 80
+
+
+def test_shared_indexers_split_over_pipeline_stages_by_layer():
+    # GLM-5.2: layers 0, 1, 2, 6, 10, ..., 74 own an indexer (the config's indexer_types). PP 2 splits 39 + 39 layers
+    # (get_pp_indices): stage 0 holds 0, 1, 2, 6, ..., 38 (12 indexers), stage 1 42, ..., 74 (9). The fuller stage
+    # decides: 64 x (39 x 576 + 12 x 132) = 1,539,072 B a block (fp8 on B200: FlashInfer's standard 576 B).
+    glm = {"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "pipeline-parallel-size": 2,
+           "kv-cache-dtype": "fp8", "max-model-len": 202752}
+    memory = memory_terms.rank_memory(resolve(load(glm)))
+    assert memory.kv.block_bytes == 1_539_072
+    # stage 0's one group is logged: 3,168 pages of 1,539,072 B a request
+    assert memory.kv.request_bytes == 3168 * 1_539_072
+
+
+@pytest.mark.parametrize("layers, freq, offset, page", [
+    # vllm==0.24.0 vllm/model_executor/models/deepseek_v2.py:1024-1049: a layer skips the top-k (and builds no
+    # indexer) when max(layer - offset + 1, 0) % freq != 0; MTP layers always build theirs. 77 layers, freq 4,
+    # offset 3: 0, 1, 2, 6, ..., 74 own one (21), and the MTP layer 77 (whose 75 % 4 is 3) too
+    (77, 4, 3, 64 * (78 * 576 + 22 * 132)),
+    # 10 layers, freq 2, offset 2: 0, 1, 3, 5, 7, 9 (6), and the MTP layer 10
+    (10, 2, 2, 64 * (11 * 576 + 7 * 132)),
+])
+def test_shared_indexers_and_the_mtp_layers_own(tmp_path, layers, freq, offset, page):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_hidden_layers": layers, "hidden_size": 6144, "index_n_heads": 32,
+                                  "index_head_dim": 128, "index_topk": 2048, "num_nextn_predict_layers": 1,
+                                  "index_topk_freq": freq, "index_skip_topk_offset": offset}))
+    recipe = load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
+    assert memory_terms.rank_memory(resolve(recipe)).kv.groups[0].page_bytes == page
+
+
+def test_a_flat_bf16_cache_aligns_the_sum_at_031_and_each_layer_from_032():
+    # vllm==0.31.0 mla_attention.py:751-756, 1375-1382: FlashMLA-sparse on a BF16 (flat) cache aligns the block to one
+    # token's record, 1,152 B, and kv_cache_utils.py:1606-1632 rounds the sum: 61 x (1152 + 132) x 64 = 5,012,736 B
+    # up to 4,352 x 1,152 = 5,013,504. vllm==0.32.0 kv_cache_utils.py:1515-1551: the layout is layer-outer (LBNHC), so
+    # each 64 x 1,152 B page is padded alone (already a multiple), and the block stays 5,012,736 B.
+    v32 = {"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "attention-backend": "FLASHMLA_SPARSE"}
+    assert capacity.plan(load(v32 | {"vllm-version": "0.31.0"})).memory.kv.block_bytes == 5_013_504
+    assert capacity.plan(load(v32 | {"vllm-version": "0.32.0"})).memory.kv.block_bytes == 5_012_736
+
+
+@pytest.mark.parametrize("values, lower_bound, divisor", [
+    # vllm==0.28.0 vllm/v1/core/kv_cache_utils.py:1588-1618: the d in [lower_bound, max] padding the values least,
+    # the larger on ties. [21, 43]: d = 22 pads 1 + 1; [12, 16]: 16 pads 4 (12 pads 8); [6, 6]: 2, 3 and 6 pad none
+    ([21, 43], 21, 22), ([12, 16], 12, 16), ([6, 6], 2, 6)])
+def test_approximate_gcd_pads_least_and_takes_the_larger_on_ties(values, lower_bound, divisor):
+    assert kv_cache.approximate_gcd(values, lower_bound) == divisor
+
+
+def test_v4_flash_packed_groups_at_029():
+    # vllm==0.29.0 vllm/v1/core/kv_cache_utils.py:1668-1796 by hand for V4-Flash (no MTP): buckets in order of first
+    # appearance, the sliding windows (43 x 37,440), the full caches (21 x 37,440 + 21 x 8,640 + 20 x 1,728, page
+    # counts 21/21/20: unbalanced), the 4-token states (21 x 32,832 + 21 x 8,640: balanced, two sizes, so at least 21
+    # repeats a group) and the ratio-128 states (20 x 32,832). _approximate_gcd([43, 21, 20], 21) = 22 (padding
+    # 1 + 1 + 2), so only the windows split, in two: 22 and 21 layers. The same five groups vLLM 0.28.1 printed.
+    kv = memory_terms.rank_memory(resolve(load({"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4,
+                                    "kv-cache-dtype": "fp8", "vllm-version": "0.29.0"}))).kv
+    assert [g.page_bytes for g in kv.groups] == [22 * 37_440, 21 * 37_440, 1_002_240, 21 * (32_832 + 8640), 20 * 32_832]
+
+
+def test_one_group_costs_its_page_under_every_block_rule():
+    # GLM-5.2 at 0.24.0 ('bucket' rule, 21 indexers): one group's block is its page, 64 x (78 x 576 + 21 x 132) =
+    # 3,052,800 B, not page sizes x the most layers of one size (the multi-group rules)
+    recipe = load({"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "vllm-version": "0.24.0", "max-model-len": 202752})
+    assert capacity.plan(recipe).memory.kv.block_bytes == 3_052_800
+
+
+def test_one_group_needs_its_pages_times_its_page():
+    # GLM-5.2 fp8 on B200: one group of 78 x 576 + 21 x 132 = 47,700 B a token; a request of 202,752 tokens holds
+    # 3,168 pages of 64 tokens: vLLM's "KV cache is needed" 3,168 x 64 x 47,700 = 9,671,270,400 B
+    recipe = load({"model": "GLM-5.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "max-model-len": 202752})
+    assert memory_terms.rank_memory(resolve(recipe)).kv.request_bytes == 9_671_270_400
+
+
+@pytest.mark.parametrize("in_flight, extra, pages", [(8257, 0, 132), (8258, 0, 133), (8255, 2, 132), (8257, 2, 133)])
+def test_a_sliding_window_holds_its_window_less_one_plus_the_tokens_in_flight(in_flight, extra, pages):
+    # vllm==0.28.0 vllm/v1/kv_cache_interface.py:565-572: cdiv(min(window - 1 + extra + in flight, L), block) + 1.
+    # V4-Flash's 128-token window in 64-token pages: 127 + 8257 = 8384 = 131 x 64 -> 132 pages; one more token
+    # (in flight or retained) starts a 132nd page -> 133
+    recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4, "vllm-version": "0.28.0",
+                   "kv-cache-dtype": "fp8"})  # auto: vLLM 0.28.0 refuses V4 on the H200
+    window = next(g for g in memory_terms.rank_memory(resolve(recipe)).kv.groups if g.kind == "window" and g.block == 64)
+    assert kv_cache.group_pages(recipe, window, in_flight, extra) == pages
+
+
+def test_flashmla_s_ds_mla_pages_off_sm10x_align_to_nothing_at_031():
+    # vllm==0.31.0 vllm/model_executor/layers/attention/mla_attention.py:751-756, 1376-1382: the block stride aligns to
+    # one token's record only for a flat cache (FlashInfer's, or FlashMLA's without a DS-MLA dtype) or FlashMLA's
+    # DS-MLA pages on SM10x (TMA rows). V3.2 with fp8 (fp8_ds_mla, 656 B a token) on the H200 is neither: the block is
+    # 61 x (64 x 656 + 64 x 132) = 3,076,352 B, not rounded up to 656 B (4,690 x 656 = 3,076,640)
+    recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "vllm-version": "0.31.0"})
+    assert memory_terms.rank_memory(resolve(recipe)).kv.block_bytes == 3_076_352
+
+
+def test_flashmla_s_bf16_pages_are_a_flat_cache_aligned_to_one_row_at_031():
+    # vllm==0.31.0 vllm/model_executor/layers/attention/mla_attention.py:751-756, 1381-1382: FLASHMLA_SPARSE with a
+    # cache that is not DS-MLA (BF16 here, 1152 B a token) is a flat cache, its block stride a multiple of one
+    # 1152-B row; 0.31.0 rounds the sum up (kv_cache_utils.py:1622-1632): 61 x (64 x 1152 + 64 x 132) = 5,012,736 B
+    # -> 4,352 x 1152 = 5,013,504
+    recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "vllm-version": "0.31.0",
+                   "attention-backend": "FLASHMLA_SPARSE"})
+    assert memory_terms.rank_memory(resolve(recipe)).kv.block_bytes == 5_013_504
+
+
+def test_pipeline_stages_price_a_block_by_the_widest_stage_with_the_drafts_on_the_last():
+    # vllm==0.33.0 vllm/distributed/utils.py:225-230 get_pp_indices: 61 layers over PP4 are 15 a stage, the remainder
+    # on the second-last: [15, 15, 16, 15]; the MTP layer joins the last stage (15 + 1). The widest stage holds 16
+    # layers of 64 x (1152 + 132) = 82,176 B (BF16 on the H200 at 0.30.0, unaligned): 1,314,816 B a block. (The drafts
+    # on another stage, or one stage holding every layer, would make it 17 or 62 layers.)
+    recipe = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 4,
+                   "vllm-version": "0.30.0", "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}})
+    assert memory_terms.rank_memory(resolve(recipe)).kv.block_bytes == 16 * 82_176
+    # without the MTP layer the widest stage is still the second-last's 16 layers (the last holds 15)
+    plain = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 4,
+                  "vllm-version": "0.30.0"})
+    assert memory_terms.rank_memory(resolve(plain)).kv.block_bytes == 16 * 82_176
+    # PP2: [31, 30], the first stage the widest: 31 x 82,176
+    pp2 = load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 2, "pipeline-parallel-size": 2,
+                "vllm-version": "0.30.0"})
+    assert memory_terms.rank_memory(resolve(pp2)).kv.block_bytes == 31 * 82_176
+
+
+def test_one_request_of_a_one_group_model_needs_its_pages_at_the_padded_block_stride():
+    # vllm==0.31.0 vllm/v1/core/kv_cache_utils.py:2515-2527 _max_memory_usage_bytes_from_groups ("KV cache is
+    # needed", :914-928): bytes_per_block (_pool_bytes_per_block, :1134-1142, the stride rounded up at :1622-1632) x
+    # the request's blocks. V3.2 fp8 on B200: FlashInfer's 61 x (576 + 132) x 64 = 2,764,032 B rounded up to 576 B is
+    # 2,764,224; cdiv(163,840, 64) = 2,560 blocks: 2,560 x 2,764,224 = 7,076,413,440 B (not 2,560 x 2,764,032)
+    recipe = load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
+                   "vllm-version": "0.31.0"})
+    assert memory_terms.rank_memory(resolve(recipe)).kv.request_bytes == 7_076_413_440

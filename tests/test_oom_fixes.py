@@ -4,6 +4,8 @@ a user would check them, not read back from the fix."""
 
 import json
 
+import pytest
+
 from conftest import SEED, fails, run
 from dsa_kvcalc import capacity
 from dsa_kvcalc.recipe import load_recipe
@@ -70,3 +72,17 @@ def test_main_with_62860_stays_at_risk_where_the_room_is_below_the_indexer_headr
     assert fixed.oom.room_bytes - rise < 3_091_880_448 and fixed.oom.at_risk
     at_097 = capacity.plan(load_recipe(SEED, ["vllm-version=main"])).backend("auto")
     assert not at_097.oom.at_risk  # 4,907,972,772 B of room before the rise covers the headroom
+
+
+@pytest.mark.parametrize("sets", [[], ["vllm-version=main", "gpu-memory-utilization=0.995"]],
+                         ids=["seed", "main-at-0.995"])
+def test_plans_budget_and_kv_fixes_are_the_edge_one_mib_or_byte_short_is_at_risk(sets):
+    # the budget fix is the smallest VLLM_SPARSE_INDEXER_MAX_LOGITS_MB that plans safe, the kv fix the largest
+    # --kv-cache-memory-bytes: each re-planned with --set as a user would, one step short of it is at risk. On main
+    # (#62860) the reservation has already raised the peak, which the budget must count once only.
+    plan = json.loads(run("plan", SEED, "-f", "json", *[arg for s in sets for arg in ("--set", s)]).stdout)
+    fixes = {f["name"]: f for f in plan["summary"]["oom"]["fixes"]}
+    for name, past in (("budget", -1), ("kv", 1)):
+        key, value = fixes[name]["key"], fixes[name]["value"]
+        assert not capacity.plan(load_recipe(SEED, [*sets, f"{key}={value}"])).backend("auto").oom.at_risk, name
+        assert capacity.plan(load_recipe(SEED, [*sets, f"{key}={value + past}"])).backend("auto").oom.at_risk, name

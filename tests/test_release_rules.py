@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from conftest import LOGS
-from dsa_kvcalc import capacity
+from dsa_kvcalc import capacity, deployment
 from dsa_kvcalc.deployment import resolve
-from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.keys import RecipeError, Refusal
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.vllm_log import read_log_file
 
@@ -184,7 +184,7 @@ def test_decode_logits_are_fp32_before_033_and_bf16_plus_copy_on_sm100_after(ver
     ({"gpu": "H200", "max-num-seqs": 512, "max-num-batched-tokens": 392, "vllm-version": "0.20.0"}, 384),
     ({"gpu": "H200", "max-num-seqs": 512, "max-num-batched-tokens": 392, "vllm-version": "0.20.1"}, 392),
 ])
-def test_capture_sizes_by_release(settings, rows):
+def test_the_largest_capture_size_follows_each_releases_grid(settings, rows):
     recipe = load({"model": "GLM-5", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8"} | settings)
     assert resolve(recipe).cudagraph_logits_rows == rows
 
@@ -364,12 +364,16 @@ def test_capture_sizes_at_their_edges(keys, largest):
 
 
 def test_enforce_eager_and_deepinfer_are_not_held_to_vllms_capture_sizes():
-    # under enforce-eager vLLM drops CUDA graphs before the check (vllm==0.33.0 vllm/config/vllm.py:2005-2010); the
-    # check is vLLM's, not DeepInfer's
-    load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "enforce-eager": True,
-          "compilation-config": {"max_cudagraph_capture_size": 0}})
-    load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "engine": "deepinfer",
-          "compilation-config": {"cudagraph_capture_sizes": [8], "max_cudagraph_capture_size": 16}})
+    # under enforce-eager vLLM drops CUDA graphs before the check (vllm==0.33.0 vllm/config/vllm.py:2005-2010): a
+    # largest size of 0 loads, and no graph is captured or subtracted. The check is vLLM's, not DeepInfer's: sizes
+    # [8] with a largest of 16 load, and the one size given, 8, is the largest graph
+    eager = load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "enforce-eager": True,
+                  "compilation-config": {"max_cudagraph_capture_size": 0}})
+    eager_deployment = resolve(eager)
+    assert (eager_deployment.cudagraph_logits_rows, eager_deployment.cudagraph_estimate.subtracted) == (0, False)
+    deepinfer = load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "engine": "deepinfer",
+                      "compilation-config": {"cudagraph_capture_sizes": [8], "max_cudagraph_capture_size": 16}})
+    assert resolve(deepinfer).cudagraph_logits_rows == 8
 
 
 @pytest.mark.parametrize("keys", [{"enforce-eager": True}, {"compilation-config": {"cudagraph_mode": "NONE"}}])
@@ -379,3 +383,61 @@ def test_no_graph_estimate_is_subtracted_where_no_graph_is_captured(keys):
     glm = {"model": "GLM-5.1-FP8", "gpu": "H200", "tensor-parallel-size": 8}
     assert resolve(load(glm)).cudagraph_estimate.subtracted
     assert not resolve(load(glm | keys)).cudagraph_estimate.subtracted
+
+
+# The sparse MLA backend a release picks -------------------------------------------------------------------------------
+
+def test_sm10x_bf16_picks_flashinfer_at_16_heads_a_rank_and_flashmla_above():
+    # vllm==0.32.0 vllm/platforms/cuda.py:109-117: a BF16 cache on SM10x prefers FLASHINFER_MLA_SPARSE when the layer
+    # has num_heads <= 16 (per rank), else FLASHMLA_SPARSE. DeepSeek-V3.2 has 128 heads: TP8 gives 16, TP4 gives 32.
+    base = {"model": "DeepSeek-V3.2", "gpu": "B200", "vllm-version": "0.32.0"}
+    assert deployment.sparse_mla_backend(load(base | {"tensor-parallel-size": 8})) == "FLASHINFER_MLA_SPARSE"
+    assert deployment.sparse_mla_backend(load(base | {"tensor-parallel-size": 4})) == "FLASHMLA_SPARSE"
+
+
+def test_sm10x_bf16_takes_flashmla_from_17_heads_a_rank(tmp_path):
+    # vllm==0.32.0 vllm/platforms/cuda.py:109-117 (num_heads <= 16 prefers FlashInfer): a local config of 34 heads at
+    # TP2 runs 17 a rank, FLASHMLA_SPARSE; 32 heads at TP2 run 16, FLASHINFER_MLA_SPARSE
+    for heads, backend in ((34, "FLASHMLA_SPARSE"), (32, "FLASHINFER_MLA_SPARSE")):
+        config = tmp_path / str(heads) / "config.json"
+        config.parent.mkdir()
+        config.write_text(json.dumps({"num_hidden_layers": 61, "hidden_size": 7168, "index_n_heads": 64,
+                                      "index_head_dim": 128, "index_topk": 2048, "num_attention_heads": heads}))
+        recipe = load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 2, "vllm-version": "0.32.0"})
+        assert deployment.sparse_mla_backend(recipe) == backend
+
+
+# vLLM's defaults as the release derives them --------------------------------------------------------------------------
+
+V32_H200 = {"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8}
+
+
+def test_the_default_batched_tokens_are_capped_by_the_given_max_num_seqs():
+    # vllm==0.33.0 vllm/engine/arg_utils.py:3219-3224: the default max_num_batched_tokens is at most max_num_seqs x
+    # max_model_len, with max_num_seqs as given: the H200's tier (>= 70 GiB: 8192 tokens, vllm/engine/arg_utils.py
+    # get_batch_defaults) capped at 4 x 1024 = 4096 (the tier's own 1024 sequences would leave 8192)
+    recipe = load(V32_H200 | {"max-model-len": 1024, "max-num-seqs": 4})
+    assert (recipe.max_num_batched_tokens, recipe.max_num_seqs) == (4096, 4)
+
+
+def test_batched_dp_moe_needs_more_than_one_data_parallel_rank():
+    # vllm==0.33.0 vllm/config/parallel.py:796-805: use_batched_dp_moe needs deepep_low_latency or nixl_ep, expert
+    # parallelism and data_parallel_size > 1; at DP 1 the H200's tier stays, 8192 tokens (not 256)
+    recipe = load(V32_H200 | {"enable-expert-parallel": True, "all2all-backend": "deepep_low_latency"})
+    assert recipe.max_num_batched_tokens == 8192
+    dp2 = load(V32_H200 | {"tensor-parallel-size": 4, "data-parallel-size": 2, "enable-expert-parallel": True,
+                           "all2all-backend": "deepep_low_latency"})
+    assert dp2.max_num_batched_tokens == 256
+
+
+def test_an_mxfp4_indexer_cache_off_sm10x_is_refused_from_020():
+    # vllm==0.20.0 vllm/v1/attention/backends/mla/indexer.py:255-265: DeepseekV32IndexerMetadataBuilder.__init__
+    # asserts "use_fp4_indexer_cache requires Blackwell datacenter GPUs (sm_10x, e.g. B200/GB200)", and
+    # DeepseekV4IndexerBackend (:158) keeps that builder: DeepSeek-V4 (0.20.0+) with the flag stops on an H200 in
+    # every release that has it, and plans on a B200
+    v4 = {"model": "DeepSeek-V4-Flash", "data-parallel-size": 4, "enable-expert-parallel": True,
+          "kv-cache-dtype": "fp8", "attention-config": {"use_fp4_indexer_cache": True}}
+    for version in ("0.20.0", "0.21.0", "0.22.0"):
+        with pytest.raises(Refusal, match="use_fp4_indexer_cache: mxfp4 on H200 .sm90.: .* needs Blackwell"):
+            capacity.plan(load(v4 | {"gpu": "H200", "vllm-version": version}))
+        assert capacity.plan(load(v4 | {"gpu": "B200", "vllm-version": version})).memory.kv.block_bytes > 0

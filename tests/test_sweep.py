@@ -4,15 +4,21 @@ import csv
 import io
 import json
 import sys
+import tracemalloc
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from conftest import SEED, run, runner
+from conftest import ROOT, SEED, cli, one_line, run, runner
 from dsa_kvcalc import capacity
-from dsa_kvcalc.cli import app
+from dsa_kvcalc.cli import app, console_chunks
+from dsa_kvcalc.inputs import RecipeLoader
+from dsa_kvcalc.keys import RecipeError, flatten_keys
 from dsa_kvcalc.recipe import load_recipe
-from dsa_kvcalc.report import flatten
-from dsa_kvcalc.sweep import parse_vary
+from dsa_kvcalc.render import sweep as sweep_render
+from dsa_kvcalc.sweep import parse_vary, parse_varies
+from dsa_kvcalc.values import read_values
 
 
 def plan_backends(*sets) -> dict:
@@ -31,7 +37,7 @@ def plan_backends(*sets) -> dict:
     ("kv-cache-dtype=fp8, auto", ("fp8", "auto")),
     ("enforce-eager=true,false", (True, False)),
 ])
-def test_vary_values(text, values):
+def test_vary_reads_lists_ranges_and_units(text, values):
     assert tuple(parse_vary(text).values) == values
 
 
@@ -102,8 +108,8 @@ def test_rows_equal_plan_json_for_sampled_points(tmp_path):
                             row["gpu-memory-utilization"])
         plan = plan_backends(f"max-num-seqs={seqs}", f"speculative-config.num_speculative_tokens={spec}",
                              f"gpu-memory-utilization={util}")[row["backend"]]
-        assert row == flatten("", plan, {"max-num-seqs": seqs, "speculative-config.num_speculative_tokens": spec,
-                                         "gpu-memory-utilization": util})
+        assert row == {"max-num-seqs": seqs, "speculative-config.num_speculative_tokens": spec,
+                       "gpu-memory-utilization": util} | flatten_keys(plan)
 
 
 def test_default_backends_are_the_available_ones_and_csv_holds_the_seeds_figures():
@@ -116,6 +122,20 @@ def test_default_backends_are_the_available_ones_and_csv_holds_the_seeds_figures
     last = rows[-1]  # torch at 256, which pays the FP32 copy as auto does: the seed's 41,050,274 tokens on main
     assert (last["backend"], last["kv_cache_tokens"], last["error"]) == ("torch", "41050274", "")
     assert last["reserved_bytes"] == str(512 * 2**20)  # vLLM 0.33.0 reserves the prefill budget only (no #62860)
+
+
+@pytest.mark.parametrize("weights", ["40,45", "200,40"])  # 200 GiB fails first: the error column comes early
+def test_csv_rows_equal_plan_json_at_their_points(weights, tmp_path):
+    output = tmp_path / "sweep.csv"
+    result = run("sweep", SEED, "--vary", f"memory.weights_gib={weights}", "--vary", "max-num-seqs=64,256",
+                 "--backend", "auto", "--backend", "deep_select", "--output", output)
+    assert result.exit_code == 0, result.output
+    rows = [row for row in csv.DictReader(output.open()) if not row["error"]]
+    assert len(rows) == (8 if weights == "40,45" else 4)
+    for row in rows:
+        plan = plan_backends(f"memory.weights_gib={row['memory.weights_gib']}", f"max-num-seqs={row['max-num-seqs']}")
+        expected = {key: "" if value is None else str(value) for key, value in flatten_keys(plan[row["backend"]]).items()}
+        assert {key: row[key] for key in expected} == expected
 
 
 def test_an_invalid_point_is_a_row_not_the_end(tmp_path):
@@ -137,7 +157,7 @@ def test_named_unavailable_backend_says_why():
     assert row["available"] is False and "gfx942" in row["reason"]
 
 
-def test_plot_without_matplotlib(monkeypatch, tmp_path):
+def test_plot_without_matplotlib_is_one_line_and_writes_nothing(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     result = run("sweep", SEED, "--vary", "max-num-seqs=128,256", "--plot", tmp_path / "sweep.png")
     assert result.exit_code == 2
@@ -234,3 +254,130 @@ def test_recommend_says_why_nothing_fits(args, words):
 def test_recommend_bad_input_is_one_line():
     result = recommend("--target-concurrency", 0, "--min-kv-tokens", 1)
     assert result.exit_code == 2 and result.output.strip() == "error: --target-concurrency: must be at least 1 and at most 1,048,576, got 0"
+
+
+# --vary means what a recipe file means; each row is plan's; CSV and memory whatever fails ------------------------------
+
+VARIED_KEYS = ["max-num-seqs", "max_num_seqs", "memory.weights_gib", "memory.weights_bytes", "memory.non_torch_gib",
+               "memory.cudagraph_gib", "memory.cudagraph_gib.auto", "memory.cudagraph_bytes.deep_select",
+               "memory.cudagraph_gib.deep_select", "memory.gpu", "memory.rest", "speculative-config",
+               "speculative-config.num_speculative_tokens", "speculative_config.num_speculative_tokens",
+               "compilation-config.max_cudagraph_capture_size"]
+VALUES = {"memory.gpu": "B200", "memory.rest": "weights", "speculative-config": "{}", "max-num-seqs": "64"}
+
+
+def as_yaml(keys: list[str]) -> str:
+    """A recipe file that sets every key, nested as a file nests them: a key met twice at one level is written
+    twice there, which is what a file that gives both would hold."""
+    tree: list = []
+    for key in keys:
+        level, (*parents, leaf) = tree, key.split(".")
+        for part in parents:
+            node = next((child for name, child in level if name == part and isinstance(child, list)), None)
+            if node is None:
+                node = []
+                level.append((part, node))
+            level = node
+        level.append((leaf, VALUES.get(key, "1")))
+
+    def lines(level, indent):
+        for name, child in level:
+            yield f"{indent}{name}:" + ("" if isinstance(child, list) else f" {child}")
+            if isinstance(child, list):
+                yield from lines(child, indent + "  ")
+
+    return "\n".join(lines(tree, "")) + "\n"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(VARIED_KEYS), min_size=1, max_size=3))
+def test_vary_refuses_exactly_the_pairs_a_recipe_file_refuses(keys):
+    # `--vary memory.weights_gib=... --vary memory.weights_bytes=...` let one silently win, where a file refuses both.
+    import yaml
+
+    try:
+        read_values(yaml.load(as_yaml(keys), Loader=RecipeLoader))
+        twice = False
+    except RecipeError as error:
+        twice = "twice" in str(error)
+    if twice:
+        with pytest.raises(RecipeError, match="varied twice"):
+            parse_varies([f"{key}=1" for key in keys])
+    else:
+        parse_varies([f"{key}=1" for key in keys])
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.sampled_from([("gpu", "H200"), ("gpu", "B200"), ("memory.weights_gib", "80"),
+                                 ("memory.cudagraph_gib.auto", "0.5"), ("memory.gpu", "H200"),
+                                 ("max-num-seqs", "64"), ("memory.rest", "weights")]), min_size=1, max_size=3,
+                unique_by=lambda pair: pair[0]))
+def test_each_sweep_row_is_what_plan_with_the_same_sets_says(pairs):
+    # A point of a sweep follows every rule `plan --set` follows: same answer, or the same one-line refusal.
+    recipe = ROOT / "recipes" / "deepseek-v3.2-8xh200-tp8.yaml"  # no memory block: a varied term records its GPU
+    swept = cli("sweep", recipe, *(a for key, value in pairs for a in ("--vary", f"{key}={value}")), "-f", "jsonl",
+                "--backend", "auto")
+    [row] = [json.loads(line) for line in swept.stdout.splitlines()]
+    planned = cli("plan", recipe, *(a for key, value in pairs for a in ("--set", f"{key}={value}")), "-f", "json")
+    if planned.exit_code == 2:
+        assert row["error"] == one_line(planned.stderr).removeprefix("error: ")
+    else:
+        auto = next(b for b in json.loads(planned.stdout)["backends"] if b["backend"] == "auto")
+        assert row["kv_cache_tokens"] == auto["kv_cache_tokens"]
+
+
+# Memory: flat in every format, whatever fails ---------------------------------------------------------------------
+
+failed_row = st.builds(lambda seqs, error: {"max-num-seqs": seqs, "error": error}, st.integers(), st.text(max_size=30))
+planned_row = st.builds(lambda seqs, tokens: {"max-num-seqs": seqs, "backend": "auto", "available": True,
+                                              "decode_logits.rows": 1, "kv_cache_tokens": tokens},
+                        st.integers(), st.integers(0, 10 ** 9))
+unavailable_row = st.builds(lambda seqs: {"max-num-seqs": seqs, "backend": "deep_select", "available": False,
+                                          "reason": "not on SM90", "decode_logits": None}, st.integers())
+
+
+def test_csv_header_is_the_fields_up_to_the_first_planned_row_then_error():
+    # The header: every field of the rows up to the first available one, in order, a field with dotted children
+    # (decode_logits, null where unavailable) left out, error kept; a later row's new field (extra) gets no column.
+    rows = [{"max-num-seqs": 1, "error": "bad"},
+            {"max-num-seqs": 2, "backend": "deep_select", "available": False, "reason": "not on SM90",
+             "decode_logits": None},
+            {"max-num-seqs": 3, "backend": "auto", "available": True, "decode_logits.rows": 6, "kv_cache_tokens": 7},
+            {"max-num-seqs": 4, "error": "late", "extra": 1}]
+    assert "".join(sweep_render.csv_lines(iter(rows))) == (
+        "max-num-seqs,error,backend,available,reason,decode_logits.rows,kv_cache_tokens\n"
+        "1,bad,,,,,\n2,,deep_select,False,not on SM90,,\n3,,auto,True,,6,7\n4,late,,,,,\n")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(failed_row, planned_row, unavailable_row), min_size=1, max_size=40), st.integers(1, 400))
+def test_csv_rows_are_the_same_whatever_spills(rows, wait_bytes):
+    whole = "".join(sweep_render.csv_lines(iter(rows)))  # WAIT_BYTES of 1 MiB: these rows never spill
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep_render, "WAIT_BYTES", wait_bytes)  # spill to disk early, or not at all
+        assert "".join(sweep_render.csv_lines(iter(rows))) == whole
+
+
+def peak_bytes(format: str, count: int) -> int:
+    """What streaming count failed points in this format holds at most in memory."""
+    rows = ({"max-num-seqs": -i, "error": f"max-num-seqs: must be at least 1 and at most 1,048,576, got -{i % 7}"}
+            for i in range(count))
+    chunks = {"csv": sweep_render.csv_lines, "jsonl": sweep_render.jsonl_lines,
+              "table": lambda rows: console_chunks(lambda c: sweep_render.table_parts(["max-num-seqs"], rows, c))}
+    tracemalloc.start()
+    for _ in chunks[format](rows):
+        pass
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("format, rows", [("csv", 1000), ("jsonl", 1000), ("table", 40)])
+def test_memory_stays_flat_in_every_format_when_every_point_fails(format, rows):
+    # A sweep whose points all failed grew in CSV (every row waited for the header), not in JSONL.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep_render, "TABLE_ROWS", 20)  # a table's memory is a part's: twenty rows show it
+        patch.setattr(sweep_render, "WAIT_BYTES", 64 << 10)
+        peak_bytes(format, rows)  # imports and first-use caches out of the way
+        few, many = peak_bytes(format, rows), peak_bytes(format, 10 * rows)
+    assert many < few * 1.5 + (512 << 10), (few, many)  # rich's caches grow up to their bound

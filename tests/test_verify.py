@@ -6,12 +6,18 @@ import dataclasses
 import importlib.util
 import io
 import json
+import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 from typer.testing import CliRunner
 
+from conftest import cli, one_line
 from dsa_kvcalc import capacity, estimates, verify
 from dsa_kvcalc.render import verify as verify_render
 from dsa_kvcalc.cli import app
@@ -333,3 +339,88 @@ def test_live_seed_recipe_as_named_checks_what_this_arch_can_show():
     assert code == 0
     if report["gpu"]["arch"] != "sm100":
         assert any(b["cannot_show"] for b in entry["backends"])
+
+
+# verify: a torch or DeepGEMM that does not import, a GPU that cannot be reached -----------------------------------
+
+def noise() -> None:
+    """What a torch or DeepGEMM build says while it loads: lines on stdout and stderr, a warning."""
+    import warnings
+
+    print("loading\nstill loading")
+    print("a C++ banner", file=sys.stderr)
+    warnings.warn("Failed to initialize NumPy: _ARRAY_API not found")
+
+
+class Failing:
+    """A finder whose import of one module fails with the given exception, as a broken build's would."""
+
+    def __init__(self, name: str, error: Exception):
+        self.name, self.error = name, error
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.name:
+            noise()
+            raise self.error
+        return None
+
+
+def fake_torch(stage: str, error: Exception, warning: str):
+    """A torch whose CUDA side fails at stage: an H200 otherwise, whose memory query fails from its second call
+    when the stage is the pass itself."""
+    calls = []
+
+    def mem_get_info():
+        calls.append(1)
+        if stage == "mem_get_info" or (stage == "the pass" and len(calls) > 1):
+            raise error
+        return 149_557_477_376, 150_109_880_320
+
+    def is_available():
+        noise()
+        if stage == "is_available raises":
+            raise error
+        if stage == "no GPU":
+            import warnings
+            warnings.warn(warning)
+        return stage != "no GPU"
+
+    def get_device_properties(index):
+        if stage == "get_device_properties":
+            raise error
+        return types.SimpleNamespace(name="NVIDIA H200", major=9, minor=0)
+
+    cuda = types.SimpleNamespace(is_available=is_available, mem_get_info=mem_get_info,
+                                 get_device_properties=get_device_properties)
+    return types.SimpleNamespace(__version__="2.11.0+cu130", cuda=cuda)
+
+
+STAGES = ["import torch", "is_available raises", "no GPU", "mem_get_info", "get_device_properties",
+          "import deep_gemm", "the pass"]
+ERRORS = [OSError, ImportError, RuntimeError, AttributeError, ValueError, SyntaxError]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(STAGES), st.sampled_from(ERRORS), st.text(max_size=40), st.text(max_size=30))
+def test_verify_without_a_usable_torch_or_gpu_is_exit_3_with_one_line_naming_the_cause(stage, kind, message, said):
+    # A torch that failed to load, or a GPU busy or in exclusive mode, ended in a traceback.
+    if stage == "the pass":
+        kind = RuntimeError  # what torch raises for a CUDA failure
+    error = kind(message)
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("torch", "deep_gemm"):
+            patch.delitem(sys.modules, name, raising=False)
+        if stage in ("import torch", "import deep_gemm"):
+            patch.setattr(sys, "meta_path", [Failing(stage.split()[1], error), *sys.meta_path])
+        if stage != "import torch":
+            patch.setitem(sys.modules, "torch", fake_torch(stage, error, said))
+        if stage != "import deep_gemm":
+            patch.setitem(sys.modules, "deep_gemm", types.SimpleNamespace(__version__="2.8.2",
+                                                                          fp8_fp4_paged_mqa_logits=None))
+        result = cli("verify", "--gpu")
+    assert result.exit_code == 3, result.output
+    line = one_line(result.stderr)
+    first = (said if stage == "no GPU" else message).strip().splitlines()
+    named = first[0] if first else ("UserWarning" if stage == "no GPU" else kind.__name__)
+    assert all(part in line for part in re.split(r"[^ -~]+", named) if part), (named, line)
+

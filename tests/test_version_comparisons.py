@@ -1,14 +1,19 @@
-"""Every release threshold is a rule in engine.VLLM_RULES: no module of the package but engine.py orders versions."""
+"""Every release threshold is a rule in engine.VLLM_RULES: no module of the package but engine.py orders versions, and
+engine.py orders them as PEP 440 does (packaging.version)."""
 
 import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import dsa_kvcalc
+from dsa_kvcalc import engine
 
 PACKAGE = Path(dsa_kvcalc.__file__).parent
-# What orders versions: engine.py's own helpers, and packaging's parser
-ORDERING_NAMES = {"release_tuple", "Version", "parse_version"}
+# What orders versions: engine.py's own helpers, and packaging's parser ("parsed" as a plain name is also a common
+# variable name: it counts imported or as engine.parsed)
+ORDERING_NAMES = {"parsed", "release_tuple", "Version", "parse_version"}
 ORDERING_MODULES = {"packaging", "packaging.version"}
 VERSION_TEXT = re.compile(r"\d+\.\d+(\.\d+)?([a-z]+\d*)?")
 ORDERS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -36,11 +41,12 @@ def comparisons(source: str) -> list[str]:
     with a version (literal or read) on one side."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Name) and node.id in ORDERING_NAMES or \
+        if isinstance(node, ast.Name) and node.id in ORDERING_NAMES - {"parsed"} or \
                 isinstance(node, ast.Attribute) and node.attr in ORDERING_NAMES:
             found.append(f"{node.lineno}: {ast.unparse(node)}")
         elif isinstance(node, ast.ImportFrom) and node.module in ORDERING_MODULES or \
-                isinstance(node, ast.Import) and any(a.name in ORDERING_MODULES for a in node.names):
+                isinstance(node, ast.Import) and any(a.name in ORDERING_MODULES for a in node.names) or \
+                isinstance(node, ast.ImportFrom) and any(a.name in ORDERING_NAMES for a in node.names):
             found.append(f"{node.lineno}: {ast.unparse(node)}")
         elif isinstance(node, ast.Compare) and any(isinstance(op, ORDERS) for op in node.ops) and any(
                 version_operand(operand) for operand in [node.left, *node.comparators]):
@@ -57,6 +63,7 @@ def test_the_scan_finds_each_kind_of_version_comparison():
     assert comparisons("from packaging.version import Version")
     assert comparisons("import packaging.version")
     assert comparisons("newer = Version(a) > Version(b)")
+    assert comparisons("from dsa_kvcalc.engine import parsed") and comparisons("key = engines.parsed(v)")
     # orderings of other numbers are none
     assert not comparisons("fits = tokens <= max_model_len and 0 < ratio")
     assert not comparisons("same = engine.version == MAIN")
@@ -66,3 +73,42 @@ def test_no_module_but_engine_compares_versions():
     found = {path.relative_to(PACKAGE).as_posix(): comparisons(path.read_text())
              for path in sorted(PACKAGE.rglob("*.py")) if path.name != "engine.py" or path.parent != PACKAGE}
     assert {path: lines for path, lines in found.items() if lines} == {}
+
+
+def test_versions_order_as_pep_440_says():
+    # packaging.version (PEP 440, "Summary of permitted suffixes and relative ordering"): .devN < aN < bN < rcN <
+    # the release < .postN; release segments compare as numbers; trailing zeros are equal; a local label (+...)
+    # sorts after its public version and before any later one
+    assert engine.parsed("0.31.1.dev3") < engine.parsed("0.31.1rc1") < engine.parsed("0.31.1")
+    assert engine.parsed("0.31.1") < engine.parsed("0.31.1.post1") < engine.parsed("0.31.2.dev0")
+    assert engine.parsed("0.9.0") < engine.parsed("0.10.0") and engine.parsed("0.30") == engine.parsed("0.30.0")
+    assert engine.parsed("0.33.0") < engine.parsed("main") < engine.parsed("0.33.0.post1") < engine.parsed("0.34.0")
+    assert engine.parsed("0.33.0+gdeadbee1") == engine.parsed("0.33.0")  # build_of reads the commit, not the order
+
+
+def test_a_release_candidate_takes_the_rules_of_the_release_before():
+    # gpu_memory_utilization's default: 0.9 in vllm==0.19.1 vllm/config/cache.py:41, 0.92 from vllm==0.20.0 :66. A
+    # 0.20.0rc1 or 0.20.0.dev4 comes before 0.20.0 (the digits alone read them as 0.20.0); a 0.20.0.post1 after it.
+    assert engine.vllm("0.20.0rc1").default_gpu_memory_utilization == 0.90
+    assert engine.vllm("0.20.0.dev4").default_gpu_memory_utilization == 0.90
+    assert engine.vllm("0.20.0").default_gpu_memory_utilization == 0.92
+    assert engine.vllm("0.20.0.post1").default_gpu_memory_utilization == 0.92
+    assert engine.release_of("0.31.1rc1") == "0.31.0" and engine.release_of("0.31.1") == "0.31.0"
+    assert engine.release_of("0.32.0rc2") == "0.31.0" and engine.release_of("main") == engine.NEWEST_VLLM
+
+
+def test_main_takes_its_own_change_and_a_newer_release_the_newest_rules():
+    # main's one change: vLLM PR #62860 reserves the decode logits; 0.34.0 is newer than modelled: 0.33.0's rules
+    assert engine.vllm("main").reserves_decode_logits and not engine.vllm("0.33.0").reserves_decode_logits
+    assert not engine.vllm("0.34.0").reserves_decode_logits and engine.vllm("0.34.0").newer_than_modelled
+    assert not engine.vllm("0.33.0.dev7").newer_than_modelled and not engine.vllm("main").newer_than_modelled
+
+
+def test_a_dev_build_is_the_release_its_commit_names():
+    # vllm==0.20.1 and vllm==0.33.0 vllm/_version.py __commit_id__ (engine.RELEASE_COMMITS): 132765e35, 4ba787ec9
+    assert engine.build_of("0.20.1.dev1+g132765e35") == "0.20.1"
+    assert engine.build_of("0.1.dev7+g4ba787ec9") == "0.33.0"
+    assert engine.build_of("0.34.0.dev12+g317081f00") == "main"
+    assert engine.build_of("0.31.1rc1") == "0.31.1rc1"  # no commit: its number, which takes 0.31.0's rules
+    with pytest.raises(ValueError, match="Invalid version"):
+        engine.build_of("0.30-custom_build")

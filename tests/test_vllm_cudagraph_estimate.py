@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT
 from dsa_kvcalc.deployment import on_model_runner_v2
-from dsa_kvcalc.engine import release_tuple
+from dsa_kvcalc.engine import parsed
 from dsa_kvcalc.graphs import (PIECEWISE_MODES, GraphEstimate, capture_sizes, cudagraph_estimate, full_graphs,
                                runner_capture_sizes)
 from dsa_kvcalc.keys import RecipeError
@@ -31,8 +31,8 @@ from test_vllm_capture_sizes import case_recipe  # noqa: E402
 
 pytestmark = pytest.mark.vllm_oracle
 SET_UP = table.available_releases()
-V2_RELEASES = [r for r in cases.RELEASES if release_tuple(r) >= (0, 29, 0)]  # V2 estimates from 0.29.0 (engine.py)
-V1_RELEASES = [r for r in cases.RELEASES if (0, 20, 0) <= release_tuple(r) < (0, 29, 0)]  # V3.2 on V1, estimating
+V2_RELEASES = [r for r in cases.RELEASES if parsed(r) >= parsed("0.29.0")]  # V2 estimates from 0.29.0 (engine.py)
+V1_RELEASES = [r for r in cases.RELEASES if parsed("0.20.0") <= parsed(r) < parsed("0.29.0")]  # V3.2 on V1, estimating
 FIRST_SAMPLE_BYTES = 9_668_395_008  # any first sample: the extrapolation keeps it whole
 GIVEN = [{}, {"max_cudagraph_capture_size": 1536}, {"cudagraph_capture_sizes": [1, 2, 4, 100, 300]}]
 CASES = [{"gpu": gpu, "arch": arch, "max_num_seqs": seqs, "num_speculative_tokens": k, "max_num_batched_tokens": tokens,

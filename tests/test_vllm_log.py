@@ -14,7 +14,10 @@ ANSI-coloured and cut inputs are derived inside the tests from these fixtures; n
 
 from pathlib import Path
 
-from dsa_kvcalc.vllm_log import read_log
+import pytest
+
+from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.vllm_log import read_engine_args, read_engine_config, read_log, read_log_file, split_entries
 
 LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"
 RTX = (LOGS / "deepseek-v4-flash-2xrtxpro6000-tp2-stock-v0.25.0.log").read_text()
@@ -39,7 +42,7 @@ def test_v4_flash_rtx_log_per_rank():
     assert (args.values["tensor_parallel_size"], args.values["max_num_seqs"]) == (2, 64)
 
 
-def test_actual_usage_spelling():
+def test_the_actual_usage_spelling_gives_every_memory_term():
     reading = read_log((LOGS / "nondsa-lfm2.5-1.2b-1xsm90-16gib-tp1-v0.26.0-actualusage.log").read_text())
     core = rank(reading, "EngineCore pid=79")
     assert (core.weights_gib, core.peak_activation_gib, core.non_torch_gib, core.cudagraph_actual_gib) == (
@@ -90,7 +93,63 @@ def test_ansi_colour_codes_are_ignored():
     assert read_log(coloured) == read_log(RTX)
 
 
-def test_one_line_kv_spelling():
+def test_a_lone_kv_cache_size_line_gives_tokens_length_and_concurrency():
     line = "GPU KV cache size: 1,553,140 tokens, Maximum concurrency for 1,000,000 tokens per request: 1.55x"
     only = read_log(line).ranks[0]
     assert (only.kv_tokens, only.max_model_len, only.max_concurrency) == (1_553_140, 1_000_000, 1.55)
+
+
+# Reading rules, on lines in vLLM's spelling cut to what each rule reads; the values are the text's own ----------------
+
+def test_the_first_entry_of_the_args_line_is_read():
+    args = read_engine_args("{'model': 'zai-org/GLM-5-FP8', 'tensor_parallel_size': 8}")
+    assert args.values == {"model": "zai-org/GLM-5-FP8", "tensor_parallel_size": 8}
+    assert not args.truncated
+
+
+def test_commas_quotes_and_brackets_inside_values_do_not_split_entries():
+    # a quoted comma, a double-quoted apostrophe, an escaped quote, and a list: four entries
+    args = read_engine_args(r"""{'a': 'x, y', 'b': "it's", 'c': 'q\'s, r', 'd': [1, 2]}""")
+    assert args.values == {"a": "x, y", "b": "it's", "c": "q's, r", "d": [1, 2]}
+
+
+def test_an_entry_that_is_not_a_quoted_key_is_skipped():
+    assert read_engine_args("{'model': 'm', 42: 1}").values == {"model": "m"}
+
+
+def test_the_config_line_gives_the_fields_it_has():
+    # vLLM 0.26.0's "Initializing a V1 LLM engine (v0.26.0) with config: model='...', ...", cut to two fields
+    reading = read_log("INFO 08-06 20:48:39 [core.py:116] Initializing a V1 LLM engine (v0.26.0) with config: "
+                       "model='/MODELS/DeepSeek-V4-Flash-0731', tensor_parallel_size=4, skip_tokenizer_init=False")
+    assert reading.engine_args.values == {"model": "/MODELS/DeepSeek-V4-Flash-0731", "tensor_parallel_size": 4}
+
+
+def test_stamps_no_release_table_knows_name_no_release():
+    reading = read_log("INFO 08-06 20:48:39 [my_fork.py:12] Available KV cache memory: 10.29 GiB")
+    assert reading.stamps == {} and reading.releases == []
+    assert reading.ranks[0].available_kv_gib == 10.29
+
+
+def test_a_log_of_64_mib_is_read_and_one_byte_more_is_refused(tmp_path):
+    # the reading limit is 64 MiB = 67,108,864 B (a startup log is kilobytes): a real log padded to exactly that is
+    # read (its one rank's memory lines found), one byte more is refused before a line is read
+    log = (LOGS / "deepseek-v3.2-unknowngpu-tp8-pp4-ray-vllm31903.log").read_bytes()
+    path = tmp_path / "padded.log"
+    path.write_bytes(log + b"\n" + b" " * (67_108_864 - len(log) - 1))
+    assert len(read_log_file(path, "log").ranks) == 1
+    path.write_bytes(log + b"\n" + b" " * (67_108_864 - len(log)))
+    with pytest.raises(RecipeError, match="is over 64 MiB: not a vLLM startup log"):
+        read_log_file(path, "log")
+
+
+def test_an_empty_quoted_key_closes_at_its_second_quote():
+    # '' opens and closes a string: the entries are "'': 1" and "'b': 2", and the brace closes the dict
+    assert split_entries("'': 1, 'b': 2}") == (["'': 1", " 'b': 2"], True)
+
+
+def test_the_engine_config_line_is_never_cut_off():
+    # vLLM's "Initializing a V1 LLM engine (v0.26.0) with config: model='...', max_seq_len=819200, ..." is read
+    # field by field, not as a dict repr: nothing is lost at its end, so calibrate warns of no truncated args
+    args = read_engine_config("model='zai-org/GLM-5.2', max_seq_len=819200, tensor_parallel_size=4")
+    assert args.values == {"model": "zai-org/GLM-5.2", "max_model_len": 819_200, "tensor_parallel_size": 4}
+    assert not args.truncated

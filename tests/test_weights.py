@@ -9,9 +9,10 @@ import sys
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc import capacity, weights
+from dsa_kvcalc import capacity, memory_terms, weights
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.records import RECORDS
 from dsa_kvcalc.units import GIB
@@ -204,3 +205,26 @@ def test_construction_buffers_are_what_the_release_allocates_when_it_builds_the_
     expected = weights.construction_bytes(recipe, entry) - recipe.model.num_layers * absorbed
     # besides: a few float32 scalars, and on FlashAttention's sparse MLA 32 KiB a layer (not modelled: 2 MB on V3.2)
     assert 0 <= built["unowned_bytes"] - expected < 4 * 2**20, built["unowned_largest"]
+
+
+# A model whose weights are not derived: the estimate its basis cites --------------------------------------------------
+
+def test_a_model_not_built_holds_an_eighth_of_the_checkpoint_its_basis_cites_on_tp8():
+    # GLM-5.3-Flash, whose weights are not derived (oracle/configs/SOURCES.md): "about 306 GiB for the default native
+    # FP8 checkpoint" (vllm-project/recipes); TP8 without expert parallelism: dense / 8 + experts / 8
+    recipe = load({"model": "GLM-5.3-Flash", "gpu": "B300", "tensor-parallel-size": 8})
+    weights = memory_terms.rank_memory(resolve(recipe)).weights
+    assert abs(weights.bytes - 306 * GIB // 8) <= 1 and weights.provenance == "estimated"
+
+
+def test_a_model_not_built_adds_its_mtp_layer_to_the_estimate_and_an_ngram_drafter_nothing():
+    # GLM-5.3-Flash at TP8 (306 GiB = 328,564,998,144 B, of which 304,480,124,928 B routed experts, as above): a rank
+    # holds 24,084,873,216 // 8 + 304,480,124,928 // 8 = 41,070,624,768 B for the 45 target layers; MTP (one layer,
+    # config.json num_nextn_predict_layers) loads its layer too: 41,070,624,768 x 46 // 45 = 41,983,305,318 B; an ngram
+    # drafter loads no layer
+    glm = {"model": "GLM-5.3-Flash", "gpu": "B300", "tensor-parallel-size": 8}
+    for drafter, weights_bytes in (({"method": "mtp", "num_speculative_tokens": 1}, 41_983_305_318),
+                                   ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4},
+                                    41_070_624_768)):
+        weights = memory_terms.rank_memory(resolve(load(glm | {"speculative-config": drafter}))).weights
+        assert (weights.bytes, weights.provenance) == (weights_bytes, "estimated")

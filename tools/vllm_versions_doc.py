@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from dsa_kvcalc import engine  # noqa: E402
 from dsa_kvcalc.catalog import BACKENDS, DEEPGEMM_RELEASES, GPUS, MODELS, UNSUPPORTED_GPUS  # noqa: E402
 from dsa_kvcalc.engine import (ALL, MAIN, MAIN_COMMIT, NEWEST_VLLM, OLDEST_VLLM, RELEASE_COMMITS,  # noqa: E402
-                               VLLM_RULES, release_tuple)
+                               VLLM_RULES)
 
 DOC = ROOT / "docs" / "vllm-versions.md"
 README = ROOT / "README.md"
@@ -158,9 +158,10 @@ def versions_doc() -> str:
 modelled; every release from {OLDEST_VLLM} is modelled, and `main` is unreleased vLLM main at and after {MAIN_COMMIT},
 the merge of vLLM PR #62860. A release newer than {NEWEST_VLLM} takes {NEWEST_VLLM}'s rules, with a first line that
 says so; one older than {OLDEST_VLLM} is refused. A dev build `X.Y.Z.devN+gHASH` is the release whose wheel was built
-from that commit (the table below, from each wheel's `vllm/_version.py`), or main for {MAIN_COMMIT}; otherwise the
-release its number names. A source build numbered `0.1.devN` whose commit is no release's is refused, with how to
-name its base.
+from that commit (the table below, from each wheel's `vllm/_version.py`), or main for {MAIN_COMMIT}; otherwise its
+number, which takes the rules of the last release at or before it in PEP 440's order (`packaging.version`:
+0.20.1.dev1 and 0.20.1rc1 come before 0.20.1, and take 0.20.0's rules; 0.20.1.post1 takes 0.20.1's). A source build
+numbered `0.1.devN` whose commit is no release's is refused, with how to name its base.
 
 `dsa_kvcalc/engine.py` holds the rules in one table, `VLLM_RULES`: {len(VLLM_RULES)} rules, {changes} changes. Each
 gives its value in {OLDEST_VLLM} and every change: the first release with the new value, and the source, read in the
@@ -192,7 +193,7 @@ def supported_block() -> str:
     for gpu in GPUS:
         families.setdefault(gpu.arch, []).append(gpu.name)
     releases = list(RELEASE_COMMITS)
-    deepgemm = sorted(set(DEEPGEMM_RELEASES), key=release_tuple)
+    deepgemm = list(DEEPGEMM_RELEASES)
     lines = [
         f"- **Models** ({len(MODELS)}): " + ", ".join(f"`{m.name}`" for m in MODELS) + "; or a local `config.json` "
         "of one of their architectures (`dsa-kvcalc models` lists each config's source).",

@@ -1,5 +1,6 @@
 """Rendering for people: tables, markdown, CSV, text. No arithmetic beyond unit conversion for display."""
 
+import json
 import re
 import textwrap
 
@@ -12,6 +13,12 @@ CONTINUED = 4  # a folded line's continuations are indented this much more than 
 # space does not break, so that a number keeps its unit ("6 B", "95.00 GiB", "39.15 requests").
 NUMBER_THEN_WORD = re.compile(r"(?:(?<=\s)|^)([(\[~+\-<>=]*\d(?:[\d,.]*\d)?%?) (?=\S)", re.MULTILINE)
 GLUE = "\u00a0"  # textwrap breaks at ASCII whitespace only
+
+
+def json_text(document, indent: int | None = 2) -> str:
+    """Every JSON the tool prints: a plan, a report, a sweep row (indent None: one line); a value JSON has no type
+    for (a date YAML read, a path) as its text."""
+    return json.dumps(document, indent=indent, default=str) + "\n"
 
 
 def gib(value: int) -> str:

@@ -1,12 +1,12 @@
 """Rendering a Calibration: the JSON contract, the text table, and the calibrated recipe YAML. No arithmetic of its own
 beyond differences and unit conversion for display."""
 
-import json
 
 import yaml
 
 from dsa_kvcalc.calibrate import Calibration, TermRow
 from dsa_kvcalc.keys import shown
+from dsa_kvcalc.render import json_text
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.report import TOOL
 
@@ -23,9 +23,9 @@ def cell(row: TermRow, value: int | None) -> str:
 
 
 def difference(row: TermRow) -> str:
-    if row.log is None or row.plan is None:
+    gap = row.difference
+    if gap is None:
         return ""
-    gap = row.plan - row.log
     text = f"{gap / GIB:+.2f} GiB" if row.unit == "bytes" else f"{gap:+,}"
     return text + (f" ({gap / row.log:+.1%})" if row.log else "")
 
@@ -105,7 +105,7 @@ def calibration_json(c: Calibration) -> dict:
         "recipe": c.recipe.resolved(),
         "recipe_source": c.recipe_source,
         "terms": [{"term": row.term, "unit": row.unit, "log": row.log, "plan": row.plan,
-                   "difference": None if row.log is None or row.plan is None else row.plan - row.log,
+                   "difference": row.difference,
                    "calibrated_from": row.source, "log_line": row.line} for row in c.rows],
         "memory_bytes": c.memory,
         "kv_bytes_per_token_implied": c.kv_bytes_per_token_implied,
@@ -118,7 +118,7 @@ def calibration_json(c: Calibration) -> dict:
 
 
 def render_json(c: Calibration) -> str:
-    return json.dumps(calibration_json(c), indent=2) + "\n"
+    return json_text(calibration_json(c))
 
 
 def recipe_yaml(c: Calibration, log_name: str) -> str:

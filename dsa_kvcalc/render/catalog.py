@@ -2,11 +2,10 @@
 source."""
 
 import dataclasses
-import json
 
 from dsa_kvcalc.catalog import GPUS, MODELS
 from dsa_kvcalc.units import GIB
-from dsa_kvcalc.render import print_table, print_prose
+from dsa_kvcalc.render import json_text, print_table, print_prose
 from dsa_kvcalc.report import TOOL
 
 
@@ -30,7 +29,11 @@ def render_gpus(console) -> None:
         print_prose(console, f"{g.name}: {g.source}")
 
 
-def catalog_json(name: str, entries) -> str:
-    """Every field of every entry (Paths as text)."""
-    return json.dumps({"tool": TOOL, name: [dataclasses.asdict(e) for e in entries]}, indent=2, default=str) + "\n"
+TABLES = {"models": render_models, "gpus": render_gpus}
+CATALOGS = {"models": MODELS, "gpus": GPUS}
+
+
+def catalog_json(name: str) -> str:
+    """Every field of every entry of a catalog (Paths as text)."""
+    return json_text({"tool": TOOL, name: [dataclasses.asdict(e) for e in CATALOGS[name]]})
 

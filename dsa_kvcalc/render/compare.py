@@ -1,11 +1,10 @@
 """compare's columns as a table (the rows that differ first), markdown and JSON. No arithmetic: every figure is a
 value of plan's JSON, read by compare.rows."""
 
-import json
 
 from dsa_kvcalc.compare import Column, Row, rule_changes, rows
 from dsa_kvcalc.engine import ALL
-from dsa_kvcalc.render import gib, print_table, print_prose
+from dsa_kvcalc.render import gib, json_text, print_table, print_prose
 from dsa_kvcalc.report import TOOL
 
 
@@ -164,8 +163,8 @@ def render_json(columns: list[Column], corner: str) -> str:
     rules = [{"rule": row.key.removeprefix("rule."), "values": row.values}
              | rule_changes(columns, row.key.removeprefix("rule.")) for row in found
              if row.key.startswith("rule.") and row.differs]
-    return json.dumps({"tool": TOOL, "across": corner or None,
-                       "columns": [{"label": c.label, "refused": c.refused} for c in columns],
-                       "rows": [{"key": row.key, "values": row.values, "differs": row.differs} for row in found
-                                if not row.key.startswith("rule.")],
-                       "rules_changed": rules}, indent=2, default=str) + "\n"
+    return json_text({"tool": TOOL, "across": corner or None,
+                      "columns": [{"label": c.label, "refused": c.refused} for c in columns],
+                      "rows": [{"key": row.key, "values": row.values, "differs": row.differs} for row in found
+                               if not row.key.startswith("rule.")],
+                      "rules_changed": rules})

@@ -1,10 +1,9 @@
 """fit's answers as a table and JSON. No arithmetic: the figures come from fit.Answer and its plans."""
 
-import json
 
 from dsa_kvcalc.fit import Answer
 from dsa_kvcalc.keys import Recipe
-from dsa_kvcalc.render import gib, print_table, print_prose
+from dsa_kvcalc.render import gib, json_text, print_table, print_prose
 from dsa_kvcalc.report import TOOL
 
 
@@ -20,7 +19,7 @@ def answer_json(a: Answer) -> dict:
 def render_json(r: Recipe, answers: list[Answer]) -> str:
     recipe = {"model": r.model.name, "gpu": r.gpu.name, "engine": r.engine.label, "max_num_seqs": r.max_num_seqs,
               "max_model_len": r.max_model_len}
-    return json.dumps({"tool": TOOL, "recipe": recipe, "answers": [answer_json(a) for a in answers]}, indent=2) + "\n"
+    return json_text({"tool": TOOL, "recipe": recipe, "answers": [answer_json(a) for a in answers]})
 
 
 def header(a: Answer) -> str:
@@ -52,7 +51,7 @@ def explained(a: Answer, r: Recipe) -> str:
         said.append(f"the KV cache holds {gib(b.kv_cache_bytes)} GiB there, {b.max_concurrency:.2f} requests; at the "
                     f"recipe's max-num-seqs {r.max_num_seqs:,} plan gives {gib(mine.kv_cache_bytes)} GiB, "
                     f"{mine.max_concurrency:.2f} requests")
-    if a.question == "max-model-len" and 2 * kv.window_state_pages > kv.pages_per_request:
+    if a.question == "max-model-len" and a.pages_bound:
         said.append(f"a request of {a.largest:,} tokens holds {kv.pages_per_request:,} pages, "
                     f"{kv.window_state_pages:,} of them in window and state groups (a window group keeps its window "
                     f"and the tokens in flight, up to the whole request): {a.held['max-num-seqs']:,} requests of "

@@ -3,15 +3,15 @@ the numbers come from the Plan and report.py's JSON contract."""
 
 import csv
 import io
-import json
 
-from dsa_kvcalc.capacity import DTYPE_BYTES, BackendPlan, Plan, Reservation, Reserved, held_bytes
-from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Rows
+from dsa_kvcalc.capacity import BackendPlan, Plan, Reservation, Reserved
+from dsa_kvcalc.catalog import Rows
 from dsa_kvcalc.graphs import GraphEstimate
+from dsa_kvcalc.keys import flatten_keys
 from dsa_kvcalc.units import MIB
 from dsa_kvcalc import published
-from dsa_kvcalc.render import csv_fields, gib, least_widths, print_table, print_prose, table_width
-from dsa_kvcalc.report import (assumptions, backend_json, flatten, plan_json, fix_name, reserved_label, summary,
+from dsa_kvcalc.render import csv_fields, gib, json_text, least_widths, print_table, print_prose, table_width
+from dsa_kvcalc.report import (assumptions, backend_json, plan_json, fix_name, reserved_label, summary,
                                warnings)
 
 MARKS = {"measured": "", "derived": "", "fitted": "^", "estimated": "~"}
@@ -233,7 +233,7 @@ def render_markdown(plan: Plan, fixes: list = ()) -> str:
 
 def render_csv(plan: Plan) -> str:
     out = io.StringIO()
-    rows = [flatten("", backend_json(plan, b), {}) for b in plan.backends]
+    rows = [flatten_keys(backend_json(plan, b)) for b in plan.backends]
     writer = csv.DictWriter(out, fieldnames=csv_fields(rows), lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
@@ -241,7 +241,7 @@ def render_csv(plan: Plan) -> str:
 
 
 def render_json(plan: Plan, fixes: list = ()) -> str:
-    return json.dumps(plan_json(plan, fixes), indent=2) + "\n"
+    return json_text(plan_json(plan, fixes))
 
 
 def width_rule(plan: Plan, b: BackendPlan) -> str:
@@ -250,8 +250,7 @@ def width_rule(plan: Plan, b: BackendPlan) -> str:
     split = f"whole {layout.split_columns}-column splits"
     if not layout.stride_aligned:
         return f"align(L, {dl.width_multiple}) ({split})"
-    stride = STRIDE_ALIGNMENT_BYTES // DTYPE_BYTES[dl.logits_dtype]
-    return (f"align(L, lcm({layout.split_columns}, 1024 B / {DTYPE_BYTES[dl.logits_dtype]} B = {stride}) = "
+    return (f"align(L, lcm({layout.split_columns}, 1024 B / {dl.logits_bytes_per_element} B = {dl.stride_columns}) = "
             f"{dl.width_multiple}) ({split}, 1024-byte row strides)")
 
 
@@ -329,12 +328,11 @@ def backend_lines(plan: Plan, b: BackendPlan) -> list[str]:
 def oom_lines(plan: Plan, b: BackendPlan) -> list[str]:
     """The room a step has for the decode logits outside FULL CUDA graphs, term by term (capacity.OomRisk)."""
     o, m = b.oom, plan.memory
-    held = held_bytes(m, b.kv_cache_bytes, b.cudagraph.bytes)
     return [
         f"  held = KV {b.kv_cache_bytes:,} + weights {m.weights.bytes:,} + base peak {m.base_peak.bytes:,} + non-torch "
-        f"{m.non_torch.bytes:,} + graph pool {b.cudagraph.bytes:,} = {held:,} B",
-        f"  room outside FULL graphs = total {plan.recipe.gpu.total_memory_bytes:,} - held {held:,} - KV-init buffers "
-        f"{o.kv_init_buffers.bytes:,} ({o.kv_init_buffers.provenance}: {o.kv_init_buffers.source}) - unprofiled "
+        f"{m.non_torch.bytes:,} + graph pool {b.cudagraph.bytes:,} = {o.held_bytes:,} B",
+        f"  room outside FULL graphs = total {plan.recipe.gpu.total_memory_bytes:,} - held {o.held_bytes:,} - KV-init "
+        f"buffers {o.kv_init_buffers.bytes:,} ({o.kv_init_buffers.provenance}: {o.kv_init_buffers.source}) - unprofiled "
         f"{o.unprofiled.bytes:,} ({o.unprofiled.provenance}: {o.unprofiled.source}) = {o.room_bytes:,} B",
         f"  OOM above room // {o.bytes_per_decode:,} B a decode = {o.max_decodes} decodes; safe = (room - margin "
         f"{o.margin_bytes:,}) // {o.bytes_per_decode:,} = {o.safe_decodes}; the worst step holds {o.worst_decodes}"
@@ -409,4 +407,4 @@ def render_side_by_side(labelled: list[tuple[str, Plan]], console) -> None:
 
 
 def side_by_side_json(labelled: list[tuple[str, Plan]]) -> str:
-    return json.dumps({"servers": [{"label": label, **plan_json(p)} for label, p in labelled]}, indent=2) + "\n"
+    return json_text({"servers": [{"label": label, **plan_json(p)} for label, p in labelled]})

@@ -3,11 +3,10 @@
 import csv
 import io
 import itertools
-import json
 import pickle
 import tempfile
 
-from dsa_kvcalc.render import csv_fields, gib, print_table, print_prose
+from dsa_kvcalc.render import csv_fields, gib, json_text, print_table, print_prose
 from dsa_kvcalc.report import TOOL
 from dsa_kvcalc.sweep import Candidate
 
@@ -28,12 +27,13 @@ def csv_lines(rows):
             if row.get("available"):
                 break
         fields = csv_fields([seen, {"error": ""}])
+        planned = fields[:-1]  # a planned row's keys, in order, where no error row came before the header's
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(fields)
         waiting.seek(0)
         for count, row in enumerate(itertools.chain(unpickled(waiting), rows), 1):
-            writer.writerow([row.get(field, "") for field in fields])
+            writer.writerow([*row.values(), ""] if list(row) == planned else [row.get(field, "") for field in fields])
             if count % CHUNK_ROWS == 0:
                 yield out.getvalue()
                 out.seek(0)
@@ -53,7 +53,7 @@ def unpickled(file):
 def jsonl_lines(rows):
     """One JSON object a row; a varied value YAML read as a date (an error row's) as its text."""
     for row in rows:
-        yield json.dumps(row, default=str) + "\n"
+        yield json_text(row, None)
 
 
 def table_cells(keys: list[str], row: dict, notes: dict[str, int]) -> list[str]:
@@ -134,5 +134,5 @@ def recommendation_json(candidates: list[Candidate], target_concurrency: int, mi
              "kv_cache_tokens": c.kv_cache_tokens, "max_concurrency": c.max_concurrency, "stops": c.stops}
             for c in candidates]
     best = rows[0] if rows and rows[0]["max_num_seqs"] is not None else None
-    return json.dumps({"tool": TOOL, "targets": {"concurrency": target_concurrency, "kv_cache_tokens": min_kv_tokens},
-                       "recommended": best, "candidates": rows}, indent=2) + "\n"
+    return json_text({"tool": TOOL, "targets": {"concurrency": target_concurrency, "kv_cache_tokens": min_kv_tokens},
+                      "recommended": best, "candidates": rows})

@@ -1,14 +1,13 @@
 """Rendering verify --gpu's report (the dict gpu.run_verify returns): JSON, or rich tables. No arithmetic."""
 
-import json
 
 from dsa_kvcalc.units import GIB
-from dsa_kvcalc.render import print_table, print_prose
+from dsa_kvcalc.render import json_text, print_table, print_prose
 from dsa_kvcalc.report import TOOL
 
 
 def render_json(report: dict) -> str:
-    return json.dumps({"tool": TOOL} | report, indent=2) + "\n"
+    return json_text({"tool": TOOL} | report)
 
 
 def show(value) -> str:

@@ -1,4 +1,5 @@
-"""engine.py's rules that no other test pins (found by tools/mutate.py), each against the seed or a vLLM release."""
+"""How vLLM versions are named and ordered (engine.py): releases, pre-releases, main's builds and DeepInfer, each
+against the seed or a vLLM release."""
 
 import pytest
 

@@ -1,5 +1,4 @@
-"""catalog.py's data that no other test pinned (found by tools/mutate.py), each against its source: a config.json, a
-torch or vLLM print, DeepGEMM's layout rules."""
+"""catalog.py's data, each against its source: a config.json, a torch or vLLM print, DeepGEMM's layout rules."""
 
 import dataclasses
 import json
@@ -10,66 +9,74 @@ from conftest import ROOT
 from dsa_kvcalc import capacity, deployment, memory_terms, weights
 from dsa_kvcalc.catalog import GPUS, KPOOL_INDEXER, LAYOUTS, MODELS
 from dsa_kvcalc.recipe import RecipeError, load
+from dsa_kvcalc.vllm_log import read_log_file
 
 MIB = 1 << 20
 MODEL = {m.name: m for m in MODELS}
 
 
-@pytest.mark.parametrize("name, fields", [
-    # DeepSeek's reference config (config_671B_v3.2.json): 61 layers, 1 MTP layer, hidden 7168, an indexer of 64
-    # heads of 128 picking 2048, 163,840 positions
-    ("deepseek-ai/DeepSeek-V3.2", (61, 1, 7168, 64, 128, 2048, 163_840)),
-    ("deepseek-ai/DeepSeek-V3.2-Exp", (61, 1, 7168, 64, 128, 2048, 163_840)),
-    # ai-dynamo/aiconfigurator zai-org--GLM-5-FP8_config.json: 78 layers, hidden 6144, 202,752 positions; the
-    # glm_moe_dsa config's indexer: index_n_heads 32, index_head_dim 128, index_topk 2048, one MTP layer
-    ("zai-org/GLM-5-FP8", (78, 1, 6144, 32, 128, 2048, 202_752)),
-    ("zai-org/GLM-5.1-FP8", (78, 1, 6144, 32, 128, 2048, 202_752)),
-    ("nvidia/GLM-5.1-NVFP4", (78, 1, 6144, 32, 128, 2048, 202_752)),
-    # GLM-5.2's config.json: 1,048,576 positions, index_topk_freq 4, index_skip_topk_offset 3
-    ("zai-org/GLM-5.2-FP8", (78, 1, 6144, 32, 128, 2048, 1_048_576)),
-    ("nvidia/GLM-5.2-NVFP4", (78, 1, 6144, 32, 128, 2048, 1_048_576)),
-    # SyFI-ServingStudio/ServingStudioSim model/config/glm53_nvfp4.json (bee7da91): GLM-5.2's numbers again
-    ("zai-org/GLM-5.3", (78, 1, 6144, 32, 128, 2048, 1_048_576)),
-    # model/config/glm53_flash.json (d8fc2f3a): 45 layers, one MTP layer, hidden 4096, 32 x 128 indexer heads
-    ("zai-org/GLM-5.3-Flash", (45, 1, 4096, 32, 128, 2048, 1_048_576)),
-    # aiconfigurator nvidia--DeepSeek-V4-Flash-NVFP4_config.json (the same architecture): 43 layers, hidden 4096,
-    # 64 x 128 indexer heads, topk 512, 1,048,576 positions; -Pro: 61 layers, hidden 7168, topk 1024
-    ("deepseek-ai/DeepSeek-V4-Flash", (43, 1, 4096, 64, 128, 512, 1_048_576)),
-    ("deepseek-ai/DeepSeek-V4-Flash-0731", (43, 1, 4096, 64, 128, 512, 1_048_576)),
-    ("deepseek-ai/DeepSeek-V4-Pro", (61, 1, 7168, 64, 128, 1024, 1_048_576)),
-    # DeepSeek-V4.1-Flash's config (the catalog's copies): 40 layers, 3 MTP layers, hidden 5120
-    ("deepseek-ai/DeepSeek-V4.1-Flash", (40, 3, 5120, 32, 128, 512, 1_048_576)),
-])
-def test_models_as_their_configs_give_them(name, fields):
-    m = MODEL[name]
-    assert (m.num_layers, m.mtp_layers, m.hidden_size, m.index_n_heads, m.index_head_dim, m.index_topk,
-            m.max_position_embeddings) == fields
+CONFIGS = ROOT / "oracle" / "configs"  # the config.json of each catalog model, as its source gives it (SOURCES.md)
+
+
+def config(name: str) -> dict:
+    return json.loads((CONFIGS / f"{name.replace('/', '--')}.json").read_text())
+
+
+COPIED = [m.name for m in MODELS if (CONFIGS / f"{m.name.replace('/', '--')}.json").exists()]
+# Re-quantizations of another catalog model: the same config but its quantization_config (vllm-project/recipes
+# models/zai-org/GLM-5.1.yaml and GLM-5.2.yaml, variant mxfp4: AMD Quark's MXFP4 re-quantization; GLM-5.3.yaml,
+# variant nvfp4: Inferact's NVFP4 re-quantization)
+REQUANTIZED = {"amd/GLM-5.1-MXFP4": "zai-org/GLM-5.1-FP8", "amd/GLM-5.2-MXFP4": "zai-org/GLM-5.2-FP8",
+               "Inferact/GLM-5.3-NVFP4": "zai-org/GLM-5.3"}
+# the catalog's field -> the config.json key vLLM's config classes read it from: every config gives these
+GIVEN = {"num_layers": "num_hidden_layers", "mtp_layers": "num_nextn_predict_layers", "hidden_size": "hidden_size",
+         "index_n_heads": "index_n_heads", "index_head_dim": "index_head_dim", "index_topk": "index_topk",
+         "max_position_embeddings": "max_position_embeddings", "num_attention_heads": "num_attention_heads"}
+# and these where the config gives them
+WHERE_GIVEN = {"sliding_window": "sliding_window", "index_topk_freq": "index_topk_freq",
+               "index_skip_topk_offset": "index_skip_topk_offset", "index_kpool": "index_kpool",
+               "kv_source_layers": "kv_source_layer_ids", "index_source_layers": "index_source_layer_ids",
+               "candidate_topk_blocks": "candidate_topk_blocks"}
+
+
+def shape(model) -> dict:
+    return {field: getattr(model, field) for field in (*GIVEN, *WHERE_GIVEN, "compress_ratios", "linear_layers",
+                                                        "linear_heads", "linear_head_dim", "linear_conv_kernel")}
+
+
+@pytest.mark.parametrize("name", COPIED, ids=lambda name: name.split("/")[-1])
+def test_models_as_their_config_json_gives_them(name):
+    model, given = MODEL[name], config(name)
+    for field, key in GIVEN.items():
+        assert getattr(model, field) == given[key], field
+    for field, key in WHERE_GIVEN.items():
+        if key in given:
+            value = given[key]
+            assert getattr(model, field) == (tuple(value) if isinstance(value, list) else value), field
+    # compress_ratios lists the target layers, then the MTP (and DSpark) layers'
+    assert model.compress_ratios == tuple(given.get("compress_ratios", ())[:given["num_hidden_layers"]])
+    # GLM-5.3-Flash's linear_attn_config: KDA layers where layer_types says linear_attention, their heads and conv
+    linear = given.get("linear_attn_config", {})
+    assert model.linear_layers == tuple(n for n, kind in enumerate(given.get("layer_types", ()))
+                                        if kind == "linear_attention") == tuple(linear.get("kda_layers", ()))
+    assert (model.linear_heads, model.linear_head_dim, model.linear_conv_kernel) == (
+        linear.get("num_heads", 0), linear.get("head_dim", 0), linear.get("short_conv_kernel_size", 0))
+
+
+def test_every_model_has_its_config_json_or_is_a_requantization_of_one():
+    assert sorted(COPIED + list(REQUANTIZED)) == sorted(m.name for m in MODELS)
+    for name, base in REQUANTIZED.items():
+        assert shape(MODEL[name]) == shape(MODEL[base]), name
 
 
 @pytest.mark.parametrize("model", ["DeepSeek-V4-Flash", "DeepSeek-V4-Flash-0731", "DeepSeek-V4-Pro"])
 def test_deepseek_v4_windows_and_indexer_keys(model):
-    # config.json sliding_window 128; vLLM's indexer, and DeepInfer's, score the ratio-4 compressed keys:
-    # 1,048,576 // 4 = 262,144 columns
-    assert MODEL[f"deepseek-ai/{model}"].sliding_window == 128
+    # vLLM's indexer, and DeepInfer's, score the ratio-4 compressed keys: config.json's 1,048,576 positions // 4 =
+    # 262,144 columns
+    assert config(f"deepseek-ai/{model}")["max_position_embeddings"] // 4 == 262_144
     for engine in ("vllm", "deepinfer"):
         plan = capacity.plan(load({"model": model, "gpu": "B300", "tensor-parallel-size": 8, "engine": engine}))
         assert plan.backends[0].decode_logits.columns == 262_144
-
-
-def test_shared_and_compressed_layers_as_the_configs_list_them():
-    # GLM-5.2's config: index_topk_freq 4, index_skip_topk_offset 3
-    for name in ("zai-org/GLM-5.2-FP8", "nvidia/GLM-5.2-NVFP4", "zai-org/GLM-5.3"):  # GLM-5.3: glm53_nvfp4.json
-        assert (MODEL[name].index_topk_freq, MODEL[name].index_skip_topk_offset) == (4, 3)
-    # glm53_flash.json linear_attn_config: full_attn_layers 3, 7, ..., 43; kda_layers the other 34 of 45
-    full = (3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43)
-    assert MODEL["zai-org/GLM-5.3-Flash"].linear_layers == tuple(layer for layer in range(45) if layer not in full)
-    # aiconfigurator's V4-Flash config.json: compress_ratios 0, 0, 20 x (4, 128), 4 over the 43 layers
-    assert MODEL["deepseek-ai/DeepSeek-V4-Flash"].compress_ratios == (0, 0) + (4, 128) * 20 + (4,)
-    # V4.1-Flash: codes 0, 0, 18 x 2, 20 x 1; kv sources 2, 8, 14, 20; index layers 2, 8, 14, 20, 24, 28, 32, 36
-    # (vllm==0.33.0 vllm/models/deepseek_v41/amd/mono/keylist.py:5); a 128-token window
-    v41 = MODEL["deepseek-ai/DeepSeek-V4.1-Flash"]
-    assert v41.compress_ratios == (0, 0) + (2,) * 18 + (1,) * 20 and v41.sliding_window == 128
-    assert (v41.kv_source_layers, v41.index_source_layers) == ((2, 8, 14, 20), (2, 8, 14, 20, 24, 28, 32, 36))
 
 
 def test_v41_runs_from_030():
@@ -81,9 +88,9 @@ def test_v41_runs_from_030():
 
 
 def test_v4_pro_compresses_as_its_config_lists():
-    # compress_ratios: 128, 128, then 29 pairs of 4, 128, then 4 (and the MTP layer's 0): 30 ratio-4 layers of
-    # (37,440 + 8,640) B and 31 ratio-128 layers of 1,728 B a 256-token block: 1,435,968 B, the largest group
-    assert MODEL["deepseek-ai/DeepSeek-V4-Pro"].compress_ratios == (128, 128) + (4, 128) * 29 + (4,)
+    # config.json's compress_ratios: 128, 128, then 29 pairs of 4, 128, then 4 (and the MTP layer's 0): 30 ratio-4
+    # layers of (37,440 + 8,640) B and 31 ratio-128 layers of 1,728 B a 256-token block: 1,435,968 B, the largest group
+    assert config("deepseek-ai/DeepSeek-V4-Pro")["compress_ratios"] == [128, 128] + [4, 128] * 29 + [4, 0]
     plan = capacity.plan(load({"model": "DeepSeek-V4-Pro", "gpu": "B200", "tensor-parallel-size": 8,
                                "kv-cache-dtype": "fp8", "vllm-version": "0.28.0"}))
     assert plan.memory.kv.block_bytes == 30 * (37_440 + 8640) + 31 * 1728
@@ -114,17 +121,37 @@ def test_a_model_not_built_shards_its_config_shapes_over_tp_x_dp():
 
 @pytest.mark.parametrize("name, arch, total", [
     # torch's total_memory in MiB, or the GiB (2^30) that torch OOM messages and vLLM's "Free memory on device
-    # (free/total GiB)" print, as each GPU's source in the catalog quotes them
+    # (free/total GiB)" print, as each GPU's source in the catalog quotes them (no measurement of these here; the
+    # H200, GB200 and B300 are checked against one below)
     ("H100", "sm90", 81_089 * MIB), ("H100 PCIe", "sm90", 81_008 * MIB), ("H100 NVL", "sm90", 93.00),
-    ("H200", "sm90", 150_109_880_320), ("H200 NVL", "sm90", 150_109_880_320),  # measured on the lent H200
     ("H20", "sm90", 97_285 * MIB), ("GH200", "sm90", 94.88), ("B200", "sm100", 182_631 * MIB),
-    ("GB200", "sm100", 184.31), ("B300", "sm103", 267.69), ("GB300", "sm103", 276.50),
+    ("GB300", "sm103", 276.50),
     ("RTX PRO 6000", "sm120", 97_250 * MIB), ("GB10", "sm121", 121.69), ("MI300X", "gfx942", 196_592 * MIB),
     ("MI325X", "gfx942", 255.98), ("MI355X", "gfx950", 287.98),
 ])
 def test_gpu_memory_as_torch_and_vllm_print_it(name, arch, total):
     gpu = next(g for g in GPUS if g.name == name)
     assert (gpu.arch, gpu.total_memory_bytes) == (arch, total if isinstance(total, int) else round(total * 2**30))
+
+
+@pytest.mark.parametrize("names, measured", [
+    # verify --gpu on the lent H200 (tests/fixtures/verify/h200-builtin.json): torch's total_memory; the H200 NVL is
+    # the same 141 GB part
+    (("H200", "H200 NVL"), ("verify", "h200-builtin.json")),
+    # the total of vLLM's "Free memory on device (free/total GiB)" in a startup log (tests/fixtures/vllm_logs)
+    (("GB200",), ("log", "glm-5.2-nvfp4-4xgb200-tp4-ep-v0.26.0.log")),
+    (("B300",), ("log", "deepseek-v4-flash-0731-1xb300-tp1-dspark7-v0.26.0.log")),
+])
+def test_gpu_memory_as_a_measurement_here_gives_it(names, measured):
+    kind, file = measured
+    if kind == "verify":
+        total = json.loads((ROOT / "tests" / "fixtures" / "verify" / file).read_text())["gpu"]["total_memory_bytes"]
+    else:
+        reading = read_log_file(ROOT / "tests" / "fixtures" / "vllm_logs" / file, "log")
+        total_gib, = {rank.total_memory_gib for rank in reading.ranks if rank.total_memory_gib}
+        total = round(total_gib * 2**30)
+    for name in names:
+        assert next(g for g in GPUS if g.name == name).total_memory_bytes == total
 
 
 @pytest.mark.parametrize("layout, columns, stride", [
@@ -176,15 +203,6 @@ def test_deepinfer_scores_every_key_of_an_mla_model():
     plan = capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8,
                                "engine": "deepinfer"}))
     assert plan.backends[0].decode_logits.columns == 163_840
-
-
-@pytest.mark.parametrize("name, heads", [
-    ("deepseek-ai/DeepSeek-V3.2-Exp", 128),  # config_671B_v3.2.json n_heads 128
-    ("zai-org/GLM-5.3", 64),  # glm53_nvfp4.json num_attention_heads 64
-    ("zai-org/GLM-5.3-Flash", 64),  # glm53_flash.json num_attention_heads 64
-])
-def test_attention_heads_as_the_configs_give_them(name, heads):
-    assert MODEL[name].num_attention_heads == heads
 
 
 def test_any_pooled_indexer_is_the_kpool_indexer():

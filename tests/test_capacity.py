@@ -1,4 +1,4 @@
-"""capacity.py's rules that no other test pinned (found by tools/mutate.py): each case against a vLLM release line,
+"""capacity.py's rules and the memory terms it adds up, one behaviour a test: each case against a vLLM release line,
 the seed's figures, or arithmetic written out beside it, never the code's own output."""
 
 import json
@@ -147,9 +147,12 @@ def test_a_drafter_other_than_mtp_adds_no_kv_layer():
 
 def test_fp8_e4m3_is_deepseek_v4s_own_fp8_layout_not_an_mla_refusal():
     # vllm==0.33.0 vllm/models/deepseek_v4/attention.py:94-123: any fp8 cache becomes fp8_ds_mla in V4's own
-    # attention; FLASHMLA_SPARSE's MLA list (flashmla_sparse.py:149-155) has no fp8_e4m3, but V4 never consults it
-    capacity.plan(load({"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4,
-                        "kv-cache-dtype": "fp8_e4m3"}))
+    # attention; FLASHMLA_SPARSE's MLA list (flashmla_sparse.py:149-155) has no fp8_e4m3, but V4 never consults it. So
+    # fp8_e4m3 plans, and its KV cache is the one fp8 and fp8_ds_mla give, page for page
+    v4 = {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4}
+    e4m3, fp8, ds_mla = (capacity.plan(load(v4 | {"kv-cache-dtype": dtype})).memory.kv
+                         for dtype in ("fp8_e4m3", "fp8", "fp8_ds_mla"))
+    assert e4m3 == fp8 == ds_mla and e4m3.block_bytes > 0
 
 
 @pytest.mark.parametrize("keys, batches", [
@@ -473,3 +476,42 @@ def test_one_request_of_three_tokens_is_a_full_decode_graph_when_the_batch_takes
     recipe = load(V32_H200 | {"vllm-version": "0.33.0", "max-num-seqs": 2, "max-num-batched-tokens": 4,
                               "speculative-config": {"method": "mtp", "num_speculative_tokens": 2}})
     assert resolve(recipe).cudagraph_logits_rows == 3
+
+
+# Memory terms measured at another shape -------------------------------------------------------------------------------
+
+def test_a_term_estimated_or_measured_at_this_shape_carries_nothing():
+    # carried_bytes is what plan's estimate of a shape change adds to a figure measured at another shape: an estimate,
+    # or a figure measured at this very shape, carries 0 B, and the plan's JSON says so
+    estimated = memory_terms.rank_memory(resolve(load(V32_H200)))
+    measured = memory_terms.rank_memory(resolve(load(V32_H200 | {"memory": {"weights_gib": 80}})))
+    assert (measured.weights.provenance, measured.weights.bytes) == ("measured", 80 * 2**30)
+    for term in (estimated.weights, estimated.base_peak, estimated.non_torch, measured.weights):
+        assert report.provenance(term)["carried_bytes"] == 0
+
+
+def test_v41_plain_rows_take_plain_dtypes_and_refuse_only_the_packed_names_from_031():
+    # vllm==0.31.0 vllm/models/deepseek_v41/attention.py:160-164: on a plain-row backend (FlashInfer's V4.1 one) a
+    # dtype ending in _ds_mla is refused, "a packed FlashMLA DeepSeek V4.1 KV cache format; the selected backend
+    # stores plain KV rows"; bf16 (auto) and per-tensor fp8 rows go on (:166-169). 0.30.0 has no such check.
+    v41 = {"model": "DeepSeek-V4.1-Flash", "gpu": "B200", "data-parallel-size": 4, "enable-expert-parallel": True,
+           "attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}
+    for version in ("0.31.0", "0.33.0"):
+        for dtype in ("auto", "fp8"):
+            assert capacity.plan(load(v41 | {"vllm-version": version, "kv-cache-dtype": dtype})).memory.kv.block_bytes
+        with pytest.raises(RecipeError, match="fp8_ds_mla is a packed FlashMLA DeepSeek V4.1 KV cache format"):
+            capacity.plan(load(v41 | {"vllm-version": version, "kv-cache-dtype": "fp8_ds_mla"}))
+    assert capacity.plan(load(v41 | {"vllm-version": "0.30.0", "kv-cache-dtype": "fp8_ds_mla"})).memory.kv.block_bytes
+
+
+def test_a_peak_measured_at_the_budget_it_runs_with_already_holds_mains_reservation():
+    # H200: requested = ceil(150,109,880,320 x 0.92) = 138,101,089,895 B (vllm==0.33.0 vllm/v1/worker/utils.py:724-726),
+    # less the measured 80 + 6 + 2 + 1 GiB = 42,538,067,559 B of KV cache on 0.33.0. main reserves the larger of the
+    # prefill budget and the decode worst case in the profile run (vLLM PR #62860, the seed); 16 sequences' logits are
+    # far below a 2,048 MiB budget, whose prefill logits the measured peak already held: the KV cache stays the same.
+    recipe = {"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "max-num-seqs": 16,
+              "env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": 2048},
+              "memory": {"weights_gib": 80, "peak_activation_gib": 6, "non_torch_gib": 2, "cudagraph_gib": 1}}
+    for version in ("0.33.0", "main"):
+        backends = capacity.plan(load(recipe | {"vllm-version": version})).backends
+        assert {b.kv_cache_bytes for b in backends if b.available} == {42_538_067_559}, version

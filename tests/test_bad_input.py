@@ -1,7 +1,7 @@
-"""Issue 10: every bad input gets one line (`error: KEY: ...`, exit 2) and writes nothing, and no figure a person reads
-is cut (what --output does alone is test_files_and_streams.py's). One test per case of the issue, each saying what the
-user did; then property tests that throw hostile recipes, --set values, sweep ranges and output targets at the command
-line."""
+"""Every bad input gets one line (`error: KEY: ...`, exit 2) and writes nothing, and no figure a person reads is cut
+(what --output does alone is test_files_and_streams.py's). One test a case, each saying what the user did; then
+property tests that throw hostile recipes, --set values, sweep ranges, output targets and versions of thousands of
+digits at the command line, and thousands of generated recipes, valid and broken, at the loader and plan."""
 
 import io
 import json
@@ -22,9 +22,12 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from rich.console import Console
 
-from conftest import LOGS, RECIPES, ROOT, SEED, fails, run, runner
+from conftest import LOGS, RECIPES, ROOT, SEED, cli, fails, one_line, runner
+from dsa_kvcalc import capacity, report
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.cli import app, main
+from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.recipe import load
 from dsa_kvcalc.schema import json_schema
 from dsa_kvcalc.render import verify as verify_render
 from dsa_kvcalc.sweep import MAX_POINTS, parse_varies, points
@@ -34,18 +37,8 @@ BASE = "model: DeepSeek-V3.2\ngpu: H200\ntensor-parallel-size: 8\n"
 V4 = "model: DeepSeek-V4-Flash\ngpu: B200\ndata-parallel-size: 4\nenable-expert-parallel: true\n"
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
 MEMORY_LIMIT = 2 << 30  # address space for a child: the 7.5 GB config.json of the issue would not fit
-SECONDS = 5  # "within seconds": of CPU in process, so that a loaded machine does not fail a run that works
+FEW = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 CHILD_SECONDS = 30  # a child's wall-clock limit: it imports everything, on a machine others may be loading
-
-
-def cli(*args, env=None):
-    """conftest's run, stricter: an exception other than typer's exit fails (CliRunner hides its traceback), and so
-    does a run of more than a few seconds. env: variables for the run (COLUMNS)."""
-    started = time.process_time()
-    result = run(*args) if env is None else runner.invoke(app, [str(a) for a in args], env=env)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert time.process_time() - started < SECONDS, args
-    return result
 
 
 def child(*args, timeout=20):
@@ -63,12 +56,6 @@ def main_run(capsys, *args) -> tuple[int, str, str]:
         main([str(a) for a in args])
     out, err = capsys.readouterr()
     return exited.value.code, out, err
-
-
-def one_line(text: str, start: str) -> str:
-    lines = text.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(start), text
-    return lines[0]
 
 
 def write(folder: Path, text: str, name: str = "recipe.yaml") -> Path:
@@ -742,3 +729,132 @@ def test_hostile_command_lines_through_the_console_script(command, junk, text, o
         done = child(*args)
         assert time.monotonic() - started < CHILD_SECONDS, args
         check_run(folder, [p for p in (first,) if p], done.returncode, done.stderr, before)
+
+
+# Thousands of generated recipes, valid and broken: each ends in a plan or one clean error, never a traceback ----------
+
+junk = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**13), st.floats(allow_nan=True),
+                 st.text(max_size=12), st.lists(st.integers(-5, 5000), max_size=4),
+                 st.dictionaries(st.text(max_size=8), st.integers(-3, 10), max_size=3))
+sizes = st.one_of(st.integers(-2, 2_000_000), st.sampled_from(["128k", "1M", "1m", "auto", "2.5K", "64K", "-1"]))
+good = {
+    "model": st.sampled_from(["DeepSeek-V3.2", "deepseek-ai/DeepSeek-V3.2-Exp", "GLM-5", "zai-org/GLM-5-FP8",
+                              "deepseek-v4-flash", "DeepSeek-V4-Pro", "DeepSeek-V4.1-Flash", "GLM-5.3-Flash",
+                              "GLM-5.3", "Qwen3"]),
+    "gpu": st.sampled_from(["H100", "h200", "B200", "GB200", "B300", "MI300X", "MI355X", "A100"]),
+    "max-num-seqs": st.integers(-1, 4096),
+    "max-model-len": sizes,
+    "max-num-batched-tokens": sizes,
+    "speculative-config": st.one_of(
+        st.fixed_dictionaries({"num_speculative_tokens": st.integers(-1, 8)},
+                              optional={"method": st.sampled_from(["mtp", "ngram", "deepseek_mtp"])}),
+        st.just('{"num_speculative_tokens": 2}'), st.just("{broken")),
+    "tensor-parallel-size": st.sampled_from([0, 1, 2, 4, 8, 16]),
+    "data-parallel-size": st.sampled_from([1, 2, 4, 8]),
+    "enable-expert-parallel": st.booleans(),
+    "decode-context-parallel-size": st.sampled_from([1, 2, 4]),
+    "gpu-memory-utilization": st.floats(-0.5, 1.5),
+    "kv-cache-dtype": st.sampled_from(["auto", "fp8", "fp8_e4m3", "bfloat16", "int4"]),
+    "kv-cache-memory-bytes": sizes,
+    "sparse-indexer-topk-backend": st.sampled_from(["auto", "deep_select", "persistent", "aiter", "fastest"]),
+    "enforce-eager": st.booleans(),
+    "compilation-config": st.fixed_dictionaries({}, optional={
+        "cudagraph_mode": st.sampled_from(["FULL_AND_PIECEWISE", "piecewise", "NONE", "FULL", "half"]),
+        "max_cudagraph_capture_size": st.integers(-1, 4096),
+        "cudagraph_capture_sizes": st.lists(st.integers(-1, 2048), max_size=5)}),
+    "deepgemm": st.sampled_from(["2.8", "2.8.2", "2.6.1", "2.2", "2.7", "3"]),
+    "engine": st.sampled_from(["vllm", "deepinfer", "sglang"]),
+    "env": st.fixed_dictionaries({}, optional={"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": st.integers(-1, 4096)}),
+    "memory": st.fixed_dictionaries({}, optional={
+        "weights_gib": st.floats(-1, 300), "peak_activation_bytes": st.integers(-1, 10**11),
+        "cudagraph_gib": st.one_of(st.floats(0, 40), st.fixed_dictionaries({"auto": st.floats(0, 40)})),
+        "indexer_headroom_gib": st.floats(0, 10), "non_torch": st.integers(0, 5)}),
+    "port": st.integers(1, 65535),
+}
+# Mostly valid (so that plans run), sometimes broken, rarely unknown.
+valid_model = st.sampled_from(["DeepSeek-V3.2", "GLM-5", "deepseek-v4-flash", "DeepSeek-V4.1-Flash", "GLM-5.3-Flash"])
+valid_gpu = st.sampled_from(["H200", "B200", "B300", "MI355X"])
+
+
+@st.composite
+def recipes(draw):
+    keys = draw(st.lists(st.sampled_from(sorted(good)), unique=True, max_size=len(good)))
+    raw = {"model": draw(valid_model), "gpu": draw(valid_gpu), "tensor-parallel-size": 8}
+    for key in keys:
+        broken = draw(st.integers(0, 20)) == 0
+        raw[key.replace("-", "_") if draw(st.booleans()) else key] = draw(junk if broken else good[key])
+    if draw(st.integers(0, 30)) == 0:
+        raw[draw(st.text(min_size=1, max_size=10))] = 1
+    return raw
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recipes())
+def test_loader_and_plan_end_in_a_result_or_a_clean_error(raw):
+    try:
+        plan = capacity.plan(load(raw))
+    except RecipeError as error:
+        assert error.key and str(error).count("\n") == 0
+        return
+    data = report.plan_json(plan)
+    for backend in data["backends"]:
+        if backend["available"]:
+            assert backend["kv_cache_tokens"] >= 0 and backend["reserved_bytes"] >= backend["prefill_budget_bytes"] \
+                or plan.recipe.engine.profile_holds_decode_logits
+
+
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(raw=recipes(), format=st.sampled_from(["table", "json", "csv", "markdown"]))
+def test_cli_exits_0_2_or_4_without_traceback(tmp_path, raw, format):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = runner.invoke(app, ["plan", str(path), "--format", format])
+    assert result.exit_code in (0, 2, 4), result.output  # 4: a deployment vLLM would refuse, after the plan
+    assert "Traceback" not in result.output
+    if result.exit_code == 2:
+        assert result.output.startswith("error: ") and result.output.count("\n") == 1
+    if result.exit_code == 4:
+        assert re.search(r"(would refuse|refuses) to start", result.output), result.output
+
+
+# Versions of thousands of digits -------------------------------------------------------------------------------------
+
+def digits(count: int) -> str:
+    return ("1234567890" * (count // 10 + 1))[:count]
+
+
+versions = st.builds(lambda v, parts, tag: v + ".".join(digits(n) for n in parts) + tag, st.sampled_from(["", "v"]),
+                     st.lists(st.one_of(st.integers(1, 7), st.integers(7, 6000)), min_size=1, max_size=4),
+                     st.one_of(st.just(""), st.builds(lambda n: "rc" + digits(n), st.integers(1, 6000)),
+                               st.sampled_from([".dev1+g1234", "-x", "+" + "a" * 70])))
+
+
+@FEW
+@given(versions, st.sampled_from(["--set", "file", "--vary", "log"]))
+def test_a_version_of_any_length_is_planned_or_one_line(tmp_path_factory, version, where):
+    # A vllm-version of thousands of digits ended in a traceback (Python converts no int of over 4,300 digits).
+    folder = tmp_path_factory.mktemp("version")
+    recipe = folder / "recipe.yaml"
+    recipe.write_text(SEED.read_text())
+    if where == "--set":
+        result = cli("plan", recipe, "-f", "json", "--set", f"vllm-version={version}")
+    elif where == "file":
+        recipe.write_text(f"model: DeepSeek-V3.2\ngpu: H200\ntensor-parallel-size: 8\nvllm-version: '{version}'\n")
+        result = cli("plan", recipe, "-f", "json")
+    elif where == "--vary":
+        result = cli("sweep", recipe, "--vary", f"vllm-version={version}", "-f", "jsonl", "--backend", "auto")
+    else:
+        log = folder / "startup.log"
+        log.write_text(f"INFO vLLM API server version {version}\n" + RTX.read_text().split("\n", 3)[3])
+        result = cli("calibrate", log, "--set", "gpu=B200", "-f", "json")
+    assert result.exit_code in (0, 2), result.output
+    if result.exit_code == 2:
+        one_line(result.stderr)
+    elif where in ("--set", "file"):
+        assert json.loads(result.stdout)["recipe"]["vllm-version"] == version.removeprefix("v")
+    elif where == "--vary":
+        row = json.loads(result.stdout.splitlines()[0])
+        assert row.get("engine_label") == f"vLLM {version.removeprefix('v')}" or "error" in row
