@@ -20,6 +20,7 @@ import tracemalloc
 from pathlib import Path
 
 from dsa_kvcalc import capacity, sweep
+from dsa_kvcalc.deployment import Known
 from dsa_kvcalc.keys import flatten_keys
 from dsa_kvcalc.recipe import read_recipe
 from dsa_kvcalc.render.sweep import csv_lines
@@ -56,11 +57,11 @@ def split_us() -> dict[str, float]:
     base, parsed = base_and_varies(SPLIT_POINTS)
     keys = [vary.key for vary in parsed]
     points = [dict(zip(keys, point)) for point in sweep.points(parsed)]
-    kv_specs: dict = {}
+    known = Known()
     start = time.perf_counter()
     recipes = [sweep.recipe_at(base, point) for point in points]
     resolved = time.perf_counter()
-    plans = [capacity.plan(recipe, set(BACKENDS), kv_specs) for recipe in recipes]
+    plans = [capacity.plan(recipe, set(BACKENDS), known) for recipe in recipes]
     planned = time.perf_counter()
     rows = [point | flatten_keys(backend_json(plan, b)) for point, plan in zip(points, plans) for b in plan.backends]
     shaped = time.perf_counter()
