@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import ROOT
+from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc.graphs import capture_sizes, decode_graphs
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
@@ -70,6 +71,7 @@ def case_recipe(release: str, case: dict) -> dict:
 def plan_rows(release: str, case: dict) -> int | str:
     try:
         recipe = load(case_recipe(release, case))
+        resolve(recipe)  # vLLM's start-up refusals, the capture sizes' among them
         return decode_graphs(recipe, capture_sizes(recipe)).top
     except RecipeError:
         return "refused"
