@@ -29,14 +29,13 @@ from dsa_kvcalc.kv_cache.deepseek_v41 import V41_WINDOW_BLOCK, v41_attention, v4
 from dsa_kvcalc.kv_cache.glm5next import PAGED_MQA_PAGE_SIZES, attention_block, glm5next_caches, kda_state_bytes
 from dsa_kvcalc.kv_cache.grouping import approximate_gcd, group, stage_groups, stage_layers
 from dsa_kvcalc.kv_cache.mla import MLA_FP8_DS_BYTES, mla_caches, mla_token_bytes, owns_indexer
-from dsa_kvcalc.kv_cache.pages import (INDEXER_ENTRY_BYTES, Cache, Group, KvSpec, block_bytes, cdiv, group_pages,
-                                       round_up)
+from dsa_kvcalc.kv_cache.pages import INDEXER_ENTRY_BYTES, Group, KvSpec, block_bytes, cdiv, group_pages, round_up
 
-# What the rest of dsa_kvcalc imports from kv_cache.
+# spec, and what the rest of dsa_kvcalc and its tests import from the package
 __all__ = ["INDEXER_ENTRY_BYTES", "MLA_FP8_DS_BYTES", "PAGED_MQA_PAGE_SIZES", "V41_WINDOW_BLOCK", "V4_WINDOW_BLOCK",
-           "Cache", "Group", "KvSpec", "approximate_gcd", "attention_block", "block_bytes", "cdiv", "group_pages",
-           "kda_state_bytes", "mla_token_bytes", "owns_indexer", "round_up", "spec", "stage_layers", "v41_attention",
-           "v41_caches", "v41_packed"]
+           "Group", "KvSpec", "approximate_gcd", "attention_block", "cdiv", "group_pages", "kda_state_bytes",
+           "mla_token_bytes", "owns_indexer", "round_up", "spec", "stage_layers", "v41_attention", "v41_caches",
+           "v41_packed"]
 
 
 def spec(recipe: Recipe, backend: str, draft_layers: int, in_flight_tokens: int, extra_retained: int) -> KvSpec:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from dsa_kvcalc.keys import Recipe
 from dsa_kvcalc.kv_cache.pages import Cache, Group, cdiv
 
+
 def approximate_gcd(values: list[int], lower_bound: int) -> int:
     """The divisor that pads the layer counts least, larger on ties (kv_cache_utils.py:1644-1676)."""
     best, best_padding = lower_bound, None
