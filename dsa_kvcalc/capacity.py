@@ -5,7 +5,7 @@ logits"), the profile run's reservation, the peak it raises, the CUDA graphs, th
 they hold ("How vLLM sizes the KV cache"), then the out-of-memory risk and plan(), which strings the steps together for
 each top-k backend. What vLLM decides before it counts memory (the "Top-k backends", the sparse-MLA backend, the
 KV-cache spec) and every refusal of vLLM's at start-up are deployment.py's resolve(); the terms its profile measures are
-memory_terms.py's; the KV bytes per token ("KV-cache groups") are kv_cache.py's. Bytes and tokens are integers.
+memory_terms.py's; the KV bytes per token ("KV-cache groups") are kv_cache/'s. Bytes and tokens are integers.
 """
 
 import math

@@ -348,7 +348,7 @@ KPOOL_INDEXER = Indexer(
 @dataclass(frozen=True)
 class Model:
     """A checkpoint, as its config.json describes what the KV cache and the indexer need. The KV-cache specs are
-    derived from these fields in kv_cache.py; nothing here is a per-token figure."""
+    derived from these fields in kv_cache/; nothing here is a per-token figure."""
 
     name: str  # Hugging Face id
     config_source: str  # where the config was read: a public copy (repository and path), or a local file

@@ -1,7 +1,7 @@
 """What vLLM decides for a recipe before it counts any memory, decided once: resolve(recipe) -> Deployment.
 
 The top-k backends its engine offers and which of them run here, the sparse-MLA backend, the model runner, the draft
-layers, the batches and tokens in flight, and from them the KV-cache spec (kv_cache.py). Every start-up check of vLLM's
+layers, the batches and tokens in flight, and from them the KV-cache spec (kv_cache/). Every start-up check of vLLM's
 that refuses a recipe runs here, and only here: one Refusal type (keys.Refusal, the CLI's exit 4), its key named as
 the recipe spells it. recipe.load() validates the input; capacity.py and memory_terms.py read the Deployment; none of
 its values is a byte count of memory.
@@ -173,7 +173,7 @@ class Reads:
 
 
 def kv_spec(recipe: Recipe, backend: str, specs: dict | None = None) -> KvSpec:
-    """The recipe's KV-cache groups (kv_cache.py), with the tokens in flight that windows hold (vLLM 0.26.0+: two
+    """The recipe's KV-cache groups (kv_cache/), with the tokens in flight that windows hold (vLLM 0.26.0+: two
     batches under async scheduling) and the draft tokens multi-layer MTP keeps (0.28.0+). A sweep passes `specs`,
     the specs it has built so far, each under the fields kv_cache.spec read of its recipe and their values: a recipe
     that agrees with one on the fields that spec read gets the same spec (most of a sweep's points share one)."""

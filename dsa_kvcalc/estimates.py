@@ -1,6 +1,6 @@
 """Every figure that is estimated or fitted rather than derived, in one place, each with what it rests on.
 
-Derived figures (from a model's config and a rule cited to vLLM's source) live in kv_cache.py and capacity.py.
+Derived figures (from a model's config and a rule cited to vLLM's source) live in kv_cache/ and capacity.py.
 Measured figures come from the user's recipe (its memory block) or a vLLM log (calibrate). What is here stands in
 where neither gives a measurement; plan marks each such term "estimated" or "fitted" in its output, with an error bar
 (uncertainty.py). A fitted figure names the records it was fitted to and its residuals (fits.py); a record checks it

@@ -98,7 +98,8 @@ def table_width(recipe: Recipe, group: Group, aligned: bool) -> int:
     SlidingWindowSpec keeps the base max_num_blocks_per_req, vllm==0.33.0 vllm/v1/kv_cache_interface.py:290-300), split
     over DCP ranks; one block for a ring (CircularBufferSpec, :987-989), GLM-5.3-Flash's tail ring aligned to 128
     tokens before vLLM 0.32.0 (engine.py kpool_tail_row_aligned); a KDA state's blocks of max_model_len plus one a
-    draft token (MambaSpec, :1143-1153; without prefix caching a KDA block is max_model_len, kv_cache.py, so 1 + k)."""
+    draft token (MambaSpec, :1143-1153; without prefix caching a KDA block is max_model_len, kv_cache/glm5next.py,
+    so 1 + k)."""
     length, k = recipe.max_model_len, recipe.num_speculative_tokens
     if group.kind == "state":
         tail = recipe.model.family == "glm5next" and recipe.engine.kpool_tail_row_aligned

@@ -1,6 +1,6 @@
 """GLM-5.3-Flash (Glm5Next: KDA linear attention + DSA) and GLM-5.3 against figures the code did not produce: vLLM's own
 planner run per release (tests/fixtures/glm53_planner, SOURCES.md), and cases worked out by hand from the release
-lines engine.py and kv_cache.py cite. The real record (443,628 tokens) is in test_records.py."""
+lines engine.py and kv_cache/glm5next.py cite. The real record (443,628 tokens) is in test_records.py."""
 
 import json
 import math

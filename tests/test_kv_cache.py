@@ -1,8 +1,10 @@
 """KV-cache groups against figures vLLM printed or that follow by hand from its source, never from this code."""
 
+import ast
 import itertools
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -372,3 +374,18 @@ def test_one_request_of_a_one_group_model_needs_its_pages_at_the_padded_block_st
     recipe = load({"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8",
                    "vllm-version": "0.31.0"})
     assert memory_terms.rank_memory(resolve(recipe)).kv.request_bytes == 7_076_413_440
+
+
+def test_the_kv_cache_package_imports_one_way():
+    # docs/ARCHITECTURE.md "The KV-cache package": pages.py is the base, each family module and grouping.py read it
+    # (glm5next.py also mla.py's MLA record), and only __init__.py puts them together, so no import cycle can form
+    package = Path(kv_cache.__file__).parent
+    siblings = {}
+    for path in sorted(package.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        siblings[path.stem] = {node.module.removeprefix("dsa_kvcalc.kv_cache").lstrip(".") or "__init__"
+                               for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+                               and node.module.startswith("dsa_kvcalc.kv_cache")}
+    assert siblings == {"pages": set(), "mla": {"pages"}, "deepseek_v4": {"pages"}, "deepseek_v41": {"pages"},
+                        "glm5next": {"mla", "pages"}, "grouping": {"pages"},
+                        "__init__": {"pages", "mla", "deepseek_v4", "deepseek_v41", "glm5next", "grouping"}}

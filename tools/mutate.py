@@ -10,7 +10,7 @@ one line a mutant, so that a run can be stopped, resumed, sharded (--shard i/n) 
     python3 tools/mutate.py                                  # every module, 2 jobs, results in /tmp
     python3 tools/mutate.py --module engine --module capacity --jobs 2
     python3 tools/mutate.py --summary                        # the results so far
-    python3 tools/mutate.py --list --module kv_cache         # the mutants, without running them
+    python3 tools/mutate.py --list --module kv_cache.grouping   # the mutants, without running them
     python3 tools/mutate.py --at 4fc62cc --fast-only --results BEFORE.jsonl   # the package and tests of a commit
     python3 tools/mutate.py --retest survived --base BEFORE.jsonl --results AFTER.jsonl   # the survivors, again
 
@@ -45,8 +45,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dsa_kvcalc"
-MODULES = ("engine", "deployment", "capacity", "kv_cache", "memory_terms", "defaults", "estimates", "catalog", "calibrate",
-           "vllm_log", "kv_init_buffers", "weights", "fits", "uncertainty", "fixes")
+# A module of a subpackage is named with a dot (kv_cache.grouping: dsa_kvcalc/kv_cache/grouping.py), the subpackage's
+# own name standing for its __init__.py (kv_cache: dsa_kvcalc/kv_cache/__init__.py).
+MODULES = ("engine", "deployment", "capacity", "kv_cache", "kv_cache.pages", "kv_cache.mla", "kv_cache.deepseek_v4",
+           "kv_cache.deepseek_v41", "kv_cache.glm5next", "kv_cache.grouping", "memory_terms", "defaults", "estimates",
+           "catalog", "calibrate", "vllm_log", "kv_init_buffers", "weights", "fits", "uncertainty", "fixes")
 EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
 RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all;
@@ -62,6 +65,12 @@ FIRST_TESTS = {
     "deployment": ("test_release_rules.py", "test_capacity.py", "test_seed.py"),
     "capacity": ("test_release_rules.py", "test_seed.py"),
     "kv_cache": (),
+    "kv_cache.pages": ("test_kv_cache.py",),
+    "kv_cache.mla": ("test_kv_cache.py",),
+    "kv_cache.deepseek_v4": ("test_kv_cache.py",),
+    "kv_cache.deepseek_v41": ("test_kv_cache.py",),
+    "kv_cache.glm5next": ("test_glm53.py", "test_kv_cache.py"),
+    "kv_cache.grouping": ("test_kv_cache.py",),
     "memory_terms": ("test_capacity.py", "test_kv_cache.py", "test_seed.py"),
     "defaults": ("test_release_rules.py", "test_capacity.py", "test_records.py", "test_seed.py"),
     "estimates": ("test_capacity.py", "test_weights.py", "test_leave_one_out.py", "test_release_rules.py"),
@@ -107,7 +116,7 @@ class Mutant:
 
     @property
     def where(self) -> str:
-        return f"dsa_kvcalc/{self.module}.py:{self.line}"
+        return f"{source_path(self.module)}:{self.line}"
 
 
 def mutant_id(record: dict) -> str:
@@ -115,11 +124,17 @@ def mutant_id(record: dict) -> str:
     return f"{record['module']}:{record['node']}:{record['kind']}:{json.dumps(record['change'])}"
 
 
+def source_path(module: str) -> str:
+    """The module's file, from the repository root (MODULES says how a name reads)."""
+    path = module.replace(".", "/")
+    return f"dsa_kvcalc/{path}/__init__.py" if (PACKAGE / path).is_dir() else f"dsa_kvcalc/{path}.py"
+
+
 def module_source(module: str, rev: str | None = None) -> str:
     """The module as the checkout has it, or as it was at a commit."""
     if rev is None:
-        return (PACKAGE / f"{module}.py").read_text()
-    return subprocess.run(["git", "show", f"{rev}:dsa_kvcalc/{module}.py"], cwd=ROOT, capture_output=True, text=True,
+        return (ROOT / source_path(module)).read_text()
+    return subprocess.run(["git", "show", f"{rev}:{source_path(module)}"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout
 
 
@@ -356,13 +371,13 @@ class Workspace:
 
     def run(self, module: str, source: str, stages: list[tuple[list[str], int]]) -> dict:
         """The tests, stage by stage, until one fails (each stage stops at its first failure)."""
-        target = self.path / "dsa_kvcalc" / f"{module}.py"
+        target = self.path / source_path(module)
         original = target.read_text()
         start, code, output, ran = time.monotonic(), 0, "", 0
         target.write_text(source)
         try:
             for tests, timeout in stages:
-                for stale in (target.parent / "__pycache__").glob(f"{module}.*.pyc"):
+                for stale in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
                     stale.unlink()  # a mutant of the same size written within the second would pass for it
                 code, output = self.pytest(["-q", "-rf", "-x", "-p", "no:cacheprovider", *tests], timeout)
                 ran += 1
@@ -370,7 +385,7 @@ class Workspace:
                     break
         finally:
             target.write_text(original)
-            for stale in (target.parent / "__pycache__").glob(f"{module}.*.pyc"):
+            for stale in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
                 stale.unlink()
         failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
         return {"code": code, "stages": ran, "seconds": round(time.monotonic() - start, 1), "failed": failed[:1],
@@ -438,7 +453,7 @@ def summary(path: Path, modules: list[str], rev: str | None = None, base: Path |
                if key in described and record["digest"] == current[record["module"]]}
     for key, record in results.items():
         record.update({k: getattr(described[key], k) for k in ("line", "col", "original", "mutant", "code")})
-    print(f"{'module':<10} {'killed':>7} {'total':>6} {'rate':>7}   equivalent  killed/changing-output  rate")
+    print(f"{'module':<21} {'killed':>7} {'total':>6} {'rate':>7}   equivalent  killed/changing-output  rate")
     survivors, totals = [], [0, 0, 0, 0]
     for module in modules:
         records = [r for r in results.values() if r["module"] == module]
@@ -448,13 +463,13 @@ def summary(path: Path, modules: list[str], rev: str | None = None, base: Path |
         alive = [r for r in records if r["status"] == "survived"]
         same = [r for r in alive if equivalence(r, known)]
         changing = len(records) - len(same)
-        print(f"{module:<10} {len(killed):>7} {len(records):>6} {len(killed) / len(records):>7.1%}   {len(same):>10}  "
+        print(f"{module:<21} {len(killed):>7} {len(records):>6} {len(killed) / len(records):>7.1%}   {len(same):>10}  "
               f"{len(killed):>10}/{changing:<11} {len(killed) / changing if changing else 1:.1%}")
         for n, value in enumerate((len(killed), len(records), len(same), changing)):
             totals[n] += value
         survivors += sorted(alive, key=lambda r: (r["line"], r["col"]))
     if totals[1]:
-        print(f"{'all':<10} {totals[0]:>7} {totals[1]:>6} {totals[0] / totals[1]:>7.1%}   {totals[2]:>10}  "
+        print(f"{'all':<21} {totals[0]:>7} {totals[1]:>6} {totals[0] / totals[1]:>7.1%}   {totals[2]:>10}  "
               f"{totals[0]:>10}/{totals[3]:<11} {totals[0] / totals[3] if totals[3] else 1:.1%}")
     unverified = [r for r in survivors if r.get("phase") != "full"]
     if survivors:
@@ -462,7 +477,7 @@ def summary(path: Path, modules: list[str], rev: str | None = None, base: Path |
     for r in survivors:
         same = equivalence(r, known)
         note = f"   [{same['reason']}]" if same else ("   [fast tests only]" if r.get("phase") != "full" else "")
-        print(f"dsa_kvcalc/{r['module']}.py:{r['line']}: {r['original']} -> {r['mutant']}{note}")
+        print(f"{source_path(r['module'])}:{r['line']}: {r['original']} -> {r['mutant']}{note}")
     statuses = {}
     for r in results.values():
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
