@@ -285,7 +285,7 @@ def warnings(plan: Plan) -> list[str]:
 def kv_source(plan: Plan) -> str:
     recipe = plan.recipe
     return (f"{recipe.model.name}'s config ({recipe.model.config_source}) and {recipe.engine.label}'s KV-cache "
-            f"grouping (kv_cache.py)")
+            f"grouping (kv_cache/)")
 
 
 def assumptions(plan: Plan) -> list[str]:

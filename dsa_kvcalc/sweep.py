@@ -105,7 +105,10 @@ def parse_vary(text: str, option: str = "--vary") -> Vary:
     items = [item.strip() for item in spec.split(",")]
     if not all(items):
         raise RecipeError(option, "empty value in the list")
-    return Vary(key, tuple(as_written(key, item, parse_scalar(item)) for item in items))
+    values = [parse_scalar(item) for item in items]
+    if any(isinstance(value, str) and any("\ud800" <= char <= "\udfff" for char in value) for value in values):
+        raise RecipeError(option, "a value is not UTF-8 text (a surrogate escape)")  # YAML decodes "\ud800" to one
+    return Vary(key, tuple(as_written(key, item, value) for item, value in zip(items, values)))
 
 
 def check_key(option: str, key: str) -> None:

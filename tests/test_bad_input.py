@@ -858,3 +858,9 @@ def test_a_version_of_any_length_is_planned_or_one_line(tmp_path_factory, versio
     elif where == "--vary":
         row = json.loads(result.stdout.splitlines()[0])
         assert row.get("engine_label") == f"vLLM {version.removeprefix('v')}" or "error" in row
+
+
+def test_a_swept_value_that_yaml_decodes_to_a_surrogate_is_refused_in_one_line():
+    # found by the hostile-input fuzz test: "\ud800\udc00" in double quotes is a YAML escape that decodes to two lone
+    # surrogates, which no UTF-8 terminal can print; the sweep's table raised UnicodeEncodeError on its error row
+    fails(cli("sweep", SEED, "--vary", 'memory.cudagraph_gib.auto="\\ud800\\udc00"'), "--vary", "not UTF-8 text")
