@@ -296,9 +296,9 @@ def check_v41_pipeline_stages(recipe: Recipe) -> None:
     since vllm==0.30.0 :493-506): a stage with a compressed layer whose source lies on an earlier stage is refused."""
     model = recipe.model
     for stage in stage_layers(model.num_layers, recipe.pipeline_parallel_size)[1:]:
-        for layer in stage:
+        for layer in (layer for layer in stage if model.compress_ratios[layer] > 0):  # sliding window only: no source
             source = max(s for s in model.kv_source_layers if s <= layer)
-            if model.compress_ratios[layer] > 0 and source < stage.start:
+            if source < stage.start:
                 raise Refusal("pipeline-parallel-size", f"{recipe.pipeline_parallel_size}: {recipe.engine.label} "
                               f"refuses to start: the stage of layers {stage.start}-{stage.stop - 1} holds layer "
                               f"{layer}, whose compressed KV is layer {source}'s, on the stage before: 'PP splits "

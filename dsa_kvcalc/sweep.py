@@ -98,16 +98,16 @@ def parse_vary(text: str, option: str = "--vary") -> Vary:
     check_key(option, key)
     if not spec:
         raise RecipeError(option, "no values")
-    if any("\ud800" <= char <= "\udfff" for char in spec):  # bytes that are not UTF-8 on the command line
+    items = [item.strip() for item in spec.split(",")]
+    values = [] if ":" in spec else [parse_scalar(item) for item in items]
+    # bytes that are not UTF-8 on the command line, or a YAML escape ("\ud800") that decodes to such a surrogate
+    texts = [spec, *(value for value in values if isinstance(value, str))]
+    if any("\ud800" <= char <= "\udfff" for text in texts for char in text):
         raise RecipeError(option, "the values are not UTF-8 text")
     if ":" in spec:
         return Vary(key, parse_range(option, spec))
-    items = [item.strip() for item in spec.split(",")]
     if not all(items):
         raise RecipeError(option, "empty value in the list")
-    values = [parse_scalar(item) for item in items]
-    if any(isinstance(value, str) and any("\ud800" <= char <= "\udfff" for char in value) for value in values):
-        raise RecipeError(option, "a value is not UTF-8 text (a surrogate escape)")  # YAML decodes "\ud800" to one
     return Vary(key, tuple(as_written(key, item, value) for item, value in zip(items, values)))
 
 

@@ -146,3 +146,12 @@ def test_v32_takes_a_bfloat16_cache_as_auto_so_sm120_starts_on_fp8_ds_mla():
         capacity.plan(load(raw | {"model": "GLM-5", "tensor-parallel-size": 8, "data-parallel-size": 4}))
     hook = release_text("0.19.0", "vllm/model_executor/models/config.py").split("class DeepseekV32ForCausalLM")[1]
     assert 'if cache_config.cache_dtype == "bfloat16":\n            cache_config.cache_dtype = "auto"' in hook
+
+
+def test_v41_stages_of_sliding_window_layers_alone_are_passed_over():
+    # 40 layers over 40 stages: stage 1 is layer 1, a sliding-window layer (compress ratio 0) with no kv source at or
+    # below it, which builds no compressed cache; the first refused stage is layer 3's, whose source (2) is on stage 2
+    raw = V41 | {"gpu": "B300", "tensor-parallel-size": 1, "pipeline-parallel-size": 40, "kv-cache-dtype": "fp8",
+                 "vllm-version": "0.31.0"}
+    with pytest.raises(Refusal, match="the stage of layers 3-3 holds layer 3, whose compressed KV is layer 2's"):
+        resolve(load(raw))
