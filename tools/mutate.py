@@ -11,6 +11,7 @@ one line a mutant, so that a run can be stopped, resumed, sharded (--shard i/n) 
     python3 tools/mutate.py --module engine --module capacity --jobs 2
     python3 tools/mutate.py --summary                        # the results so far
     python3 tools/mutate.py --list --module kv_cache.grouping   # the mutants, without running them
+    python3 tools/mutate.py --sample 7 --module engine --module fixes   # about 7 of each module, evenly spaced
     python3 tools/mutate.py --at 4fc62cc --fast-only --results BEFORE.jsonl   # the package and tests of a commit
     python3 tools/mutate.py --retest survived --base BEFORE.jsonl --results AFTER.jsonl   # the survivors, again
 
@@ -49,7 +50,8 @@ PACKAGE = ROOT / "dsa_kvcalc"
 # own name standing for its __init__.py (kv_cache: dsa_kvcalc/kv_cache/__init__.py).
 MODULES = ("engine", "deployment", "capacity", "kv_cache", "kv_cache.pages", "kv_cache.mla", "kv_cache.deepseek_v4",
            "kv_cache.deepseek_v41", "kv_cache.glm5next", "kv_cache.grouping", "memory_terms", "defaults", "estimates",
-           "catalog", "calibrate", "vllm_log", "kv_init_buffers", "weights", "fits", "uncertainty", "fixes")
+           "catalog", "calibrate", "vllm_log", "kv_init_buffers", "weights", "fits", "uncertainty", "fixes", "graphs",
+           "report", "vllm_args", "vllm_cli")
 EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
 RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all;
@@ -82,6 +84,10 @@ FIRST_TESTS = {
     "vllm_log": ("test_calibrate.py",),
     "kv_init_buffers": (),
     "fixes": ("test_oom_fixes.py", "test_seed.py", "test_capacity.py"),
+    "graphs": ("test_cudagraph_estimate.py", "test_capacity.py", "test_release_rules.py"),
+    "report": ("test_contracts.py", "test_capacity.py", "test_cli.py", "test_sweep_output.py"),
+    "vllm_args": ("test_serve_lines.py", "test_vllm_args.py", "test_command_corpus.py"),
+    "vllm_cli": ("test_serve_lines.py", "test_vllm_args.py", "test_command_corpus.py"),
 }
 FAST_TIMEOUT = 480  # the fast files take about 60 s on a quiet machine, four times that beside other work
 FULL_TIMEOUT = 500  # the slow files about 140 s
@@ -490,6 +496,8 @@ def main() -> None:
     parser.add_argument("--module", action="append", choices=MODULES, help="a target module (repeatable; default all)")
     parser.add_argument("--limit", type=int, help="at most this many mutants (after --shard)")
     parser.add_argument("--shard", default="1/1", help="i/n: only every n-th mutant, starting at the i-th")
+    parser.add_argument("--sample", type=int, help="about this many mutants of each module: every n-th from the "
+                        "first, n = ceil(the module's mutants / sample)")
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once, each in its own copy")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"the JSON-lines file (default {RESULTS})")
     parser.add_argument("--base", type=Path, help="earlier results (read, never written): --retest survived with "
@@ -516,7 +524,10 @@ def main() -> None:
 
     known_releases = releases()
     sources = {m: module_source(m, args.at) for m in modules}
-    todo = [m for module in modules for m in mutants(module, sources[module], known_releases)]
+    found = [mutants(module, sources[module], known_releases) for module in modules]
+    if args.sample:  # every n-th of each module from the first, n = ceil(its mutants / sample)
+        found = [each[::-(-len(each) // args.sample)] for each in found]
+    todo = [m for each in found for m in each]
     shard, shards = map(int, args.shard.split("/"))
     todo = todo[shard - 1::shards]
     if args.list:
@@ -543,12 +554,10 @@ def main() -> None:
     lock, free = threading.Lock(), []
     for _ in range(args.jobs):
         free.append(Workspace(args.tests_from or args.at, args.at))
-    for n, module in enumerate(dict.fromkeys(m.module for m in todo)):  # the unparsed, unmutated source must pass
-        full = not args.fast_only and n == 0  # the slow files once: they need no mutant to fail
-        baseline = free[0].run(module, sources[module],
-                               stages(module, free[0].path / "tests", full))
-        if baseline["code"] != 0:
-            raise SystemExit(f"{module}: the unmutated module fails the tests:\n{baseline['tail']}")
+    module = todo[0].module  # the unparsed, unmutated source must pass; the stages of one module are every test
+    baseline = free[0].run(module, sources[module], stages(module, free[0].path / "tests", not args.fast_only))
+    if baseline["code"] != 0:
+        raise SystemExit(f"{module}: the unmutated module fails the tests:\n{baseline['tail']}")
     counter = iter(range(1, len(todo) + 1))
 
     def one(mutant: Mutant) -> None:
