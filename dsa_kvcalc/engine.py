@@ -104,7 +104,7 @@ def build_of(version: str) -> str:
             return known
     if version == MAIN or parsed(version) >= parsed(OLDEST_VLLM):
         return version
-    if parsed(version).release[:2] > (0, 1):
+    if parsed(version).release > (0, 1):  # 0.1.0-0.1.7 are releases; a source build numbers itself 0.1.devN
         raise ValueError(f"{version} is older than {OLDEST_VLLM}, the oldest release modelled")
     raise ValueError(f"{version} is a source build{f' of commit {commit[1]}' if commit else ''}, not a release: name "
                      f"the release it was built on (vllm-version: {NEWEST_VLLM}, or main for vLLM main after #62860)")

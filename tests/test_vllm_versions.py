@@ -54,3 +54,12 @@ def test_an_old_release_numbered_0_2_is_a_release_not_a_source_build():
         engine.build_of("0.2.0")
     with pytest.raises(ValueError, match="is a source build"):
         engine.build_of("0.1.dev1")
+
+
+def test_vllm_0_1_x_is_a_release_not_a_source_build():
+    # vLLM 0.1.0 to 0.1.7 (2023) are releases on the package index (`pip index versions vllm`, 2026-12-02: 0.1.0,
+    # 0.1.1, ..., 0.1.7): older than 0.19.0; only 0.1.devN, with no third number, is the number of a source build
+    with pytest.raises(ValueError, match="0.1.4 is older than 0.19.0"):
+        engine.build_of("0.1.4")
+    with pytest.raises(ValueError, match="0.1.0 is older than 0.19.0"):
+        engine.build_of("0.1.0")
