@@ -51,7 +51,7 @@ PACKAGE = ROOT / "dsa_kvcalc"
 MODULES = ("engine", "deployment", "capacity", "kv_cache", "kv_cache.pages", "kv_cache.mla", "kv_cache.deepseek_v4",
            "kv_cache.deepseek_v41", "kv_cache.glm5next", "kv_cache.grouping", "memory_terms", "defaults", "estimates",
            "catalog", "calibrate", "vllm_log", "kv_init_buffers", "weights", "fits", "uncertainty", "fixes", "graphs",
-           "report", "vllm_args", "vllm_cli")
+           "report", "vllm_args", "vllm_cli", "planning")
 EQUIVALENT = Path(__file__).resolve().parent / "mutants_equivalent.json"
 RESULTS = Path(tempfile.gettempdir()) / "dsa-kvcalc-mutants.jsonl"
 # Files the fast stages leave to the last one: seconds each (CLI subprocesses, hypothesis, FIFOs), about 45 s in all;
@@ -88,6 +88,7 @@ FIRST_TESTS = {
     "report": ("test_contracts.py", "test_capacity.py", "test_cli.py", "test_sweep_output.py"),
     "vllm_args": ("test_serve_lines.py", "test_vllm_args.py", "test_command_corpus.py"),
     "vllm_cli": ("test_serve_lines.py", "test_vllm_args.py", "test_command_corpus.py"),
+    "planning": ("test_capacity.py", "test_release_rules.py", "test_seed.py"),
 }
 FAST_TIMEOUT = 1200  # the fast files take about 60 s on a quiet machine, over 480 s beside three other agents (2026-12-02)
 FULL_TIMEOUT = 500  # the slow files about 140 s
