@@ -1,9 +1,11 @@
-"""The estimated figures (dsa_kvcalc/estimates.py) against what they rest on, counted by hand from the configs."""
+"""The estimated figures (dsa_kvcalc/estimates.py) against what they rest on: configs counted by hand, real logs."""
 
 import json
+import re
 
-from conftest import ROOT
+from conftest import LOGS, ROOT
 from dsa_kvcalc import estimates
+from dsa_kvcalc.units import GIB
 
 CONFIGS = ROOT / "oracle" / "configs"
 
@@ -31,3 +33,12 @@ def test_glm_5_3_checkpoint_is_its_configs_parameters_at_fp8_with_bf16_embedding
     by_hand_bytes = linear + linear * 4 // (128 * 128) + 2 * bf16
     assert round((linear + bf16) / 1e9, 1) == 753.9
     assert abs(estimates.GLM53_CHECKPOINT.value - by_hand_bytes) < 0.5e9  # "about 756 GB", to half a GB
+
+
+def test_glm_nvfp4_checkpoint_is_within_a_percent_of_the_size_vllm_logs():
+    # vLLM sums the checkpoint's safetensors files and logs the total (vllm==0.26.0
+    # vllm/model_executor/model_loader/weight_utils.py:863-871): 432.90 GiB for nvidia/GLM-5.2-NVFP4 on 4 x GB200
+    # (tests/fixtures/vllm_logs/glm-5.2-nvfp4-4xgb200-tp4-ep-v0.26.0.log)
+    log = (LOGS / "glm-5.2-nvfp4-4xgb200-tp4-ep-v0.26.0.log").read_text()
+    logged_bytes = float(re.search(r"Checkpoint size: ([\d.]+) GiB", log)[1]) * GIB
+    assert abs(estimates.GLM5_NVFP4_CHECKPOINT.value / logged_bytes - 1) < 0.01
