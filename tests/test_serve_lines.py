@@ -237,6 +237,7 @@ def test_a_name_planned_as_another_checkpoint_says_so_first(name, planned_as, no
     ("H100 NVL 94GB", "H100 NVL"), ("NVIDIA H20 141GB", "H20 141GB"), ("NVIDIA H20", "H20"),
     ("NVIDIA H800 80GB HBM3", "H800"), ("AMD Instinct MI350X 288GB HBM3E", "MI350X"),
     ("NVIDIA B200 192GB HBM3e", "B200"),
+    ("NVIDIA B300 288GB HBM3e", "B300"),  # NVIDIA DGX B300: 8 GPUs, 2.3 TB of HBM3e, 288 GB each
 ])
 def test_a_gpus_marketing_name_is_accepted(gpu, name):
     assert find_gpu(gpu).name == name
