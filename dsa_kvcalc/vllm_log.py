@@ -104,12 +104,10 @@ class EngineArgs:
 
 # PyTorch's out-of-memory message (c10/cuda/CUDACachingAllocator.cpp, format_size: "N bytes", else two decimals of
 # KiB, MiB or GiB), e.g. the seed's "Tried to allocate 3.07 GiB. GPU 0 has a total capacity of 178.35 GiB of which
-# 3.04 GiB is free." Older torch spells "capacty". The allocator's own split follows where it prints it.
+# 3.04 GiB is free." Older torch spells "capacty".
 SIZE = r"(\d{1,15}(?:\.\d{1,2})?) (bytes|KiB|MiB|GiB)"
 UNIT_BYTES = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-OOM = re.compile(rf"Tried to allocate {SIZE}\. GPU (\d+) has a total capac(?:i)?ty of {SIZE} of which {SIZE} is free\."
-                 rf"(?:.*?Of the allocated memory {SIZE} is allocated by PyTorch, and {SIZE} is reserved by PyTorch but "
-                 rf"unallocated)?")
+OOM = re.compile(rf"Tried to allocate {SIZE}\. GPU (\d+) has a total capac(?:i)?ty of {SIZE} of which {SIZE} is free\.")
 
 
 @dataclass(frozen=True)
@@ -132,8 +130,6 @@ class OomReading:
     tried: Size
     total: Size
     free: Size
-    allocated: Size | None  # "Of the allocated memory X is allocated by PyTorch" where printed
-    unallocated: Size | None  # "... and Y is reserved by PyTorch but unallocated"
 
 
 def read_oom(line: str, rank: str) -> OomReading | None:
@@ -141,10 +137,7 @@ def read_oom(line: str, rank: str) -> OomReading | None:
     if match is None:
         return None
     g = match.groups()
-    allocated = printed_size(g[7], g[8]) if g[7] else None
-    unallocated = printed_size(g[9], g[10]) if g[9] else None
-    return OomReading(rank, int(g[2]), printed_size(g[0], g[1]), printed_size(g[3], g[4]), printed_size(g[5], g[6]),
-                      allocated, unallocated)
+    return OomReading(rank, int(g[2]), printed_size(g[0], g[1]), printed_size(g[3], g[4]), printed_size(g[5], g[6]))
 
 
 @dataclass(frozen=True)
