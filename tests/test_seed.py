@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dsa_kvcalc import capacity, planning
+from dsa_kvcalc import capacity, planning, report
 from dsa_kvcalc.catalog import LAYOUTS
 from dsa_kvcalc.deployment import resolve, rows_rule, shape
 from dsa_kvcalc.keys import RecipeError
@@ -118,6 +118,16 @@ def test_unfixed_vllm_runs_out_where_the_seeds_rank_died(seed_plan):
     assert oom.at_risk and oom.worst_decodes == 256
     # deep_select: 6 x 1,049,088 x 2 B = 12,589,056 B a decode, 389 fit in the same room: 256 are safe
     assert not seed_plan.backend("deep_select").oom.at_risk
+
+
+def test_deep_select_is_answered_beside_auto_the_backend_that_died():
+    """With deep_select chosen, plan's answer names auto beside it, the seed's backend, even though auto holds fewer KV
+    tokens (its FULL graphs keep the FP32 copy): auto's OOM above 129 decodes, where the seed's rank died at 131."""
+    summary = report.summary(planning.plan(load_recipe(SEED, ["sparse-indexer-topk-backend=deep_select"])))
+    compared = summary["compared"]
+    assert summary["backend"] == "deep_select" and compared["backend"] == "auto"
+    assert compared["oom"]["at_risk"] and compared["oom"]["max_decodes"] == 129
+    assert compared["kv_cache_tokens_vs_answered"] < 0
 
 
 def test_every_fix_plan_offers_clears_its_own_verdict_at_the_cost_it_printed():
