@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, SEED
 from dsa_kvcalc import memory_terms, planning, weights
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.deployment import resolve
-from dsa_kvcalc.recipe import load
+from dsa_kvcalc.recipe import load, load_recipe
 from dsa_kvcalc.records import RECORDS
 from dsa_kvcalc.units import GIB
 
@@ -228,3 +228,17 @@ def test_a_model_not_built_adds_its_mtp_layer_to_the_estimate_and_an_ngram_draft
                                     41_070_624_768)):
         weights = memory_terms.rank_memory(resolve(load(glm | {"speculative-config": drafter}))).weights
         assert (weights.bytes, weights.provenance) == (weights_bytes, "estimated")
+
+
+def test_engram_tables_kept_on_the_gpu_add_their_share_to_an_estimated_rank():
+    # DeepSeek-V4.1-Flash's config.json (oracle/configs): Engram tables of 384,006,168 + 384,016,682 embeddings x
+    # engram_head_dim 256, FP8 at 1 B with a UE8M0 scale byte per 32: 768,022,850 x 256 x 33 / 32 = 202,758,032,400 B.
+    # With engram-config.cpu_offload false vLLM keeps them on the GPUs, split over the ranks (vllm==0.33.0
+    # vllm/config/engram.py:37-38); at TP 32, which weights.json does not build, the estimate's rank of TP 32 x DP 4
+    # then holds 1/128 of them more than with the default offload (no MTP drafts: every layer on the one stage).
+    tables_bytes = (384_006_168 + 384_016_682) * 256 * 33 // 32
+    at_tp32 = ["tensor-parallel-size=32", "speculative-config.num_speculative_tokens=0"]
+    rank = {offload: planning.plan(load_recipe(SEED, [*at_tp32, f"engram-config.cpu_offload={offload}"])).memory.weights
+            for offload in ("false", "true")}
+    assert rank["true"].provenance == "estimated"
+    assert abs((rank["false"].bytes - rank["true"].bytes) / (tables_bytes / 128) - 1) < 0.001
