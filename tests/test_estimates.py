@@ -14,10 +14,11 @@ def test_glm_5_3_checkpoint_is_its_configs_parameters_at_fp8_with_bf16_embedding
     # GLM-5.3's config.json (oracle/configs), every layer MLA with the DSA indexer, 3 dense layers then MoE, one MTP
     # layer. Per layer, attention: q_a 6144 x 2048 + q_b 2048 x 64 x 256 + kv_a 6144 x (512 + 64)
     # + kv_b 512 x 64 x (192 + 256) + o 64 x 256 x 6144 = 165,019,648; the indexer's wq_b 2048 x 32 x 128
-    # + wk 6144 x 128 + weights_proj 6144 x 32 = 9,371,648. MoE: (256 routed + 1 shared) x 3 x 6144 x 2048 = 9,701,425,152 and a
-    # 256 x 6144 router; dense MLP 3 x 6144 x 12288; the MTP layer's eh_proj 2 x 6144 x 6144; embeddings and lm_head
-    # 154,880 x 6144 each. Linear weights in FP8 at 1 B with a 4 B scale per 128 x 128 block; embeddings, lm_head,
-    # routers and norms in BF16: 756.07 GB (753.86B parameters, GLM-5's 753.9B as the figure says).
+    # + wk 6144 x 128 + weights_proj 6144 x 32 = 9,371,648. MoE: (256 routed + 1 shared) x 3 x 6144 x 2048
+    # = 9,701,425,152 and a 256 x 6144 router; dense MLP 3 x 6144 x 12288; the MTP layer's eh_proj 2 x 6144 x 6144;
+    # embeddings and lm_head 154,880 x 6144 each. Linear weights in FP8 at 1 B with a 4 B scale per 128 x 128 block;
+    # embeddings, lm_head, routers and norms in BF16: 756.07 GB (753.86B parameters, GLM-5's 753.9B as the figure
+    # says).
     c = json.loads((CONFIGS / "zai-org--GLM-5.3.json").read_text())
     h, heads = c["hidden_size"], c["num_attention_heads"]
     layers = c["num_hidden_layers"] + c["num_nextn_predict_layers"]
