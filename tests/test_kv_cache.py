@@ -13,6 +13,8 @@ from dsa_kvcalc import engine, kv_cache, memory_terms, planning
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.deployment import kv_spec, resolve, sparse_mla_backend
 from dsa_kvcalc.keys import RecipeError
+from dsa_kvcalc.kv_cache.grouping import packed_groups
+from dsa_kvcalc.kv_cache.pages import Cache
 from dsa_kvcalc.recipe import load, load_recipe
 
 
@@ -390,3 +392,13 @@ def test_the_kv_cache_package_imports_one_way():
     assert siblings == {"pages": set(), "mla": {"pages"}, "deepseek_v4": {"pages"}, "deepseek_v41": {"pages"},
                         "glm5next": {"mla", "pages"}, "grouping": {"pages"},
                         "__init__": {"pages", "mla", "deepseek_v4", "deepseek_v41", "glm5next", "grouping"}}
+
+
+def test_packed_groups_split_states_so_that_no_group_outgrows_the_widest():
+    # vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:1002-1024: a state bucket is split into at least
+    # cdiv(states, max(anchor // state page, 1)) groups, the anchor being the widest group any bucket makes. One
+    # full-attention layer of 1,000 B a page is the anchor; two states of 600 B a page: 1,000 // 600 = 1 state a
+    # group, so two state groups of 600 B, not one of 1,200 B that would widen the block.
+    caches = [Cache(0, "full", 64, 1000), Cache(1, "state", 1, 600, state_pages=1),
+              Cache(2, "state", 1, 600, state_pages=1)]
+    assert [(g.kind, g.page_bytes) for g in packed_groups(caches)] == [("full", 1000), ("state", 600), ("state", 600)]
