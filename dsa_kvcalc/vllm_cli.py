@@ -100,8 +100,8 @@ FLAG_SPELLINGS = {name: (canonical(argument.dest), dict(argument.flags)[f"--{nam
                   for name, argument in OPTIONS.items()
                   if argument.flags and canonical(argument.dest) in BY_NAME and name not in BY_NAME}
 # The arguments dsa-kvcalc accepts and ignores: they do not change memory per rank
-IGNORED_KEYS = frozenset(name for name, argument in OPTIONS.items()
-                         if name not in MODELLED and name not in FLAG_SPELLINGS and canonical(argument.dest) != "model")
+IGNORED_KEYS = tuple(name for name, argument in OPTIONS.items()
+                     if name not in MODELLED and name not in FLAG_SPELLINGS and canonical(argument.dest) != "model")
 # The config class of each JSON argument, by its long name
 CONFIGS = {name: argument.config for name, argument in OPTIONS.items() if argument.config}
 # The fields of a JSON argument dsa-kvcalc reads that it ignores (in any release)
