@@ -34,6 +34,7 @@ counted as on one stage.
 import math
 
 from dsa_kvcalc.deployment import draft_layers, on_model_runner_v2
+from dsa_kvcalc.engine import plain
 from dsa_kvcalc.keys import Recipe
 from dsa_kvcalc.kv_cache import (PAGED_MQA_PAGE_SIZES, V41_WINDOW_BLOCK, V4_WINDOW_BLOCK, Group, KvSpec, cdiv,
                                  owns_indexer, round_up)
@@ -78,7 +79,7 @@ def kv_init_buffer_bytes(recipe: Recipe, kv: KvSpec) -> Term:
     v2 = on_model_runner_v2(recipe)
     pieces = block_table_pieces(recipe, kv) + builder_pieces(recipe, kv)
     listed = "; ".join(f"{name} {size:,} B" for name, size in pieces if size)
-    rules = ", ".join(f"{name} {getattr(engine, name)}" for name in KV_INIT_RULES)
+    rules = ", ".join(f"{name} {plain(getattr(engine, name))}" for name in KV_INIT_RULES)
     return Term(sum(size for _, size in pieces), "derived",
                 f"Model Runner {'V2' if v2 else 'V1'}'s KV-init buffers: {listed} ({RUNNER_SOURCES[v2]} and the "
                 f"builders it makes, dsa_kvcalc/kv_init_buffers.py; engine.py rules at {engine.label}: {rules})")
