@@ -395,7 +395,7 @@ def side_by_side_rows(plans: list[Plan]) -> list[list[str]]:
         ["top-k backend", *(b.backend for b in answered)],
         ["starts", *("no: " + (summary(p)["refused"] or "") if summary(p)["refused"] else "yes" for p in plans)],
     ]
-    labels = ("KV tokens/rank", "max concurrency", "KV GiB/rank", "OOM", "workaround MiB")
+    labels = ("KV tokens/rank", "max concurrency", "KV GiB/rank", "OOM above")
     return rows + [[label, *(f.get(label, "") for f in figures)] for label in labels]
 
 
