@@ -81,22 +81,21 @@ def version_object(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Version"
 
 
+def by_hand(node: ast.AST) -> bool:
+    """A hand-made parser's name (release_tuple), or an ordering or match of versions whose sides are not all
+    packaging.version.Version objects (a tuple of whole numbers, a version's text)."""
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        return "release_tuple" in (getattr(node, "id", None), getattr(node, "attr", None))
+    if not isinstance(node, ast.Compare):
+        return False
+    operands = [node.left, *node.comparators]
+    ordered = any(isinstance(op, ORDERS) for op in node.ops) and any(version_operand(o) for o in operands)
+    matched = any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops) and any(version_literal(o) for o in operands)
+    return (ordered or matched) and not all(version_object(o) for o in operands)
+
+
 def compared_by_hand(source: str) -> list[str]:
-    """Each place the source orders or matches versions as anything but packaging.version.Version objects: a
-    hand-made parser (release_tuple, a tuple of whole numbers), or a version's text."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.Name, ast.Attribute)) and "release_tuple" in (getattr(node, "id", None), getattr(
-                node, "attr", None)):
-            found.append(f"{node.lineno}: {ast.unparse(node)}")
-        elif isinstance(node, ast.Compare):
-            operands = [node.left, *node.comparators]
-            ordered = any(isinstance(op, ORDERS) for op in node.ops) and any(version_operand(o) for o in operands)
-            matched = any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops) and any(
-                version_literal(o) for o in operands)
-            if (ordered or matched) and not all(version_object(o) for o in operands):
-                found.append(f"{node.lineno}: {ast.unparse(node)}")
-    return found
+    return [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(ast.parse(source)) if by_hand(node)]
 
 
 def test_the_oracle_scan_finds_versions_compared_by_hand():
