@@ -287,7 +287,7 @@ def kv_lines(plan: Plan, b: BackendPlan) -> list[str]:
         kv_line = (f"  KV cache = {left} = {b.kv_cache_bytes:,} B ({gib(b.kv_cache_bytes)} GiB)" if b.kv_cache_bytes
                    else f"  KV cache = max(0, {left}) = 0 B")
     blocks = f"floor({b.kv_cache_bytes:,} / {kv.block_bytes:,} B a block)"
-    full_blocks = "/".join(str(block) for block in sorted({g.block for g in kv.groups if g.kind == "full"}))
+    full_blocks = "/".join(f"{block:,}" for block in sorted({g.block for g in kv.groups if g.kind == "full"}))
     # vLLM's "GPU KV cache size": from 0.20.1 int(concurrency x max-model-len), DCP inside a full group's pages
     # (vllm==0.20.1 vllm/v1/core/kv_cache_utils.py:1699-1706); before, blocks // groups x the smallest block x DCP
     # (vllm==0.20.0 vllm/v1/core/kv_cache_utils.py:1689-1711)
