@@ -19,7 +19,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from dsa_kvcalc import capacity, sweep
+from dsa_kvcalc import capacity, planning, sweep
 from dsa_kvcalc.deployment import Known
 from dsa_kvcalc.keys import flatten_keys
 from dsa_kvcalc.recipe import read_recipe
@@ -61,7 +61,7 @@ def split_us() -> dict[str, float]:
     start = time.perf_counter()
     recipes = [sweep.recipe_at(base, point) for point in points]
     resolved = time.perf_counter()
-    plans = [capacity.plan(recipe, set(BACKENDS), known) for recipe in recipes]
+    plans = [planning.plan(recipe, set(BACKENDS), known) for recipe in recipes]
     planned = time.perf_counter()
     rows = [point | flatten_keys(backend_json(plan, b)) for point, plan in zip(points, plans) for b in plan.backends]
     shaped = time.perf_counter()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, SEED, cli, one_line, run, runner
-from dsa_kvcalc import capacity
+from dsa_kvcalc import planning
 from dsa_kvcalc.cli import app, console_chunks
 from dsa_kvcalc.inputs import RecipeLoader
 from dsa_kvcalc.keys import RecipeError, flatten_keys
@@ -210,8 +210,8 @@ def test_recommend_trades_spec_tokens_for_sequences():
     assert f"Recommended: max-num-seqs {pick}, speculative-config.num_speculative_tokens 0, " \
            "sparse-indexer-topk-backend deep_select" in text
     at = [f"speculative-config.num_speculative_tokens=0", "sparse-indexer-topk-backend=deep_select"]
-    assert not capacity.plan(load_recipe(SEED, at + [f"max-num-seqs={pick}"])).backend("deep_select").oom.at_risk
-    assert capacity.plan(load_recipe(SEED, at + [f"max-num-seqs={pick + 1}"])).backend("deep_select").oom.at_risk
+    assert not planning.plan(load_recipe(SEED, at + [f"max-num-seqs={pick}"])).backend("deep_select").oom.at_risk
+    assert planning.plan(load_recipe(SEED, at + [f"max-num-seqs={pick + 1}"])).backend("deep_select").oom.at_risk
     # the seed's own setting, auto at 5 spec tokens, is plan's seqs fix
     fix = next(f for f in json.loads(run("plan", SEED, "-f", "json").stdout)["summary"]["oom"]["fixes"]
                if f["name"] == "seqs")
