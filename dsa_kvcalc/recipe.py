@@ -154,12 +154,15 @@ def check_speculation(recipe: Recipe) -> None:
                                                        f"derive, is not modelled)")
 
 
+# The fields that are vLLM arguments or config fields, as vLLM spells them
+ARGUMENTS = {name: k.name for name, k in KEYS.items() if k.name.partition(".")[0] in vllm_cli.OPTIONS}
+
+
 def given_arguments(recipe: Recipe) -> dict:
     """The vLLM arguments and config fields among the keys dsa-kvcalc reads that the recipe gives (at a value other
     than the default: plan's JSON writes every key back at its default), as vLLM spells them."""
-    given = {KEYS[name].name: getattr(recipe, name) for name in recipe.given & set(KEYS)
-             if getattr(recipe, name) != KEYS[name].default}
-    return {name: value for name, value in given.items() if name.partition(".")[0] in vllm_cli.OPTIONS}
+    return {ARGUMENTS[name]: getattr(recipe, name) for name in recipe.given
+            if name in ARGUMENTS and getattr(recipe, name) != KEYS[name].default}
 
 
 def check_linear_attention(recipe: Recipe) -> None:

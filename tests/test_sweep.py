@@ -371,6 +371,15 @@ def test_a_point_resolves_as_a_recipe_loaded_at_it(point):
     assert report.plan_json(capacity.plan(at_point)) == report.plan_json(capacity.plan(fresh))
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "recipes").glob("*.yaml")), ids=lambda path: path.stem)
+def test_the_shape_a_point_is_compared_at_is_the_resolved_recipe_flat_in_its_order(path):
+    # A point's shape is compared with the recipe its memory block was measured on, and a change of shape is named
+    # key by key in resolved()'s order (Recipe.shape_change): the same keys, values and order as flatten_keys gives.
+    for overrides in ([], ["max-num-seqs=3", "compilation-config.cudagraph_capture_sizes=[1,2]"]):
+        recipe = load_recipe(path, overrides)
+        assert list(recipe.shape.items()) == list(flatten_keys(recipe.resolved()).items())
+
+
 # Memory: flat in every format, whatever fails ---------------------------------------------------------------------
 
 failed_row = st.builds(lambda seqs, error: {"max-num-seqs": seqs, "error": error}, st.integers(), st.text(max_size=30))
