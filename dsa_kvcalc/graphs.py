@@ -60,12 +60,14 @@ class Graphs:
         return sorted(from_run | self.listed, reverse=True)[:count]
 
 
-def run_holds(run: range, per_seq: int, graph: int) -> bool:
-    """Does a size of the run round up to this graph, a multiple of per_seq: is the run's largest size up to the graph
-    above graph - per_seq?"""
-    if not run or graph < run.start:
-        return False
-    return min(graph - (graph - run.start) % run.step, run[-1]) > graph - per_seq
+def off_run(graphs: set[int], run: range, per_seq: int) -> frozenset:
+    """The graphs, multiples of per_seq, that no size of the run rounds up to: below the run, or where the run's
+    largest size up to the graph is not above graph - per_seq."""
+    if not run:
+        return frozenset(graphs)
+    start, step, last = run.start, run.step, run[-1]
+    return frozenset(graph for graph in graphs
+                     if graph < start or min(graph - (graph - start) % step, last) <= graph - per_seq)
 
 
 def whole_requests(listed: set[int], run: range, per_seq: int, bound: int) -> Graphs:
@@ -74,7 +76,7 @@ def whole_requests(listed: set[int], run: range, per_seq: int, bound: int) -> Gr
     top = bound // per_seq * per_seq
     kept_run = range(run.start, min(run.stop, top + 1), run.step)
     rounded = {round_up(size, per_seq) for size in listed if size <= top}
-    return Graphs(frozenset(graph for graph in rounded if not run_holds(kept_run, per_seq, graph)), kept_run, per_seq)
+    return Graphs(off_run(rounded, kept_run, per_seq), kept_run, per_seq)
 
 
 # vLLM's default largest capture size off SM10x in every release modelled: capture_ceiling_sm10x's value before
@@ -105,10 +107,12 @@ def capture_sizes(recipe: Recipe) -> Graphs:
     if given_limit is None and per_seq == 1 and engine.captures_max_num_seqs:
         listed.add(seqs)
     if given_limit is None and per_seq > 1 and engine.captures_whole_requests:
-        # request counts: 1, 2, 4, multiples of 8 and 16 and the count itself, whatever the performance mode
+        # request counts: 1, 2, 4, multiples of 8 and 16 and the count itself, whatever the performance mode. Those
+        # from the grid's run (multiples of 16 from 256) make multiples of 16 from 256 tokens: sizes of the grid's
+        # run already, or above the limit, so they add none
         requests = min(seqs, ceiling)
-        request_counts, request_run = capture_grid(requests, False)
-        listed |= {n * per_seq for n in request_counts | set(request_run) | {requests}}
+        request_counts, _ = capture_grid(requests, False)
+        listed |= {n * per_seq for n in request_counts | {requests}}
     return whole_requests(listed, run, 1, limit)
 
 
