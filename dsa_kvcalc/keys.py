@@ -310,15 +310,12 @@ def nested(items) -> dict:
 def flatten_keys(values: dict) -> dict:
     """{"a": {"b": 1}} -> {"a.b": 1}: the one flatten (Recipe.flat, sweep rows, plan's CSV, compare's columns)."""
     flat = {}
-
-    def walk(mapping: dict, prefix: str) -> None:
-        for key, value in mapping.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            else:
-                flat[f"{prefix}{key}"] = value
-
-    walk(values, "")
+    for key, value in values.items():
+        if isinstance(value, dict):
+            for inner, leaf in flatten_keys(value).items():
+                flat[f"{key}.{inner}"] = leaf
+        else:
+            flat[f"{key}"] = value
     return flat
 
 
