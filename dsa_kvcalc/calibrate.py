@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc import capacity, planning
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc.catalog import GPUS
 from dsa_kvcalc.deployment import draft_layers, kv_spec, resolve, sparse_mla_backend
@@ -399,7 +399,8 @@ def profiled_terms(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
                      f"taken out")
     # vLLM's sizing identity, solved for what the log gives only as a sum: activation + non-torch
     subtracted = graphs if estimate.cudagraph_estimate.subtracted else 0
-    residual = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, 0, 0, subtracted) - target
+    residual = capacity.kv_cache_bytes(recipe.kv_cache_memory_bytes, estimate.memory.requested_bytes, weights, 0, 0,
+                                      subtracted) - target
     if residual < 0:
         logged_bytes = weights + subtracted + target
         raise RecipeError("gpu", f"the log's weights, CUDA graphs and KV ({logged_bytes / GIB:.2f} GiB) exceed "
@@ -437,7 +438,7 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     recipe = load(raw, recipe_dir)
     if recipe.engine.profile_holds_decode_logits:
         raise RecipeError("engine", f"calibrate reads vLLM startup logs; this recipe runs {recipe.engine.label}")
-    estimate = capacity.plan(recipe)
+    estimate = planning.plan(recipe)
     kv_per_token = logged_token_bytes(recipe)  # DeepSeek V4: each request's window and state pages folded in
     notes += device_notes(recipe, measured)
     graphs, graphs_source, graph_notes = logged_graphs(recipe, estimate, measured)
@@ -475,7 +476,7 @@ def calibrate(reading: LogReading, raw: dict, recipe_source: str, recipe_dir) ->
     if reading.oom is not None:  # the same deployment died later in the log: the room it had at run time
         calibrated_raw, oom = oom_measure(reading.oom, calibrated_raw, recipe_dir)
         memory["unprofiled"] = oom.unprofiled_bytes
-    calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
+    calibrated = planning.plan(load(calibrated_raw, recipe_dir))
     return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
                        measured=measured, rows=term_rows(recipe, estimate, measured, sources, implied, kv_per_token),
                        memory=memory, kv_tokens_calibrated=calibrated.backend(recipe.topk_backend).kv_cache_tokens,
@@ -487,7 +488,7 @@ def calibrate_oom(reading: LogReading, raw: dict, recipe_source: str, recipe_dir
     """A log that holds an out-of-memory message and no memory lines (the seed's traceback): the recipe says the
     deployment, the message the room its step had."""
     calibrated_raw, oom = oom_measure(reading.oom, raw, recipe_dir)
-    calibrated = capacity.plan(load(calibrated_raw, recipe_dir))
+    calibrated = planning.plan(load(calibrated_raw, recipe_dir))
     return Calibration(recipe=calibrated.recipe, raw_recipe=calibrated_raw, recipe_source=recipe_source,
                        measured=Measured(reading.oom.rank, 1), rows=[], memory={"unprofiled": oom.unprofiled_bytes},
                        kv_tokens_calibrated=calibrated.backend(oom.backend).kv_cache_tokens,
@@ -504,7 +505,8 @@ def logged_weights(recipe: Recipe, estimate: capacity.Plan, measured: Measured, 
     weights = estimate.memory.weights.bytes
     others = estimate.memory.base_peak.bytes + estimate.memory.non_torch.bytes
     subtracted = graphs if estimate.cudagraph_estimate.subtracted else 0
-    spare = capacity.kv_cache_bytes(recipe, estimate.memory.requested_bytes, weights, others, 0, subtracted) - target
+    spare = capacity.kv_cache_bytes(recipe.kv_cache_memory_bytes, estimate.memory.requested_bytes, weights, others, 0,
+                                   subtracted) - target
     if spare > 0 or recipe.kv_cache_memory_bytes is not None:
         return weights, None, [f"the log prints no weights: plan's estimate ({weights / GIB:.2f} GiB) stands in, and "
                                f"the peak activation is what the log's KV leaves"]
@@ -566,7 +568,7 @@ def headroom_from_logs(recipe: Recipe, before: Measured, after: Measured) -> Hea
         before, after = replace(before, available_kv_bytes=None), replace(after, available_kv_bytes=None)
     kv_before, source = measured_kv_bytes(recipe, before)
     kv_after, _ = measured_kv_bytes(recipe, after)
-    reserved = capacity.plan(recipe).backend(recipe.topk_backend).with_fix.reserved_bytes
+    reserved = planning.plan(recipe).backend(recipe.topk_backend).with_fix.reserved_bytes
     headroom = reserved - (kv_before - kv_after)
     if not 0 <= headroom <= reserved:
         raise RecipeError("--after", f"the KV cache changed by {(kv_before - kv_after) / GIB:.2f} GiB against a "
@@ -593,7 +595,7 @@ def calibrate_pair(reading: LogReading, after_reading: LogReading, raw: dict, re
     measured = {"indexer_headroom": {headroom.backend: headroom.headroom_bytes}}
     memory = result.memory | measured
     raw_recipe = with_memory(result.raw_recipe, measured, result.recipe.gpu.name)
-    after_tokens = capacity.plan(load(raw_recipe, recipe_dir)).backend(headroom.backend).with_fix.kv_cache_tokens
+    after_tokens = planning.plan(load(raw_recipe, recipe_dir)).backend(headroom.backend).with_fix.kv_cache_tokens
     return replace(result, raw_recipe=raw_recipe, memory=memory,
                    headroom=replace(headroom, after_tokens_plan=after_tokens))
 
@@ -645,7 +647,7 @@ def oom_measure(oom: OomReading, raw: dict, recipe_dir) -> tuple[dict, OomMeasur
     if abs(oom.total.bytes - recipe.gpu.total_memory_bytes) > oom.total.rounding_bytes:
         raise RecipeError("gpu", f"the out-of-memory message's GPU has {oom.total.bytes / GIB:.2f} GiB; "
                                  f"{recipe.gpu.name} has {recipe.gpu.total_memory_bytes / GIB:.2f} GiB")
-    plan = capacity.plan(recipe)
+    plan = planning.plan(recipe)
     b = plan.backend(recipe.topk_backend)
     if not b.available:
         raise RecipeError("sparse-indexer-topk-backend", f"{b.backend} cannot run here: {b.reason}")
@@ -654,6 +656,6 @@ def oom_measure(oom: OomReading, raw: dict, recipe_dir) -> tuple[dict, OomMeasur
     room = free + live
     unprofiled = recipe.gpu.total_memory_bytes - b.oom.held_bytes - b.oom.kv_init_buffers.bytes - room
     calibrated_raw = with_memory(raw, {"unprofiled": unprofiled}, recipe.gpu.name)
-    replanned = capacity.plan(load(calibrated_raw, recipe_dir)).backend(b.backend).oom
+    replanned = planning.plan(load(calibrated_raw, recipe_dir)).backend(b.backend).oom
     return calibrated_raw, OomMeasure(b.backend, allocation, decodes, oom.tried.bytes, free, live, room, unprofiled,
                                       replanned.max_decodes, replanned.safe_decodes, replanned.margin_bytes)

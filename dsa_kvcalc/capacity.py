@@ -1,11 +1,12 @@
-"""The capacity model of docs/design.md, as pure arithmetic over a validated Recipe.
+"""The capacity model of docs/design.md, as pure arithmetic over a Deployment's values and a rank's memory terms.
 
 Reads in the design's order, one step a section: the decode logits' rows, width and bytes per element ("The decode
 logits"), the profile run's reservation, the peak it raises, the CUDA graphs, the KV bytes, and the blocks and tokens
 they hold ("How vLLM sizes the KV cache"), then the out-of-memory risk and plan(), which strings the steps together for
 each top-k backend. What vLLM decides before it counts memory (the "Top-k backends", the sparse-MLA backend, the
 KV-cache spec) and every refusal of vLLM's at start-up are deployment.py's resolve(); the terms its profile measures are
-memory_terms.py's; the KV bytes per token ("KV-cache groups") are kv_cache/'s. Bytes and tokens are integers.
+memory_terms.py's; the KV bytes per token ("KV-cache groups") are kv_cache/'s; planning.py walks a recipe through them.
+Nothing here reads the recipe, compares a release or raises: bytes and tokens are integers.
 """
 
 import math
@@ -13,15 +14,13 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from dsa_kvcalc import estimates
-from dsa_kvcalc.bisection import largest
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Backend, Layout, Rows
-from dsa_kvcalc.deployment import Deployment, Known, kv_spec, resolve
+from dsa_kvcalc.deployment import Deployment, Shape
+from dsa_kvcalc.estimates import Term, estimated
 from dsa_kvcalc.graphs import CudagraphEstimate
-from dsa_kvcalc.keys import Recipe, RecipeError
 from dsa_kvcalc.kv_cache import round_up
-from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
-from dsa_kvcalc.memory_terms import RankMemory, Term, estimated, peak_budget_bytes, profile_budget_bytes, rank_memory
-from dsa_kvcalc.units import GIB, MIB
+from dsa_kvcalc.memory_terms import RankMemory
+from dsa_kvcalc.units import MIB
 
 DTYPE_BYTES = {"bf16": 2, "fp32": 4}
 FP32_BYTES = 4
@@ -29,12 +28,12 @@ FP32_BYTES = 4
 
 # 1. Rows: the decode worst case ---------------------------------------------------------------------------------
 
-def decode_rows(recipe: Recipe, rule: Rows) -> int:
+def decode_rows(shape: Shape, rule: Rows) -> int:
     """rows = min(max_num_seqs, max_num_batched_tokens) x (1 + num_speculative_tokens)   (vLLM #62860)
     rows = min(max_num_seqs x (1 + num_speculative_tokens), max_num_batched_tokens)     (the kpool indexer's profile
            branch, vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:312-321)
     rows = max_num_seqs x (1 + nextn)                                                     (DeepInfer's profile run)"""
-    seqs, tokens, per_seq = recipe.max_num_seqs, recipe.max_num_batched_tokens, 1 + recipe.num_speculative_tokens
+    seqs, tokens, per_seq = shape.max_num_seqs, shape.max_num_batched_tokens, 1 + shape.num_speculative_tokens
     if rule is Rows.TOKENS_CAPPED:
         return min(seqs * per_seq, tokens)
     if rule is Rows.SEQS_CAPPED:
@@ -91,27 +90,21 @@ class DecodeLogits:
         return self.rows * (self.padded_columns - self.columns) * self.bytes_per_element
 
 
-def reads_bf16(recipe: Recipe, backend: Backend) -> bool:
-    """The one predicate shared by the runtime upcast and the reservation: does the top-k read BF16 directly?
-    DeepSelect (and DeepInfer's own top-k) do, except under decode context parallelism (DCP merges need FP32) and
-    under an indexer that upcasts whatever top-k runs (the kpool indexer's as_fp32_logits, catalog.KPOOL_INDEXER)."""
-    return backend.reads_bf16 and recipe.decode_context_parallel_size == 1 and not recipe.model.indexer.upcasts_always
-
-
-def decode_logits(recipe: Recipe, rule: Rows, topk_reads_bf16: bool) -> DecodeLogits:
-    """[rows, padded(max_model_len // ratio)] in DeepGEMM's dtype, plus the FP32 copy where the top-k reads FP32."""
-    layout = recipe.layout
-    columns = recipe.max_model_len // recipe.indexer_width_ratio
+def decode_logits(shape: Shape, topk_reads_bf16: bool) -> DecodeLogits:
+    """[rows, padded(max_model_len // ratio)] in DeepGEMM's dtype, plus the FP32 copy where the top-k reads FP32
+    (deployment.reads_bf16)."""
+    layout = shape.layout
+    columns = shape.max_model_len // shape.indexer_width_ratio
     needs_copy = layout.logits_dtype != "fp32" and not topk_reads_bf16
-    return DecodeLogits(rule, decode_rows(recipe, rule), columns, width_multiple(layout), stride_columns(layout),
-                        padded_columns(columns, layout), layout.logits_dtype, DTYPE_BYTES[layout.logits_dtype],
-                        FP32_BYTES if needs_copy else 0)
+    return DecodeLogits(shape.rows_rule, decode_rows(shape, shape.rows_rule), columns, width_multiple(layout),
+                        stride_columns(layout), padded_columns(columns, layout), layout.logits_dtype,
+                        DTYPE_BYTES[layout.logits_dtype], FP32_BYTES if needs_copy else 0)
 
 
-def backend_logits(recipe: Recipe, rule: Rows, backends: list[Backend]) -> dict[str, DecodeLogits]:
+def backend_logits(shape: Shape, backends: tuple[Backend, ...]) -> dict[str, DecodeLogits]:
     """Each backend's decode logits: one computation per way the top-k reads them."""
-    by_reader = {reads: decode_logits(recipe, rule, reads) for reads in {reads_bf16(recipe, b) for b in backends}}
-    return {b.name: by_reader[reads_bf16(recipe, b)] for b in backends}
+    by_reader = {reads: decode_logits(shape, reads) for reads in {b.name in shape.bf16_readers for b in backends}}
+    return {b.name: by_reader[b.name in shape.bf16_readers] for b in backends}
 
 
 # 4. Reservation: what the profile run sets aside for the indexer's logits ---------------------------------------
@@ -133,21 +126,20 @@ class Reservation:
     bytes: int
 
 
-def reservation(deployment: Deployment, logits: DecodeLogits, reserves_decode_logits: bool) -> Reservation:
+def reservation(deployment: Deployment, budget: int, logits: DecodeLogits, reserves_decode_logits: bool) -> Reservation:
     """reserved = max(prefill_budget, rows x padded_width x bytes_per_element)   (with #62860; without: the budget)
     reserved = max(prefill_budget, rows x width x 4)        (the kpool indexer's own: FP32, unpadded)
     DeepInfer's profile run holds the decode logits themselves; ROCm's locked workspace holds them on top of the
     budget. Both are the same on either side of #62860. ROCm's workspace: its rows (deployment.py
-    rocm_workspace_rows) at max_model_len FP32 columns, 32 GiB at 8192 x 1M (vLLM issue #55132)."""
-    recipe = deployment.recipe
-    budget = profile_budget_bytes(recipe)
-    workspace = deployment.rocm_workspace_rows * recipe.max_model_len * FP32_BYTES
+    rocm_workspace_rows) at max_model_len FP32 columns, 32 GiB at 8192 x 1M (vLLM issue #55132). budget: the prefill
+    logits budget the profile allocates (memory_terms.profile_budget_bytes)."""
+    workspace = deployment.rocm_workspace_rows * deployment.shape.max_model_len * FP32_BYTES
     unpadded_fp32 = logits.rows * logits.columns * FP32_BYTES
     if deployment.profile_holds_decode_logits:
         return Reservation(Reserved.HELD, budget, logits.bytes, logits.bytes)
     if workspace:
         return Reservation(Reserved.WORKSPACE, budget, workspace, budget + workspace)
-    if reserves_decode_logits and recipe.model.indexer.reserves_unpadded_fp32:
+    if reserves_decode_logits and deployment.reserves_unpadded_fp32:
         return Reservation(Reserved.UNPADDED_FP32, budget, unpadded_fp32, max(budget, unpadded_fp32))
     if reserves_decode_logits:
         return Reservation(Reserved.DECODE_LOGITS, budget, logits.bytes, max(budget, logits.bytes))
@@ -156,17 +148,16 @@ def reservation(deployment: Deployment, logits: DecodeLogits, reserves_decode_lo
 
 # 5. Peak: the activation peak the reservation raises ------------------------------------------------------------
 
-def indexer_headroom(recipe: Recipe, logits: dict[str, DecodeLogits], backend: str) -> int:
+def indexer_headroom(measured: dict[str, int], logits: dict[str, DecodeLogits], backend: str, budget: int) -> int:
     """How far the run's global peak sits above what is live inside the indexer when the reservation is made
     (global_peak - indexer_live): the reservation raises the peak only by what it adds beyond that. Measured for this
     backend, or for one with the same bytes per element (the same working set), or for every backend ("*"); else the
     prefill budget the base peak holds, so that the reservation raises the peak by all it adds beyond that budget.
-    Never below it: the base peak already holds it."""
-    measured = recipe.indexer_headroom_bytes
+    Never below it: the base peak already holds it (budget: memory_terms.peak_budget_bytes)."""
     same_working_set = [bytes_ for name, bytes_ in measured.items()
                         if name in logits and logits[name].bytes_per_element == logits[backend].bytes_per_element]
     headroom = measured.get(backend, same_working_set[0] if same_working_set else measured.get("*", 0))
-    return max(headroom, peak_budget_bytes(recipe))
+    return max(headroom, budget)
 
 
 def raised_peak_bytes(memory: RankMemory, reserved: int, headroom: int) -> int:
@@ -183,7 +174,7 @@ def graph_logits_bytes(rows: int, logits: dict[str, DecodeLogits]) -> dict[str, 
     return {name: rows * dl.padded_columns * dl.bytes_per_element for name, dl in logits.items()}
 
 
-def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], logits_then: dict[str, int],
+def cudagraph_pool(deployment: Deployment, backend: str, graph_logits: dict[str, int], logits_then: dict[str, int],
                    floor_bytes: int, floor_then_bytes: int) -> Term:
     """graphs = graph logits (the largest FULL decode graph's rows) + the rest, which a measured figure holds with
     the estimate's per-graph floors (floor_bytes: 0 where this vLLM subtracts no estimate). A figure measured for one
@@ -191,32 +182,32 @@ def cudagraph_pool(recipe: Recipe, backend: str, graph_logits: dict[str, int], l
     the rest stays, the logits and the floors are re-derived. A measured figure is what vLLM subtracted: its estimate
     where it makes one (calibrate writes the log's). Without one, estimates.CUDAGRAPH_BESIDES_LOGITS stands for all
     besides the logits, floors included: the logs it rests on print whole estimates."""
-    if recipe.cudagraph_mode == "NONE":
+    if not deployment.captures_graphs:
         return Term(0, "derived", "no CUDA graphs (enforce-eager or cudagraph_mode NONE)")
-    measured = {recipe.topk_backend if b == "*" else b: v for b, v in recipe.cudagraph_bytes.items()}
+    measured = deployment.cudagraph_pool_bytes
     pool_backend = backend if backend in measured else next((b for b in measured if b in graph_logits), None)
     if pool_backend is None:
         besides_logits = estimates.CUDAGRAPH_BESIDES_LOGITS
         return estimated(besides_logits.value + graph_logits[backend], besides_logits)
-    # >= logits: check_graph_pools
+    # >= logits: planning.check_graph_pools
     pool = measured[pool_backend] - logits_then[pool_backend] - floor_then_bytes + graph_logits[backend] + floor_bytes
     if pool_backend != backend:
         return Term(pool, "derived", f"the pool measured for {pool_backend}, with {backend}'s graph logits in place of "
                                      f"{pool_backend}'s")
     if pool != measured[backend]:
-        return Term(pool, "derived", f"measured at {recipe.measured_on.shape_change(recipe)}; its graph logits and "
+        return Term(pool, "derived", f"measured at {deployment.measured_shape_change}; its graph logits and "
                                      f"per-graph floors re-derived at this shape, the rest of the pool kept")
     return Term(pool, "measured", "the recipe's memory block")
 
 
 # 7. KV bytes, 8. blocks and 9. tokens ---------------------------------------------------------------------------
 
-def kv_cache_bytes(recipe: Recipe, requested: int, weights: int, peak: int, non_torch: int, graphs: int) -> int:
+def kv_cache_bytes(pinned: int | None, requested: int, weights: int, peak: int, non_torch: int, graphs: int) -> int:
     """KV bytes = requested - weights - peak activation - non-torch - CUDA graphs (vllm/v1/worker/gpu_worker.py
     determine_available_memory; `graphs` is 0 where this vLLM subtracts no estimate); --kv-cache-memory-bytes
-    replaces it all."""
-    if recipe.kv_cache_memory_bytes is not None:
-        return recipe.kv_cache_memory_bytes
+    (pinned) replaces it all."""
+    if pinned is not None:
+        return pinned
     return max(requested - weights - peak - non_torch - graphs, 0)
 
 
@@ -237,16 +228,17 @@ class Sizing:
         return self.reservation.bytes
 
 
-def sizing(recipe: Recipe, memory: RankMemory, reserves_decode_logits: bool, reserved: Reservation, headroom: int,
-           subtracted_graph_bytes: int) -> Sizing:
+def sizing(deployment: Deployment, memory: RankMemory, reserves_decode_logits: bool, reserved: Reservation,
+           headroom: int, subtracted_graph_bytes: int) -> Sizing:
     peak = raised_peak_bytes(memory, reserved.bytes, headroom)
-    kv_bytes = kv_cache_bytes(recipe, memory.requested_bytes, memory.weights.bytes, peak, memory.non_torch.bytes,
-                              subtracted_graph_bytes) if recipe.num_gpu_blocks_override is None else \
-        recipe.num_gpu_blocks_override * memory.kv.block_bytes  # the blocks given, whatever memory is left
+    blocks_given = deployment.num_gpu_blocks_override
+    kv_bytes = kv_cache_bytes(deployment.kv_cache_memory_bytes, memory.requested_bytes, memory.weights.bytes, peak,
+                              memory.non_torch.bytes, subtracted_graph_bytes) if blocks_given is None else \
+        blocks_given * memory.kv.block_bytes  # the blocks given, whatever memory is left
     blocks = memory.kv.blocks(kv_bytes)
     tokens = memory.kv.tokens(kv_bytes)
     return Sizing(reserves_decode_logits, reserved, peak, kv_bytes, blocks, tokens,
-                  round(tokens / recipe.max_model_len, 2))
+                  round(tokens / deployment.shape.max_model_len, 2))
 
 
 # The out-of-memory risk: the room a step has for the decode logits at run time ------------------------------------
@@ -281,20 +273,20 @@ class OomRisk:
     at_risk: bool  # the worst step holds more decodes than fit with the margin; never where the profile holds them
 
 
-def worst_decodes(recipe: Recipe) -> int:
+def worst_decodes(shape: Shape) -> int:
     """One step schedules at most max_num_seqs requests and max_num_batched_tokens tokens, 1 + k a decode."""
-    return min(recipe.max_num_seqs, recipe.max_num_batched_tokens // (1 + recipe.num_speculative_tokens))
+    return min(shape.max_num_seqs, shape.max_num_batched_tokens // (1 + shape.num_speculative_tokens))
 
 
-def oom(recipe: Recipe, memory: RankMemory, logits: DecodeLogits, reserved: Reservation, kv_bytes: int,
+def oom(shape: Shape, memory: RankMemory, logits: DecodeLogits, reserved: Reservation, kv_bytes: int,
         graph_pool_bytes: int) -> OomRisk:
-    kv_init = kv_init_buffer_bytes(recipe, memory.kv)
+    kv_init = memory.kv_init_buffers
     unprofiled = memory.unprofiled
     held = kv_bytes + memory.weights.bytes + memory.base_peak.bytes + memory.non_torch.bytes + graph_pool_bytes
-    room = recipe.gpu.total_memory_bytes - held - kv_init.bytes - unprofiled.bytes
+    room = memory.total_bytes - held - kv_init.bytes - unprofiled.bytes
     margin = ALLOCATOR_ROUNDING_BYTES + unprofiled.uncertainty_bytes
-    per_decode = (1 + recipe.num_speculative_tokens) * logits.padded_columns * logits.bytes_per_element
-    worst = worst_decodes(recipe)
+    per_decode = (1 + shape.num_speculative_tokens) * logits.padded_columns * logits.bytes_per_element
+    worst = worst_decodes(shape)
     max_decodes = max(room, 0) // per_decode
     safe_decodes = max(room - margin, 0) // per_decode
     held_by_profile = reserved.kind in (Reserved.HELD, Reserved.WORKSPACE)
@@ -348,155 +340,60 @@ class BackendPlan:
 
 @dataclass(frozen=True)
 class Plan:
-    recipe: Recipe
-    memory: RankMemory
-    cudagraph_estimate: CudagraphEstimate
-    backends: list[BackendPlan]
     deployment: Deployment
+    memory: RankMemory
+    backends: list[BackendPlan]
+
+    @property
+    def recipe(self):
+        """The recipe planned, for the report: the arithmetic here never reads it."""
+        return self.deployment.recipe
+
+    @property
+    def cudagraph_estimate(self) -> CudagraphEstimate:
+        return self.deployment.cudagraph_estimate
 
     def backend(self, name: str) -> BackendPlan:
         return next(b for b in self.backends if b.backend == name)
 
 
-def check_weights_fit(recipe: Recipe, memory: RankMemory) -> None:
-    """Weights that leave no room refuse the plan, unless they are an estimate and the KV memory is pinned
-    (kv-cache-memory-bytes): then vLLM's own figure for them does not enter the KV cache."""
-    pinned = recipe.kv_cache_memory_bytes is not None and memory.weights.provenance != "measured"
-    if not pinned and memory.weights.bytes + memory.non_torch.bytes >= memory.requested_bytes:
-        key = "memory.weights_gib" if memory.weights.provenance == "measured" else "model"
-        raise RecipeError(key, f"{recipe.model.name} needs {memory.weights.bytes / GIB:.1f} GiB of weights per rank; "
-                               f"{recipe.gpu.name} at gpu-memory-utilization {recipe.gpu_memory_utilization} allows "
-                               f"{memory.requested_bytes / GIB:.1f} GiB (shard it: tensor-parallel-size, "
-                               f"enable-expert-parallel)")
-
-
-def check_graph_pools(recipe: Recipe, logits_then: dict[str, int]) -> None:
-    """A measured graph pool holds at least its FULL decode graphs' logits at the shape it was measured at."""
-    for backend, pool in recipe.cudagraph_bytes.items():
-        needed = logits_then.get(recipe.topk_backend if backend == "*" else backend, 0)
-        if pool < needed:
-            name = "memory.cudagraph_gib" + ("" if backend == "*" else f".{backend}")
-            raise RecipeError(name, f"{pool / GIB:.2f} GiB is less than the {needed / GIB:.2f} GiB of indexer logits "
-                                    f"its largest FULL decode graph holds: not a measurement of this recipe")
+def measured_graph_logits(deployment: Deployment) -> dict[str, int]:
+    """Per backend, the graph logits at the shape the recipe's memory block was measured at: what its graph pools
+    hold at least (planning.check_graph_pools)."""
+    measured = deployment.measured
+    return graph_logits_bytes(measured.cudagraph_logits_rows, backend_logits(measured.shape, deployment.backends))
 
 
 def backend_plan(deployment: Deployment, memory: RankMemory, backend: Backend, logits: dict[str, DecodeLogits],
-                 graph_rows: int, graph_logits: dict[str, int], logits_then: dict[str, int],
-                 floors: tuple[int, int]) -> BackendPlan:
-    """The doc's steps for one top-k backend, on this release's side of the fix and on the other; floors: the graph
-    estimate's per-graph floors here and where the memory block was measured."""
-    recipe = deployment.recipe
+                 graph_logits: dict[str, int], logits_then: dict[str, int]) -> BackendPlan:
+    """The doc's steps for one top-k backend, on this release's side of the fix and on the other."""
     dl = logits[backend.name]
-    headroom = indexer_headroom(recipe, logits, backend.name)
-    graphs = cudagraph_pool(recipe, backend.name, graph_logits, logits_then, *floors)
+    headroom = indexer_headroom(deployment.indexer_headroom_bytes, logits, backend.name, memory.peak_budget_bytes)
+    floors = (deployment.cudagraph_estimate.floor_bytes, deployment.measured.cudagraph_floor_bytes)
+    graphs = cudagraph_pool(deployment, backend.name, graph_logits, logits_then, *floors)
     subtracted = graphs.bytes if deployment.cudagraph_estimate.subtracted else 0
-    sides = {reserves: sizing(recipe, memory, reserves, reservation(deployment, dl, reserves), headroom, subtracted)
+    sides = {reserves: sizing(deployment, memory, reserves,
+                              reservation(deployment, memory.profile_budget_bytes, dl, reserves), headroom, subtracted)
              for reserves in (True, False)}
-    release = sides[recipe.reserves_decode_logits]
-    risk = oom(recipe, memory, dl, release.reservation, release.kv_cache_bytes, graphs.bytes)
+    release = sides[deployment.reserves_decode_logits]
+    risk = oom(deployment.shape, memory, dl, release.reservation, release.kv_cache_bytes, graphs.bytes)
     return BackendPlan(
         backend=backend.name, available=backend.name in deployment.available,
         reason=deployment.reasons[backend.name],
-        selected=backend.name == recipe.topk_backend,
-        decode_logits=dl, prefill_budget_bytes=recipe.prefill_budget_bytes,
-        cudagraph_logits_rows=graph_rows, cudagraph_logits_bytes=graph_logits[backend.name], cudagraph=graphs,
-        cudagraph_subtracted_bytes=subtracted, indexer_headroom_bytes=headroom,
-        release=release, other=sides[not recipe.reserves_decode_logits],
+        selected=backend.name == deployment.topk_backend,
+        decode_logits=dl, prefill_budget_bytes=deployment.prefill_budget_bytes,
+        cudagraph_logits_rows=deployment.cudagraph_logits_rows, cudagraph_logits_bytes=graph_logits[backend.name],
+        cudagraph=graphs, cudagraph_subtracted_bytes=subtracted, indexer_headroom_bytes=headroom,
+        release=release, other=sides[not deployment.reserves_decode_logits],
         oom=risk)
 
 
-def plan(recipe: Recipe, only: set[str] | None = None, known: Known | None = None) -> Plan:
-    """Every backend of the recipe's engine through the doc's steps, or those in `only` (and auto, which the report
-    compares them with): a sweep plans just the backends it shows, with what it has resolved so far (Known). A
-    max-model-len of auto is first fitted, as vLLM fits it."""
-    if recipe.fit_max_model_len:
-        recipe = fitted(recipe, known)
-    deployment = resolve(recipe, known)
-    memory = rank_memory(deployment)
-    check_weights_fit(recipe, memory)
-    backends = deployment.backends
-    logits = backend_logits(recipe, deployment.rows_rule, backends)
-    graph_rows = deployment.cudagraph_logits_rows
-    graph_logits = graph_logits_bytes(graph_rows, logits)
-    then, measured = recipe.measured_on, deployment.measured
-    logits_then = graph_logits if then is None else graph_logits_bytes(
-        measured.cudagraph_logits_rows, backend_logits(then, measured.rows_rule, backends))
-    check_graph_pools(recipe, logits_then)
-    estimate = deployment.cudagraph_estimate
-    floors = (estimate.floor_bytes, measured.cudagraph_floor_bytes)
-    shown = [b for b in backends if only is None or b.name in only or b.name == "auto"]
-    return Plan(recipe, memory, estimate, [backend_plan(deployment, memory, b, logits, graph_rows, graph_logits,
-                                                        logits_then, floors) for b in shown], deployment)
-
-
-# vLLM's fit of max-model-len -1 (auto): the profile runs at the model's maximum; where one request of that does not
-# fit the KV memory it left, the longest length whose request does, by bisection (the same in every release modelled).
-FIT_RULE = "vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:1337-1405"  # vllm==0.19.0 kv_cache_utils.py:1405-1460
-
-
-def fitted(recipe: Recipe, known: Known | None) -> Recipe:
-    """The recipe at the max-model-len vLLM fits for -1 (auto): the model's maximum where one request of it fits
-    the KV memory the profile at that length leaves (with the recipe's top-k backend, else auto), else the longest
-    length whose request fits it. Noted in the recipe, with the rule."""
-    at_most = replace(recipe, fit_max_model_len=False)
-    profiled = plan(at_most, known=known)
-    runs = [b for b in profiled.backends if b.available] or profiled.backends  # none runs here: the plan says why
-    backend = next((b for b in runs if b.selected), next((b for b in runs if b.backend == "auto"), runs[0]))
-    available = backend.kv_cache_bytes
-    mla = profiled.memory.sparse_mla_backend
-    specs = None if known is None else known.specs
-
-    def too_long(length: int) -> bool:
-        return kv_spec(replace(at_most, max_model_len=length), mla, specs).request_bytes > available
-
-    longest = recipe.max_model_len
-    good = largest(too_long, 1, longest)
-    if good == longest:
-        return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: the model's maximum, {longest:,}, fits "
-                                                      f"({FIT_RULE})"))
-    if good is None:  # vLLM stops: "Cannot auto-fit max_model_len", and the plan refuses
-        return replace(at_most, notes=(*recipe.notes, f"max-model-len auto: not one token fits the KV memory, so vLLM "
-                                                      f"stops ({FIT_RULE})"))
-    return replace(at_most, max_model_len=good, notes=(
-        *recipe.notes, f"max-model-len auto: vLLM fits it to {good:,}, the longest whose one request fits the "
-                       f"{available / GIB:.2f} GiB its profile at {longest:,} leaves ({FIT_RULE})"))
-
-
-# Defaults that can decide the answer ------------------------------------------------------------------------------
-
-# The values a deployment plausibly has instead of each default.
-PLAUSIBLE_DEFAULTS = {
-    "max_num_batched_tokens": (2048, 8192, 16384),
-    "async_scheduling": (True, False),
-    "kv_cache_dtype": ("auto", "fp8"),
-}
-MOVES_THE_ANSWER = 0.01
-
-
-@dataclass(frozen=True)
-class DefaultImpact:
-    field: str  # a recipe field the recipe left to its default
-    value: object  # the default taken
-    other: object  # a plausible other value
-    tokens_change: float  # the selected backend's KV tokens there against here, as a fraction
-
-
-def default_impacts(recipe: Recipe) -> list[DefaultImpact]:
-    """Each default the recipe leaves out that moves the KV tokens by more than 1 % between its plausible values."""
-    tokens = plan(recipe, {recipe.topk_backend}).backend(recipe.topk_backend).kv_cache_tokens
-    found = []
-    for field_name, values in PLAUSIBLE_DEFAULTS.items():
-        value = getattr(recipe, field_name)
-        if field_name in recipe.given or value not in values:
-            continue
-        for other in (v for v in values if v != value):
-            changed = {field_name: other} | ({"cache_dtype": other} if field_name == "kv_cache_dtype" else {})
-            try:
-                other_tokens = plan(replace(recipe, **changed), {recipe.topk_backend}).backend(
-                    recipe.topk_backend).kv_cache_tokens
-            except RecipeError:  # a value this deployment cannot take
-                continue
-            change = other_tokens / tokens - 1 if tokens else 0.0
-            if abs(change) > MOVES_THE_ANSWER:
-                found.append(DefaultImpact(field_name, value, other, round(change, 4)))
-    return found
+def plan(deployment: Deployment, memory: RankMemory, only: set[str] | None = None) -> Plan:
+    """Every backend of the deployment's engine through the doc's steps, or those in `only` (and auto, which the
+    report compares them with)."""
+    logits = backend_logits(deployment.shape, deployment.backends)
+    graph_logits = graph_logits_bytes(deployment.cudagraph_logits_rows, logits)
+    logits_then = measured_graph_logits(deployment)
+    shown = [b for b in deployment.backends if only is None or b.name in only or b.name == "auto"]
+    return Plan(deployment, memory, [backend_plan(deployment, memory, b, logits, graph_logits, logits_then)
+                                     for b in shown])

@@ -14,7 +14,7 @@ import typer
 from typer._click._textwrap import TextWrapper
 from typer.exceptions import TyperException
 
-from dsa_kvcalc import __version__
+from dsa_kvcalc import __version__, planning
 from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, write
 from dsa_kvcalc.keys import RecipeError, Refusal
 from dsa_kvcalc.streams import console, run, say
@@ -214,7 +214,7 @@ def plan(
     if len(recipes) > 1:
         plan_servers(recipes, format, output, explain)
         return
-    result = guarded(lambda: capacity.plan(recipes[0][1]))
+    result = guarded(lambda: planning.plan(recipes[0][1]))
     found = guarded(lambda: fixes(load_base(recipe, set_, command), result, answered_backend(result)))
     if fix is not None:
         applied = next((f for f in found if f.name == fix.value), None)
@@ -223,7 +223,7 @@ def plan(
             fail(f"--fix {fix.value}: " + (f"not a fix of this verdict; it offers {offered}" if found else
                                            "the plan has no OOM risk to fix"))
         set_ = [*set_, f"{applied.key}={applied.value}"]
-        result, found = guarded(lambda: capacity.plan(load_recipe(recipe, set_, command))), []
+        result, found = guarded(lambda: planning.plan(load_recipe(recipe, set_, command))), []
     check_outputs({"--output": output}, [result.recipe.model.config_path])
     format = Format.table if explain else chosen(format, output, SUFFIX_FORMATS, Format.table)
     if format in (Format.serve, Format.vllm_config):
@@ -264,7 +264,7 @@ def plan_servers(recipes: list, format: Format | None, output: Path | None, expl
     if explain or format not in (Format.table, Format.json):
         fail(f"--format: {len(recipes)} servers plan side by side as a table or JSON; plan one at a time for "
              f"{'--explain' if explain else format.value} (put its line in a file of its own)")
-    labelled = guarded(lambda: [(label, capacity.plan(r)) for label, r in recipes])
+    labelled = guarded(lambda: [(label, planning.plan(r)) for label, r in recipes])
     if format is Format.json:
         emit([render.side_by_side_json(labelled)], output)
     elif output is None:
@@ -517,7 +517,7 @@ def recommend(
         if max_spec_tokens is not None:
             values.check_value("--max-spec-tokens", KEYS["num_speculative_tokens"], max_spec_tokens)
         base = sweeping.load_base(recipe, set_, command)
-        first = capacity.plan(sweeping.recipe_at(base, {}))
+        first = planning.plan(sweeping.recipe_at(base, {}))
         spec_tokens = (list(range(max_spec_tokens, -1, -1)) if max_spec_tokens is not None
                        else [first.recipe.num_speculative_tokens])
         return base, sweeping.recommend(base, target_concurrency, min_kv_tokens, backend, spec_tokens)

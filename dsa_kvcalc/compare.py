@@ -6,7 +6,7 @@ in, rows out; render/compare.py words them."""
 
 from dataclasses import dataclass
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc import planning
 from dsa_kvcalc.capacity import Plan
 from dsa_kvcalc.engine import VLLM_RULES
 from dsa_kvcalc.keys import RecipeError, Refusal, flatten_keys
@@ -25,7 +25,7 @@ class Column:
 def planned(label: str, load) -> Column:
     """The column of the recipe load() gives; a recipe vLLM would refuse is a column that says why."""
     try:
-        plan = capacity.plan(load())
+        plan = planning.plan(load())
     except Refusal as error:
         return Column(label, None, None, str(error))
     j = plan_json(plan)

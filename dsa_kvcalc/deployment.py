@@ -10,15 +10,16 @@ The walk runs one way: recipe -> deployment -> capacity (plan) -> report -> rend
 """
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from dsa_kvcalc import graphs, kv_cache
 from dsa_kvcalc.catalog import (BACKENDS, DRAFTER_NEEDS, NOPE_MLA_HEAD_SIZE, SPARSE_MLA_CACHE_DTYPES,
                                 SPARSE_MLA_FAMILIES, SPARSE_MLA_WIDE_ONLY, V4_FLASHMLA_FAMILIES, V41_DSPARK_BLOCK_TOKENS,
-                                Backend, Rows, family_archs)
+                                Backend, Layout, Rows, family_archs)
 from dsa_kvcalc.engine import ALL, MTP_METHODS, VLLM_RULES
 from dsa_kvcalc.graphs import CudagraphEstimate
 from dsa_kvcalc.keys import KEYS, Recipe, Refusal
-from dsa_kvcalc.kv_cache import KvSpec, stage_layers, v41_packed
+from dsa_kvcalc.kv_cache import CacheConfig, KvSpec, stage_layers, v41_packed
 from dsa_kvcalc.recipe import given_arguments
 from dsa_kvcalc.vllm_config import RELEASE_VALUES
 
@@ -161,38 +162,21 @@ def concurrent_batches(recipe: Recipe) -> int:
     return 2 if stages <= 1 else stages
 
 
-class Reads:
-    """A recipe that notes the fields read of it, in the order first read."""
-
-    def __init__(self, recipe: Recipe):
-        self.recipe, self.names = recipe, {}
-
-    def __getattr__(self, name):
-        self.names[name] = None
-        return getattr(self.recipe, name)
-
-
 def kv_spec(recipe: Recipe, backend: str, specs: dict | None = None) -> KvSpec:
     """The recipe's KV-cache groups (kv_cache/), with the tokens in flight that windows hold (vLLM 0.26.0+: two
     batches under async scheduling) and the draft tokens multi-layer MTP keeps (0.28.0+). A sweep passes `specs`,
-    the specs it has built so far, each under the fields kv_cache.spec read of its recipe and their values: a recipe
-    that agrees with one on the fields that spec read gets the same spec (most of a sweep's points share one)."""
+    the specs it has built so far under their arguments (a CacheConfig holds all the spec reads of the recipe): most
+    of a sweep's points share one."""
     engine, k = recipe.engine, recipe.num_speculative_tokens
     in_flight = recipe.max_num_batched_tokens * concurrent_batches(recipe)
     multi_layer_mtp = recipe.speculative_method != "dspark" and draft_layers(recipe) > 1 and k > 1
     extra = k - 1 if engine.retains_draft_tokens and multi_layer_mtp else 0
-    arguments = (backend, draft_layers(recipe), in_flight, extra)
+    arguments = (CacheConfig.of(recipe), backend, draft_layers(recipe), in_flight, extra)
     if specs is None:
-        return kv_cache.spec(recipe, *arguments)
-    for names, built in specs.items():
-        spec = built.get((*(getattr(recipe, name) for name in names), *arguments))
-        if spec is not None:
-            return spec
-    reads = Reads(recipe)
-    spec = kv_cache.spec(reads, *arguments)
-    names = tuple(reads.names)
-    specs.setdefault(names, {})[(*(getattr(recipe, name) for name in names), *arguments)] = spec
-    return spec
+        return kv_cache.spec(*arguments)
+    if arguments not in specs:
+        specs[arguments] = kv_cache.spec(*arguments)
+    return specs[arguments]
 
 
 # vLLM's start-up checks that refuse a recipe -------------------------------------------------------------------------
@@ -276,7 +260,7 @@ def check_v41_cache_dtype(recipe: Recipe) -> None:
     (v41_packed_cache_dtypes), plain rows none of the packed names (0.31.0+), and nvfp4_ds_mla needs the SM10x family's
     MXFP8 records (0.31.0+)."""
     engine, dtype = recipe.engine, recipe.cache_dtype
-    if v41_packed(recipe):
+    if v41_packed(CacheConfig.of(recipe)):
         dtypes, reason = engine.v41_packed_cache_dtypes
         if dtype not in dtypes:
             raise refusal(recipe, "kv-cache-dtype", "v41_packed_cache_dtypes", reason.format(dtype=dtype))
@@ -369,17 +353,45 @@ def check_drafter(recipe: Recipe) -> None:
 
 # resolve(recipe) -> Deployment ---------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Measured:
-    """What vLLM decides at the shape a memory block was measured at, that carrying its figures re-derives."""
-    rows_rule: Rows
-    cudagraph_logits_rows: int
-    cudagraph_floor_bytes: int
-
-
 def rows_rule(recipe: Recipe) -> Rows:
     """The indexer's own rule (catalog.Indexer), or DeepInfer's, whose profile run takes max_num_seqs x (1 + nextn)."""
     return recipe.model.indexer.rows if recipe.engine.rows_capped_by_batched_tokens else Rows.UNCAPPED
+
+
+def reads_bf16(recipe: Recipe, backend: Backend) -> bool:
+    """Does the top-k read DeepGEMM's BF16 logits directly (no FP32 copy, catalog.Backend.reads_bf16)? DeepSelect (and
+    DeepInfer's own top-k) do, except under decode context parallelism (DCP merges need FP32) and under an indexer that
+    upcasts whatever top-k runs (the kpool indexer's as_fp32_logits, catalog.KPOOL_INDEXER). The runtime upcast and the
+    profile's reservation share this one predicate."""
+    return backend.reads_bf16 and recipe.decode_context_parallel_size == 1 and not recipe.model.indexer.upcasts_always
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the decode logits' size reads of a recipe: the batch, the draft tokens, the length, DeepGEMM's layout, and
+    how the profile counts the rows (capacity.py's steps 1-3)."""
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    num_speculative_tokens: int
+    max_model_len: int
+    indexer_width_ratio: int  # the logits' columns are max_model_len // this (compressed keys, kpool)
+    layout: Layout
+    rows_rule: Rows  # how the profile counts the decode logits' rows (rows_rule)
+    bf16_readers: frozenset[str]  # the top-k backends that read the BF16 logits directly (reads_bf16)
+
+
+def shape(recipe: Recipe) -> Shape:
+    return Shape(recipe.max_num_seqs, recipe.max_num_batched_tokens, recipe.num_speculative_tokens,
+                 recipe.max_model_len, recipe.indexer_width_ratio, recipe.layout, rows_rule(recipe),
+                 frozenset(b.name for b in engine_backends(recipe) if reads_bf16(recipe, b)))
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What vLLM decides at the shape a memory block was measured at, that carrying its figures re-derives."""
+    shape: Shape
+    cudagraph_logits_rows: int
+    cudagraph_floor_bytes: int
 
 
 def rocm_workspace_rows(recipe: Recipe) -> int:
@@ -397,7 +409,8 @@ def rocm_workspace_rows(recipe: Recipe) -> int:
 
 @dataclass(frozen=True)
 class Deployment:
-    """What vLLM decides for a recipe before it counts memory: plain values, each decided once."""
+    """What vLLM decides for a recipe before it counts memory, and the recipe's own figures the arithmetic takes as
+    they are: plain values, each decided once. capacity.py reads these, never the recipe (kept here for the report)."""
     recipe: Recipe
     # vLLM's scheduler refuses max-num-seqs above max-num-batched-tokens (vllm==0.33.0
     # vllm/config/scheduler.py:331-336); told after the plan, beside the refusals that depend on memory (report.refusal)
@@ -405,17 +418,33 @@ class Deployment:
     backends: tuple[Backend, ...]  # the top-k backends the recipe's engine offers, in the catalog's order
     reasons: dict[str, str]  # backend -> why it does not run here (availability), or its note where it runs
     available: frozenset[str]  # the backends that run here
+    topk_backend: str  # the recipe's sparse-indexer-topk-backend
     sparse_mla_backend: str
     model_runner_v2: bool
     draft_layers: int
     concurrent_batches: int
     kv: KvSpec
-    rows_rule: Rows  # how the profile counts the decode logits' rows (rows_rule)
+    shape: Shape
+    reserves_decode_logits: bool  # the profile reserves the decode logits (vLLM #62860, engine.py)
+    reserves_unpadded_fp32: bool  # the indexer reserves rows x width x 4 B itself (the kpool indexer's)
     rocm_workspace_rows: int  # the rows of ROCm's locked indexer workspace; 0 where none (rocm_workspace_rows)
     profile_holds_decode_logits: bool  # DeepInfer's profile run holds the decode logits themselves
+    captures_graphs: bool  # cudagraph_mode is not NONE
     cudagraph_estimate: CudagraphEstimate
     cudagraph_logits_rows: int  # the largest FULL decode graph's tokens: the indexer logits rows the graph pool holds
     measured: Measured  # the same at the shape the recipe's memory block was measured at (recipe.measured_on)
+    # The recipe's own figures: the prefill logits budget, the KV memory or blocks it pins, and its memory block's
+    # graph pools and indexer headroom (by top-k backend; "*", every backend, stands for the recipe's)
+    prefill_budget_bytes: int
+    kv_cache_memory_bytes: int | None
+    num_gpu_blocks_override: int | None
+    cudagraph_pool_bytes: dict[str, int]
+    indexer_headroom_bytes: dict[str, int]
+
+    @cached_property
+    def measured_shape_change(self) -> str:
+        """Where the memory block was measured, against here (a note on figures carried over)."""
+        return self.recipe.measured_on.shape_change(self.recipe)
 
 
 @dataclass
@@ -435,7 +464,7 @@ def captured(recipe: Recipe) -> tuple[CudagraphEstimate, int]:
 
 def measured_at(recipe: Recipe) -> Measured:
     estimate, logits_rows = captured(recipe)
-    return Measured(rows_rule(recipe), logits_rows, estimate.floor_bytes)
+    return Measured(shape(recipe), logits_rows, estimate.floor_bytes)
 
 
 def measured_then(recipe: Recipe, known: Known | None) -> Measured:
@@ -447,6 +476,11 @@ def measured_then(recipe: Recipe, known: Known | None) -> Measured:
     if id(then) not in known.measured:
         known.measured[id(then)] = (then, measured_at(then))
     return known.measured[id(then)][1]
+
+
+def by_backend(figures: dict[str, int], recipe: Recipe) -> dict[str, int]:
+    """A memory block's figures by top-k backend, "*" (every backend) read as the recipe's."""
+    return {recipe.topk_backend if name == "*" else name: value for name, value in figures.items()}
 
 
 def resolve(recipe: Recipe, known: Known | None = None) -> Deployment:
@@ -469,8 +503,8 @@ def resolve(recipe: Recipe, known: Known | None = None) -> Deployment:
     why_not = {b.name: availability(recipe, b) for b in backends}
     notes = {b.name: b.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows) for b in backends}
     estimate, logits_rows = captured(recipe)
-    rule = rows_rule(recipe)
-    measured = Measured(rule, logits_rows, estimate.floor_bytes) if recipe.measured_on is None else \
+    here = shape(recipe)
+    measured = Measured(here, logits_rows, estimate.floor_bytes) if recipe.measured_on is None else \
         measured_then(recipe, known)
     seqs, tokens = recipe.max_num_seqs, recipe.max_num_batched_tokens
     scheduler_refusal = f"max-num-seqs {seqs:,} is above max-num-batched-tokens {tokens:,}" if seqs > tokens else None
@@ -478,9 +512,16 @@ def resolve(recipe: Recipe, known: Known | None = None) -> Deployment:
         recipe=recipe, scheduler_refusal=scheduler_refusal, backends=tuple(backends),
         reasons={name: reason or notes[name] for name, reason in why_not.items()},
         available=frozenset(name for name, reason in why_not.items() if reason is None),
-        sparse_mla_backend=mla_backend, model_runner_v2=on_model_runner_v2(recipe),
+        topk_backend=recipe.topk_backend, sparse_mla_backend=mla_backend, model_runner_v2=on_model_runner_v2(recipe),
         draft_layers=draft_layers(recipe), concurrent_batches=concurrent_batches(recipe),
-        kv=kv_spec(recipe, mla_backend, None if known is None else known.specs),
-        rows_rule=rule, rocm_workspace_rows=rocm_workspace_rows(recipe),
+        kv=kv_spec(recipe, mla_backend, None if known is None else known.specs), shape=here,
+        reserves_decode_logits=recipe.reserves_decode_logits,
+        reserves_unpadded_fp32=recipe.model.indexer.reserves_unpadded_fp32,
+        rocm_workspace_rows=rocm_workspace_rows(recipe),
         profile_holds_decode_logits=recipe.engine.profile_holds_decode_logits,
-        cudagraph_estimate=estimate, cudagraph_logits_rows=logits_rows, measured=measured)
+        captures_graphs=recipe.cudagraph_mode != "NONE",
+        cudagraph_estimate=estimate, cudagraph_logits_rows=logits_rows, measured=measured,
+        prefill_budget_bytes=recipe.prefill_budget_bytes, kv_cache_memory_bytes=recipe.kv_cache_memory_bytes,
+        num_gpu_blocks_override=recipe.num_gpu_blocks_override,
+        cudagraph_pool_bytes=by_backend(recipe.cudagraph_bytes, recipe),
+        indexer_headroom_bytes=recipe.indexer_headroom_bytes)

@@ -3,7 +3,7 @@ of the activation peak and non-torch memory: what tools/fit_terms.py fits and be
 
 from dataclasses import dataclass
 
-from dsa_kvcalc import capacity, fits
+from dsa_kvcalc import capacity, fits, planning
 from dsa_kvcalc.memory_terms import collectives, hidden_bytes, peak_budget_bytes, prefill_workspace_bytes
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.records import Record
@@ -11,7 +11,7 @@ from dsa_kvcalc.records import Record
 
 def planned(record: Record) -> capacity.Plan:
     recipe = load(record.recipe)
-    return capacity.plan(recipe, {recipe.topk_backend})
+    return planning.plan(recipe, {recipe.topk_backend})
 
 
 def point(record: Record) -> fits.Point:
@@ -52,8 +52,9 @@ def plan_with(record: Record, fit: fits.Fit) -> Planned:
     recipe, memory = plan.recipe, plan.memory
     selected = plan.backend(recipe.topk_backend)
     peak = peak_budget_bytes(recipe) + prefill_workspace_bytes(recipe) + fit.peak_bytes(hidden_bytes(recipe))
-    kv_bytes = capacity.kv_cache_bytes(recipe, memory.requested_bytes, memory.weights.bytes, peak,
-                                       fit.non_torch_bytes(collectives(recipe)), selected.cudagraph_subtracted_bytes)
+    kv_bytes = capacity.kv_cache_bytes(recipe.kv_cache_memory_bytes, memory.requested_bytes, memory.weights.bytes,
+                                       peak, fit.non_torch_bytes(collectives(recipe)),
+                                       selected.cudagraph_subtracted_bytes)
     return Planned(record, kv_bytes, memory.kv.tokens(kv_bytes))
 
 

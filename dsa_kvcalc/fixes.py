@@ -10,7 +10,7 @@ takes the lowest graph mode of the step (vllm/v1/worker/gpu/dp_utils.py:156-173)
 
 from dataclasses import dataclass
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc import capacity, planning
 from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved
 from dsa_kvcalc.fit import largest
 from dsa_kvcalc.keys import RecipeError
@@ -37,7 +37,7 @@ class Fix:
 
 def replanned(base: Base, point: dict, backend: str) -> BackendPlan | None:
     try:
-        return capacity.plan(recipe_at(base, point), {backend}).backend(backend)
+        return planning.plan(recipe_at(base, point), {backend}).backend(backend)
     except RecipeError:  # a value this deployment cannot take
         return None
 

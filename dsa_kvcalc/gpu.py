@@ -10,7 +10,7 @@ import time
 import warnings
 from dataclasses import asdict, replace
 
-from dsa_kvcalc import capacity, streams, verify
+from dsa_kvcalc import planning, streams, verify
 from dsa_kvcalc.catalog import layout_for
 from dsa_kvcalc.kv_cache import round_up
 from dsa_kvcalc.verify import (INSTALL, LiveMemory, LocalGpu, OomRequest, OomRun, PassMeasurement, PassRequest,
@@ -322,7 +322,7 @@ def verify_shape(shape: Shape, backends: list[str], env: LocalGpu, profile: bool
                  console) -> dict:
     """One shape: a live pass per distinct working set (with or without the FP32 copy), each backend's verdict, and
     the --profile and --reproduce-oom runs of the recipe's backend."""
-    plan, named_plan = capacity.plan(shape.planned), capacity.plan(shape.named)
+    plan, named_plan = planning.plan(shape.planned), planning.plan(shape.named)
     passes, results = live_passes(shape, plan, named_plan, backends, env, status, console)
     entry = {"name": shape.name, "recipe": shape.planned.resolved(), "recipe_gpu": shape.named.gpu.name,
              "notes": list(shape.notes), "measured": [asdict(m) for m in passes.values()],

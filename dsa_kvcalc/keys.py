@@ -224,7 +224,7 @@ class Recipe:
     measured_on: "Recipe | None" = None  # the recipe the memory block was measured on, where this one differs
     given: frozenset = frozenset()  # the fields the recipe gives: the others took their defaults
     notes: tuple[str, ...] = ()  # what reading it noted: a name planned as another checkpoint, an image's tag
-    fit_max_model_len: bool = False  # max-model-len -1 or auto: vLLM fits it to the KV memory (capacity.fitted)
+    fit_max_model_len: bool = False  # max-model-len -1 or auto: vLLM fits it to the KV memory (planning.fitted)
     spelled: tuple[tuple[str, str], ...] = ()  # (key, as the recipe spells it) where they differ: a refusal names it so
 
     @property

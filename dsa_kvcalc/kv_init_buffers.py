@@ -33,11 +33,10 @@ counted as on one stage.
 
 import math
 
-from dsa_kvcalc.deployment import draft_layers, on_model_runner_v2
+from dsa_kvcalc.estimates import Term
 from dsa_kvcalc.keys import Recipe
-from dsa_kvcalc.kv_cache import (PAGED_MQA_PAGE_SIZES, V41_WINDOW_BLOCK, V4_WINDOW_BLOCK, Group, KvSpec, cdiv,
-                                 owns_indexer, round_up)
-from dsa_kvcalc.memory_terms import Term
+from dsa_kvcalc.kv_cache import (PAGED_MQA_PAGE_SIZES, V41_WINDOW_BLOCK, V4_WINDOW_BLOCK, CacheConfig, Group, KvSpec,
+                                 cdiv, owns_indexer, round_up)
 
 INT32_BYTES = 4
 INT64_BYTES = 8
@@ -71,14 +70,15 @@ RUNNER_SOURCES = {True: "vllm==0.33.0 vllm/v1/worker/gpu/model_runner.py:623-826
                   False: "vllm==0.33.0 vllm/v1/worker/gpu_model_runner.py:6990-7055 initialize_kv_cache"}
 
 
-def kv_init_buffer_bytes(recipe: Recipe, kv: KvSpec) -> Term:
+def kv_init_buffer_bytes(recipe: Recipe, kv: KvSpec, v2: bool, draft_layers: int) -> Term:
     """The bytes of the KV-init buffers of one rank, listed by piece in the source, with the runner's code and the
-    release's rules they follow."""
+    release's rules they follow. v2: on Model Runner V2 (deployment.on_model_runner_v2); draft_layers: the draft
+    layers whose caches join the KV cache (deployment.draft_layers)."""
     engine = recipe.engine
-    v2 = on_model_runner_v2(recipe)
-    pieces = block_table_pieces(recipe, kv) + builder_pieces(recipe, kv)
+    pieces = block_table_pieces(recipe, kv, v2) + builder_pieces(recipe, kv, draft_layers)
     listed = "; ".join(f"{name} {size:,} B" for name, size in pieces if size)
-    rules = ", ".join(f"{name} {getattr(engine, name)}" for name in KV_INIT_RULES)
+    values = {name: getattr(engine, name) for name in KV_INIT_RULES}
+    rules = ", ".join(f"{name} {'/'.join(sorted(v)) if isinstance(v, frozenset) else v}" for name, v in values.items())
     return Term(sum(size for _, size in pieces), "derived",
                 f"Model Runner {'V2' if v2 else 'V1'}'s KV-init buffers: {listed} ({RUNNER_SOURCES[v2]} and the "
                 f"builders it makes, dsa_kvcalc/kv_init_buffers.py; engine.py rules at {engine.label}: {rules})")
@@ -121,9 +121,9 @@ def kernel_split(recipe: Recipe, group: Group) -> int:
     return group.block // INDEXER_KERNEL_TOKENS
 
 
-def block_table_pieces(recipe: Recipe, kv: KvSpec) -> list[tuple[str, int]]:
+def block_table_pieces(recipe: Recipe, kv: KvSpec, v2: bool) -> list[tuple[str, int]]:
     seqs, tokens = recipe.max_num_seqs, recipe.max_num_batched_tokens
-    if on_model_runner_v2(recipe):  # aligned in every release with Model Runner V2 for these models (0.25.0+)
+    if v2:  # aligned in every release with Model Runner V2 for these models (0.25.0+)
         widths = [table_width(recipe, g, True) * kernel_split(recipe, g) for g in kv.groups]
         return [("block tables and their input copies", 2 * seqs * sum(widths) * INT32_BYTES),
                 ("slot mappings", len(kv.groups) * tokens * INT64_BYTES)]
@@ -139,13 +139,13 @@ def block_table_pieces(recipe: Recipe, kv: KvSpec) -> list[tuple[str, int]]:
 
 # Metadata builders -------------------------------------------------------------------------------------------------
 
-def builder_pieces(recipe: Recipe, kv: KvSpec) -> list[tuple[str, int]]:
+def builder_pieces(recipe: Recipe, kv: KvSpec, draft_layers: int) -> list[tuple[str, int]]:
     family = recipe.model.family
     if family == "deepseek_v4":
         return window_pieces(recipe, kv, V4_WINDOW_BLOCK) + indexer_pieces(recipe, kv, 1) + c128a_pieces(recipe)
     if family == "deepseek_v41":
         return window_pieces(recipe, kv, V41_WINDOW_BLOCK) + indexer_pieces(recipe, kv, v41_indexer_builders(recipe))
-    drafts = 1 if draft_layers(recipe) else 0  # the MTP layer owns an indexer and an MLA layer, in one group
+    drafts = 1 if draft_layers else 0  # the MTP layer owns an indexer and an MLA layer, in one group
     return indexer_pieces(recipe, kv, 1 + drafts) + sparse_mla_pieces(recipe, kv, mla_builders(recipe) + drafts)
 
 
@@ -245,7 +245,8 @@ def mla_builders(recipe: Recipe) -> int:
     """The target's sparse-MLA attention groups: one, or two from vLLM 0.30.0 where shared indexers leave layers
     without one, whose spec says is_index_group_leader False (vllm==0.30.0
     vllm/model_executor/layers/attention/mla_attention.py:1372)."""
-    leaderless = not all(owns_indexer(recipe, layer) for layer in range(recipe.model.num_layers))
+    config = CacheConfig.of(recipe)
+    leaderless = not all(owns_indexer(config, layer) for layer in range(recipe.model.num_layers))
     return 2 if leaderless and recipe.engine.mla_groups_split_by_index_leader else 1
 
 

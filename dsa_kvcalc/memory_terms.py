@@ -1,26 +1,20 @@
-"""The memory terms vLLM's profile run measures for one rank (weights, the base activation peak, non-torch memory), as
-the recipe's memory block gives them or as plan estimates them (estimates.py), each with its provenance."""
+"""The memory terms of one rank: what vLLM's profile run measures (weights, the base activation peak, non-torch memory),
+as the recipe's memory block gives them or as plan estimates them (estimates.py), each with its provenance; the
+prefill logits budgets the profile allocates and the base peak holds; and the buffers the model runner makes after the
+KV cache is sized (kv_init_buffers.py). capacity.py takes them as values."""
 
 import math
 from dataclasses import dataclass, replace
 
 from dsa_kvcalc import estimates, kv_cache, weights
 from dsa_kvcalc.deployment import Deployment
-from dsa_kvcalc.kv_cache import KvSpec
+from dsa_kvcalc.estimates import Term, estimated
 from dsa_kvcalc.keys import KEYS, Recipe
+from dsa_kvcalc.kv_cache import KvSpec
+from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
 
 
 DEFAULT_BUDGET_MB = KEYS["prefill_budget_mb"].default
-
-
-@dataclass(frozen=True)
-class Term:
-    bytes: int
-    provenance: str  # measured (the recipe's memory block, a log), derived (config and cited rule, or a measured
-    # term carried over), fitted or estimated (estimates.py)
-    source: str
-    carried_bytes: int = 0  # what plan's estimate of the change adds to a figure measured at another shape
-    uncertainty_bytes: int = 0  # how far off it may be, either way, where that is stated
 
 
 def term(recipe: Recipe, name: str, estimate) -> Term:
@@ -42,17 +36,17 @@ def term(recipe: Recipe, name: str, estimate) -> Term:
                                            f"of the change", change)
 
 
-def estimated(value: int, figure: estimates.Figure) -> Term:
-    return Term(value, figure.provenance, figure.basis, uncertainty_bytes=figure.uncertainty)
-
-
 @dataclass(frozen=True)
 class RankMemory:
+    total_bytes: int  # the GPU's memory
     requested_bytes: int  # total x gpu-memory-utilization
     weights: Term
     base_peak: Term  # the dummy run's torch peak with only the prefill logits budget reserved
     non_torch: Term
     unprofiled: Term  # what a step finds taken at run time besides the derived terms (capacity.oom)
+    kv_init_buffers: Term  # buffers the model runner makes after the KV bytes are fixed (kv_init_buffers.py)
+    profile_budget_bytes: int  # the prefill logits budget the profile run allocates (profile_budget_bytes)
+    peak_budget_bytes: int  # the prefill logits budget the base peak holds (peak_budget_bytes)
     kv: KvSpec
     sparse_mla_backend: str
 
@@ -146,9 +140,13 @@ def rank_memory(deployment: Deployment) -> RankMemory:
     """The terms of one rank's memory."""
     recipe = deployment.recipe
     return RankMemory(
+        total_bytes=recipe.gpu.total_memory_bytes,
         requested_bytes=math.ceil(recipe.gpu.total_memory_bytes * recipe.gpu_memory_utilization),
         weights=term(recipe, "weights", weights_estimate),
         base_peak=term(recipe, "peak_activation", base_peak_estimate),
         non_torch=term(recipe, "non_torch", non_torch_estimate),
         unprofiled=term(recipe, "unprofiled", lambda _: estimated(estimates.UNPROFILED.value, estimates.UNPROFILED)),
+        kv_init_buffers=kv_init_buffer_bytes(recipe, deployment.kv, deployment.model_runner_v2,
+                                             deployment.draft_layers),
+        profile_budget_bytes=profile_budget_bytes(recipe), peak_budget_bytes=peak_budget_bytes(recipe),
         kv=deployment.kv, sparse_mla_backend=deployment.sparse_mla_backend)

@@ -1,7 +1,7 @@
 """A Plan as plain data: the JSON contract of `plan --format json`, its warnings and assumptions. Every renderer and
 sweep read a plan through this module; it formats nothing for people."""
 
-from dsa_kvcalc import __version__, capacity, published
+from dsa_kvcalc import __version__, planning, published
 from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved, Sizing
 from dsa_kvcalc.engine import MAIN, NEWEST_VLLM, VLLM_RULES
 from dsa_kvcalc.keys import KEYS
@@ -246,8 +246,8 @@ def oom_warnings(plan: Plan) -> list[str]:
 
 def default_warnings(plan: Plan) -> list[str]:
     """The defaults the recipe leaves out that move its KV tokens by more than 1 %."""
-    by_field: dict[str, list[capacity.DefaultImpact]] = {}
-    for impact in capacity.default_impacts(plan.recipe):
+    by_field: dict[str, list[planning.DefaultImpact]] = {}
+    for impact in planning.default_impacts(plan.recipe):
         by_field.setdefault(impact.field, []).append(impact)
     return [f"{KEYS[field].name} is not in the recipe and took {impacts[0].value}: at "
             + ", at ".join(f"{i.other} the KV tokens would move {i.tokens_change:+.1%}" for i in impacts)

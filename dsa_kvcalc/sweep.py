@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc import capacity, planning
 from dsa_kvcalc.bisection import largest
 from dsa_kvcalc.capacity import BackendPlan, Plan
 from dsa_kvcalc.catalog import BACKENDS
@@ -286,7 +286,7 @@ def rows(base: Base, varies: list[Vary], backends: list[str], points, failures: 
     for point in points:
         values = dict(zip(keys, point))
         try:
-            plan = capacity.plan(recipe_at(base, values), set(backends) if backends else None, known)
+            plan = planning.plan(recipe_at(base, values), set(backends) if backends else None, known)
         except RecipeError as error:
             failures.count += 1
             failures.first = failures.first or str(error)
@@ -313,7 +313,7 @@ class Planner:
     def at(self, point: dict) -> Plan:
         key = tuple(sorted(point.items()))
         if key not in self.plans:
-            self.plans[key] = capacity.plan(recipe_at(self.base, point), known=self.known)
+            self.plans[key] = planning.plan(recipe_at(self.base, point), known=self.known)
         return self.plans[key]
 
     def backend(self, point: dict, name: str) -> tuple[Plan, BackendPlan]:

@@ -424,8 +424,8 @@ def profile_replay(plan: Plan, name: str, measured: PassMeasurement, live: LiveM
     logits_bytes = measured.storage_bytes + measured.copy_storage_bytes
     reserved = max(recipe.prefill_budget_bytes, logits_bytes * b.decode_logits.rows // measured.rows)
     peak = capacity.raised_peak_bytes(memory, reserved, b.indexer_headroom_bytes)
-    kv_bytes = capacity.kv_cache_bytes(recipe, requested, memory.weights.bytes, peak, live.non_torch_bytes,
-                                       b.cudagraph_subtracted_bytes)
+    kv_bytes = capacity.kv_cache_bytes(recipe.kv_cache_memory_bytes, requested, memory.weights.bytes, peak,
+                                       live.non_torch_bytes, b.cudagraph_subtracted_bytes)
     return ProfileReplay(
         backend=name,
         free_at_start_bytes=live.free_at_start_bytes,

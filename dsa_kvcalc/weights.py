@@ -195,5 +195,6 @@ def index_group_bytes(recipe: Recipe, entry: dict, draft_layers: int) -> int:
     rows = min(recipe.max_num_batched_tokens, recipe.max_num_seqs * (1 + recipe.num_speculative_tokens)) + 1
     stage_layers = pp_partitions(recipe.model.num_layers, recipe.pipeline_parallel_size)[-1]
     first = recipe.model.num_layers - stage_layers
-    groups = sum(kv_cache.owns_indexer(recipe, layer) for layer in range(first, recipe.model.num_layers + draft_layers))
+    config = kv_cache.CacheConfig.of(recipe)
+    groups = sum(kv_cache.owns_indexer(config, layer) for layer in range(first, recipe.model.num_layers + draft_layers))
     return groups * rows * (entry["shape"]["index_topk"] + 1) * INT32_BYTES

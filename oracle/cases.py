@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc import planning
 from dsa_kvcalc import engine as engines
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.deployment import on_model_runner_v2
@@ -140,7 +140,7 @@ def generated(count: int = GENERATED_COUNT, seed: int = GENERATED_SEED) -> list[
 
 def plan_refusal(raw: dict) -> RecipeError | None:
     try:
-        capacity.plan(load(raw))
+        planning.plan(load(raw))
     except RecipeError as error:
         return error
     return None
@@ -149,7 +149,7 @@ def plan_refusal(raw: dict) -> RecipeError | None:
 # plan's answer ----------------------------------------------------------------------------------------------------
 
 def weights_refusal(error: RecipeError | None) -> bool:
-    """capacity.check_weights_fit's refusal: the weights leave no room (not a check vLLM's code runs on a CPU)."""
+    """planning.check_weights_fit's refusal: the weights leave no room (not a check vLLM's code runs on a CPU)."""
     return error is not None and "GiB of weights per rank" in error.problem
 
 
@@ -158,7 +158,7 @@ def plan_answer(raw: dict, release: str, available_gib: float | None) -> dict:
     defaults it resolves."""
     try:
         recipe = load({**raw, "vllm-version": release})
-        planned = capacity.plan(recipe, {recipe.topk_backend})
+        planned = planning.plan(recipe, {recipe.topk_backend})
     except RecipeError as error:  # a Refusal says vLLM would refuse; any other, that plan does not derive it
         return {"refusal": str(error), "weights": weights_refusal(error), "vllm_refuses": isinstance(error, Refusal)}
     kv = planned.memory.kv

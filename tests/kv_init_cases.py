@@ -6,7 +6,7 @@ resolved values here."""
 
 import sys
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc import planning
 from dsa_kvcalc.deployment import kv_spec, sparse_mla_backend
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
@@ -92,7 +92,7 @@ def plan_figures(recipe, kv_bytes: int) -> dict:
 def kv_bytes_of(recipe, available_gib: float | None) -> int:
     """A record's logged KV memory; a bundled recipe's, what plan sizes it at on that release. Either way plan's
     checks run (RecipeError where plan says vLLM would refuse)."""
-    planned = capacity.plan(recipe)
+    planned = planning.plan(recipe)
     if available_gib is not None:
         return round(available_gib * GIB)
     return planned.backend(recipe.topk_backend).kv_cache_bytes

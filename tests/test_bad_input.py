@@ -23,7 +23,7 @@ from jsonschema import Draft202012Validator
 from rich.console import Console
 
 from conftest import LOGS, RECIPES, ROOT, SEED, cli, fails, one_line, runner
-from dsa_kvcalc import capacity, report
+from dsa_kvcalc import planning, report
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.cli import app, main
 from dsa_kvcalc.keys import RecipeError
@@ -792,7 +792,7 @@ def recipes(draw):
 @given(recipes())
 def test_loader_and_plan_end_in_a_result_or_a_clean_error(raw):
     try:
-        plan = capacity.plan(load(raw))
+        plan = planning.plan(load(raw))
     except RecipeError as error:
         assert error.key and str(error).count("\n") == 0
         return

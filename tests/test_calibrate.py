@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import yaml
 
 from conftest import LOGS, ROOT, SEED, cli, fails, one_line, run
-from dsa_kvcalc import engine as engines
+from dsa_kvcalc import engine as engines, planning
 from dsa_kvcalc import calibrate as cal, capacity, estimates, memory_terms
 from dsa_kvcalc.calibrate import headroom_from_logs, measure_kv
 from dsa_kvcalc.units import GIB
@@ -180,8 +180,11 @@ def test_unknown_model_fails_cleanly():
 
 
 def test_wrong_gpu_is_caught_when_the_terms_cannot_fit():
-    # The RTX log's 75.64 GiB of weights per rank (plus graphs and KV) cannot fit an H100 at 0.95 (75.2 GiB).
-    fails(calibrate(RTX, "--set", "gpu=H100"), "H100", "75.2 GiB")
+    # The RTX log's 75.64 GiB of weights per rank (plus graphs and KV) cannot fit an H100 at 0.95 (75.2 GiB): vLLM
+    # would refuse to start it there, so the log is not of an H100 (exit 4, one line).
+    result = calibrate(RTX, "--set", "gpu=H100")
+    assert result.exit_code == 4 and result.output.count("\n") == 1, result.output
+    assert "H100" in result.output and "75.2 GiB" in result.output and "refuses to start" in result.output
 
 
 def test_after_log_of_another_deployment_is_refused():
@@ -214,7 +217,7 @@ def test_plan_with_the_seeds_headroom_loses_the_seeds_tokens():
         raw = yaml_mapping(read_text(SEED), SEED)
         raw["sparse-indexer-topk-backend"] = backend
         raw["memory"]["indexer_headroom_bytes"] = {backend: headroom}
-        planned = capacity.plan(load(raw, SEED.parent)).backend(backend)
+        planned = planning.plan(load(raw, SEED.parent)).backend(backend)
         assert abs(planned.kv_cache_tokens - planned.with_fix.kv_cache_tokens - lost) <= 85, backend
 
 
@@ -318,7 +321,7 @@ def test_calibrate_reads_the_seeds_oom_message_and_bounds_the_decodes_at_or_belo
     # the bundled seed recipe carries this measurement, and plan's fitted default is this data point
     assert written == yaml.safe_load(SEED.read_text())["memory"]["unprofiled_bytes"] == estimates.UNPROFILED.value
     assert estimates.UNPROFILED.uncertainty == abs(written)
-    assert capacity.plan(load_recipe(out)).backend("auto").oom.max_decodes == 129
+    assert planning.plan(load_recipe(out)).backend("auto").oom.max_decodes == 129
 
 
 def test_an_oom_message_alone_needs_the_recipe_and_one_of_its_decode_counts(tmp_path):
@@ -604,7 +607,7 @@ def test_a_device_other_than_the_recipes_gpu_is_noted():
 ])
 def test_the_logged_peak_as_the_memory_block_keeps_it(version, activation):
     recipe = load(V32_H200 | {"vllm-version": version})
-    estimate = capacity.plan(recipe)
+    estimate = planning.plan(recipe)
     weights, graphs = 80 * GIB, 4 * GIB
     target = estimate.memory.requested_bytes - weights - graphs - 10 * GIB
     measured = cal.Measured("", 1, peak_activation_bytes=12 * GIB, non_torch_bytes=2 * GIB)
@@ -617,7 +620,7 @@ def test_a_logged_peak_below_the_reservation_keeps_no_base_peak():
     # main: the 134,217,728 B the decode logits raise the peak (above) exceed a logged peak of 4 GiB + 64 MiB less
     # the 4 GiB of graphs in it: the base peak is 0
     recipe = load(V32_H200 | {"vllm-version": "main"})
-    estimate = capacity.plan(recipe)
+    estimate = planning.plan(recipe)
     target = estimate.memory.requested_bytes - 80 * GIB - 4 * GIB - 10 * GIB
     measured = cal.Measured("", 1, peak_activation_bytes=4 * GIB + (64 << 20), non_torch_bytes=2 * GIB)
     assert cal.profiled_terms(recipe, estimate, measured, 80 * GIB, 4 * GIB, target).activation == 0
@@ -629,7 +632,7 @@ def test_logged_terms_within_their_rounding_are_made_to_add_up():
     # blocks: 4 x 5,368,709 + 5,012,736 = 26,487,572 B unexplained is rounding, which the peak absorbs; a byte more
     # is not
     recipe = load(V32_H200 | {"vllm-version": "0.26.0"})
-    estimate = capacity.plan(recipe)
+    estimate = planning.plan(recipe)
     target = estimate.memory.requested_bytes - 80 * GIB - 4 * GIB - 10 * GIB  # 10 GiB for peak + non-torch
     for gap, activation in ((26_487_572, 8 * GIB + 26_487_572), (26_487_573, 8 * GIB)):
         measured = cal.Measured("", 1, peak_activation_bytes=8 * GIB, non_torch_bytes=2 * GIB - gap)
@@ -638,7 +641,7 @@ def test_logged_terms_within_their_rounding_are_made_to_add_up():
 
 def test_logged_terms_that_overfill_the_gpu_are_refused():
     recipe = load(V32_H200)
-    estimate = capacity.plan(recipe)
+    estimate = planning.plan(recipe)
     with pytest.raises(RecipeError, match="is the gpu right"):
         cal.profiled_terms(recipe, estimate, cal.Measured("", 1), 80 * GIB, 4 * GIB, estimate.memory.requested_bytes)
     # weights, graphs and KV that fill the 0.92 x 139.80 GiB = 128.62 GiB exactly leave 0 for peak and non-torch; a
@@ -654,16 +657,16 @@ def test_logged_terms_that_overfill_the_gpu_are_refused():
 def test_graphs_the_log_does_not_print():
     # 0.19.1 subtracts no estimate (envs.py:1654-1655): none; 0.33.0 does: plan's estimate stands in
     old = load(V32_H200 | {"vllm-version": "0.19.1"})
-    assert cal.logged_graphs(old, capacity.plan(old), cal.Measured("", 1))[:2] == (0, "log (none)")
+    assert cal.logged_graphs(old, planning.plan(old), cal.Measured("", 1))[:2] == (0, "log (none)")
     new = load(V32_H200)
-    plan = capacity.plan(new)
+    plan = planning.plan(new)
     assert cal.logged_graphs(new, plan, cal.Measured("", 1))[:2] == (plan.backend("auto").cudagraph.bytes,
                                                                      "plan's estimate")
 
 
 def test_weights_the_log_does_not_print():
     recipe = load(V32_H200)
-    plan = capacity.plan(recipe)
+    plan = planning.plan(recipe)
     others = plan.memory.base_peak.bytes + plan.memory.non_torch.bytes
     requested, graphs = plan.memory.requested_bytes, 4 * GIB
     # KV that leaves room for plan's weights estimate: the estimate
@@ -744,7 +747,7 @@ def test_calibrate_refuses_a_deepinfer_recipe():
 
 
 def planned_tokens(calibration) -> int:
-    return capacity.plan(load(calibration.raw_recipe)).backend("auto").kv_cache_tokens
+    return planning.plan(load(calibration.raw_recipe)).backend("auto").kv_cache_tokens
 
 
 GLM_H200 = {"model": "GLM-5.1-FP8", "gpu": "H200", "tensor-parallel-size": 8}
@@ -770,7 +773,7 @@ def test_a_019_log_prints_graphs_it_does_not_subtract(weights, kv_gib, tokens, m
     assert result.raw_recipe["memory"].get("rest", "weights") == ("weights" if source == "weights" else
                                                                    "peak_activation")
     assert {row.term: row.source for row in result.rows}["weights"] == source
-    planned = capacity.plan(load(result.raw_recipe)).backend("auto")
+    planned = planning.plan(load(result.raw_recipe)).backend("auto")
     assert (planned.kv_cache_tokens, planned.kv_cache_bytes) == (tokens, tokens // 64 * 6_409_728)  # to the byte
     # and the terms meet vLLM 0.19.1's identity to the byte, the graphs outside it: requested = ceil(150,109,880,320 x
     # 0.90) = 135,098,892,288 B (vllm==0.19.1 vllm/v1/worker/utils.py:408-410) = weights + peak + non-torch + KV

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from conftest import SEED
-from dsa_kvcalc import capacity, deployment, estimates, memory_terms, report, weights
+from dsa_kvcalc import capacity, deployment, estimates, memory_terms, planning, report, weights
 from dsa_kvcalc.catalog import LAYOUTS
-from dsa_kvcalc.deployment import resolve, rows_rule
+from dsa_kvcalc.deployment import resolve, rows_rule, shape
 from dsa_kvcalc.fixes import fixes
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
 from dsa_kvcalc.sweep import load_base
@@ -33,7 +33,7 @@ def test_sm12x_rows_hold_whole_128_column_splits_and_no_more():
 def test_vllm_caps_the_decode_rows_at_the_batched_tokens():
     # vLLM #62860 (the seed): rows = min(max_num_seqs, max_num_batched_tokens) x (1 + k) = min(512, 256) x 2 = 512
     recipe = load(V32_H200 | {"max-num-seqs": 512, "max-num-batched-tokens": 256, "speculative-config": MTP})
-    assert capacity.decode_rows(recipe, rows_rule(recipe)) == 512
+    assert capacity.decode_rows(shape(recipe), rows_rule(recipe)) == 512
 
 
 def test_the_kpool_indexer_caps_its_rows_after_the_draft_tokens():
@@ -43,17 +43,17 @@ def test_the_kpool_indexer_caps_its_rows_after_the_draft_tokens():
     recipe = load({"model": "GLM-5.3-Flash", "gpu": "B200", "tensor-parallel-size": 4, "vllm-version": "0.30.0",
                    "max-num-seqs": 1024, "max-num-batched-tokens": 2048,
                    "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}})
-    assert capacity.decode_rows(recipe, rows_rule(recipe)) == 2048
+    assert capacity.decode_rows(shape(recipe), rows_rule(recipe)) == 2048
 
 
 # 2. Top-k backends --------------------------------------------------------------------------------------------------
 
 def test_before_030_only_the_built_in_chain_runs():
     # --sparse-indexer-topk-backend arrives in vllm==0.30.0 vllm/engine/arg_utils.py:1683-1684
-    old = capacity.plan(load(V32_H200 | {"vllm-version": "0.29.0"}))
+    old = planning.plan(load(V32_H200 | {"vllm-version": "0.29.0"}))
     assert not old.backend("persistent").available and "no --sparse-indexer-topk-backend" in old.backend("persistent").reason
     assert old.backend("auto").available
-    assert capacity.plan(load(V32_H200 | {"vllm-version": "0.30.0"})).backend("persistent").available
+    assert planning.plan(load(V32_H200 | {"vllm-version": "0.30.0"})).backend("persistent").available
 
 
 @pytest.mark.parametrize("topk, backend, reason", [
@@ -67,7 +67,7 @@ def test_a_top_k_the_kernel_does_not_take_leaves_the_backend_out(tmp_path, topk,
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"num_hidden_layers": 61, "hidden_size": 7168, "index_n_heads": 64,
                                   "index_head_dim": 128, "index_topk": topk}))
-    plan = capacity.plan(load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 8}))
+    plan = planning.plan(load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 8}))
     assert (plan.backend(backend).available, plan.backend(backend).reason) == (False, reason)
 
 
@@ -76,7 +76,7 @@ def test_deep_select_takes_any_top_k_up_to_4096(tmp_path, topk):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"num_hidden_layers": 61, "hidden_size": 7168, "index_n_heads": 64,
                                   "index_head_dim": 128, "index_topk": topk}))
-    plan = capacity.plan(load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 8}))
+    plan = planning.plan(load({"model": str(config), "gpu": "B200", "tensor-parallel-size": 8}))
     assert plan.backend("deep_select").available
 
 
@@ -90,8 +90,8 @@ def test_a_measured_term_is_carried_to_another_shape_by_the_estimates_change(tmp
     path = tmp_path / "glm.yaml"
     path.write_text("model: GLM-5\ngpu: B200\ntensor-parallel-size: 8\nmax-num-batched-tokens: 8192\n"
                     "memory:\n  peak_activation_bytes: 10000000000\n  weights_bytes: 90000000000\n")
-    assert capacity.plan(load_recipe(path)).memory.base_peak.provenance == "measured"
-    memory = capacity.plan(load_recipe(path, ["max-num-batched-tokens=4096"])).memory
+    assert planning.plan(load_recipe(path)).memory.base_peak.provenance == "measured"
+    memory = planning.plan(load_recipe(path, ["max-num-batched-tokens=4096"])).memory
     copies = estimates.ACTIVATION_HIDDEN_COPIES.value
     fall = round(copies * 8192 * 6144 * 2) - round(copies * 4096 * 6144 * 2)
     assert (memory.base_peak.bytes, memory.base_peak.provenance) == (10_000_000_000 - fall, "derived")
@@ -104,11 +104,11 @@ def test_engram_tables_on_the_gpus_split_over_the_data_parallel_ranks():
     # within 0.2 %.
     engram = sum(weights.data()["models"]["deepseek-ai/DeepSeek-V4.1-Flash"]["engram_layer_bytes"])
     assert abs(engram / 202_743_931_208 - 1) < 0.002
-    offloaded = capacity.plan(load_recipe(SEED)).memory.weights
-    on_gpu = capacity.plan(load_recipe(SEED, ["engram-config.cpu_offload=false"])).memory.weights
+    offloaded = planning.plan(load_recipe(SEED)).memory.weights
+    on_gpu = planning.plan(load_recipe(SEED, ["engram-config.cpu_offload=false"])).memory.weights
     assert on_gpu.bytes - offloaded.bytes == engram // 4
     assert f"{engram // 4:,} B of Engram tables in host memory" in offloaded.source
-    assert "in host memory" not in on_gpu.source and "in host memory" not in capacity.plan(
+    assert "in host memory" not in on_gpu.source and "in host memory" not in planning.plan(
         load(V32_H200)).memory.weights.source
 
 
@@ -134,14 +134,14 @@ def test_one_process_has_no_collectives_allowance(tp, dp, collectives):
     recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "B300", "tensor-parallel-size": tp, "data-parallel-size": dp,
                    "enable-expert-parallel": True})
     expected = estimates.NON_TORCH_SINGLE.value + collectives * estimates.NON_TORCH_COLLECTIVES.value
-    assert capacity.plan(recipe).memory.non_torch.bytes == expected
+    assert planning.plan(recipe).memory.non_torch.bytes == expected
 
 
 def test_a_drafter_other_than_mtp_adds_no_kv_layer():
     # ngram drafts from the prompt: V3.2 keeps its 61 layers of (1152 + 132) B (78,324 B a token); MTP adds its layer
     # (62 x 1284 = 79,608)
     for method, token_bytes in (("ngram", 61 * 1284), ("mtp", 62 * 1284)):
-        plan = capacity.plan(load(V32_H200 | {"speculative-config": {"method": method, "num_speculative_tokens": 2}}))
+        plan = planning.plan(load(V32_H200 | {"speculative-config": {"method": method, "num_speculative_tokens": 2}}))
         assert plan.memory.kv.groups[0].page_bytes == 64 * token_bytes
 
 
@@ -150,7 +150,7 @@ def test_fp8_e4m3_is_deepseek_v4s_own_fp8_layout_not_an_mla_refusal():
     # attention; FLASHMLA_SPARSE's MLA list (flashmla_sparse.py:149-155) has no fp8_e4m3, but V4 never consults it. So
     # fp8_e4m3 plans, and its KV cache is the one fp8 and fp8_ds_mla give, page for page
     v4 = {"model": "DeepSeek-V4-Flash", "gpu": "H200", "tensor-parallel-size": 4}
-    e4m3, fp8, ds_mla = (capacity.plan(load(v4 | {"kv-cache-dtype": dtype})).memory.kv
+    e4m3, fp8, ds_mla = (planning.plan(load(v4 | {"kv-cache-dtype": dtype})).memory.kv
                          for dtype in ("fp8_e4m3", "fp8", "fp8_ds_mla"))
     assert e4m3 == fp8 == ds_mla and e4m3.block_bytes > 0
 
@@ -193,20 +193,20 @@ def test_rocm_before_023_reserves_nothing_for_the_indexer():
     # vllm==0.22.1 vllm/v1/attention/ops/rocm_aiter_mla_sparse.py:647-648: the profiling branch returns at once, not
     # even the prefill budget; vllm==0.23.0 :662-683 locks 8192 x 202,752 FP32 (6,643,777,536 B) + the 512 MiB budget
     glm = {"model": "GLM-5", "gpu": "MI300X", "tensor-parallel-size": 8}
-    assert capacity.plan(load(glm | {"vllm-version": "0.22.1"})).backend("auto").reserved_bytes == 0
-    assert capacity.plan(load(glm | {"vllm-version": "0.23.0"})).backend("auto").reserved_bytes == \
+    assert planning.plan(load(glm | {"vllm-version": "0.22.1"})).backend("auto").reserved_bytes == 0
+    assert planning.plan(load(glm | {"vllm-version": "0.23.0"})).backend("auto").reserved_bytes == \
         6_643_777_536 + 512 * 2**20
 
 
 def test_the_seeds_headroom_serves_every_backend_with_the_same_working_set():
     # persistent reads the FP32 copy as auto does (6 B an element): auto's measured headroom, 3,091,880,448 B
-    plan = capacity.plan(load_recipe(SEED))
+    plan = planning.plan(load_recipe(SEED))
     assert plan.backend("persistent").indexer_headroom_bytes == 3_091_880_448
 
 
 def test_the_seeds_graph_pools_are_its_own_and_carry_to_the_other_backends():
     # the seed's table: 18.40 GiB of CUDA graphs with auto, 12.39 GiB with deep_select (round(x * 2^30) B)
-    plan = capacity.plan(load_recipe(SEED))
+    plan = planning.plan(load_recipe(SEED))
     assert (plan.backend("auto").cudagraph.bytes, plan.backend("auto").cudagraph.provenance) == (19_756_849_562,
                                                                                                  "measured")
     assert plan.backend("deep_select").cudagraph.bytes == 13_303_661_199
@@ -222,27 +222,27 @@ def test_a_graph_pool_measured_at_another_shape_keeps_all_but_its_logits_and_flo
     # grid up to 1536 (1, 2, 4; 8..248 by 8; 256..1536 by 16) rounded up to whole requests of 6 gives 1 + 31 + 81 =
     # 113 decode graphs within 256 x 6, but 1 + 31 + 33 = 65 within 128 x 6: 48 MiB fewer.
     # 19,756,849,562 - 4,834,197,504 - 48 x 1,048,576 = 14,872,320,410
-    pool = capacity.plan(load_recipe(SEED, ["max-num-seqs=128"])).backend("auto").cudagraph
+    pool = planning.plan(load_recipe(SEED, ["max-num-seqs=128"])).backend("auto").cudagraph
     assert (pool.bytes, pool.provenance) == (14_872_320_410, "derived")
 
 
 def test_a_graph_pool_smaller_than_its_logits_is_not_a_measurement():
     # auto's 1536-row FULL decode graph alone holds 1536 x 1,049,088 x 6 B = 9.0 GiB of logits
     with pytest.raises(RecipeError, match="memory.cudagraph_gib.auto: 1.00 GiB is less than the 9.00 GiB"):
-        capacity.plan(load_recipe(SEED, ["memory.cudagraph_gib.auto=1"]))
+        planning.plan(load_recipe(SEED, ["memory.cudagraph_gib.auto=1"]))
 
 
 def test_releases_that_estimate_no_graphs_leave_them_in_the_kv_cache():
     # vllm==0.19.1 vllm/envs.py:1654-1655: no graph estimate is subtracted; vllm==0.20.0 subtracts it
     def kv_bytes(version, graphs_gib):
         recipe = load(V32_H200 | {"vllm-version": version, "memory": {"cudagraph_gib": graphs_gib}})
-        return capacity.plan(recipe).backend("auto").kv_cache_bytes
+        return planning.plan(recipe).backend("auto").kv_cache_bytes
     assert kv_bytes("0.19.1", 10) == kv_bytes("0.19.1", 20)
     assert kv_bytes("0.20.0", 10) - kv_bytes("0.20.0", 20) == 10 * GIB
 
 
 def test_memory_the_other_terms_overrun_leaves_no_kv_cache_not_a_negative_one():
-    plan = capacity.plan(load(V32_H200 | {"memory": {"peak_activation_gib": 200}}))
+    plan = planning.plan(load(V32_H200 | {"memory": {"peak_activation_gib": 200}}))
     assert (plan.backend("auto").kv_cache_bytes, plan.backend("auto").kv_cache_tokens) == (0, 0)
 
 
@@ -294,7 +294,7 @@ def test_capture_sizes_are_rounded_up_to_whole_requests():
 def test_piecewise_graphs_hold_no_indexer_logits():
     # PIECEWISE graphs leave attention (the indexer) outside the graph: no logits rows, the pool is the estimate
     # besides the logits (estimates.CUDAGRAPH_BESIDES_LOGITS, 1.5 GiB)
-    plan = capacity.plan(load(V32_H200 | {"compilation-config": {"cudagraph_mode": "PIECEWISE"}}))
+    plan = planning.plan(load(V32_H200 | {"compilation-config": {"cudagraph_mode": "PIECEWISE"}}))
     assert (plan.backend("auto").cudagraph_logits_rows, plan.backend("auto").cudagraph.bytes) == (0, GIB + GIB // 2)
 
 
@@ -365,16 +365,16 @@ def test_rocm_from_030_locks_only_the_decode_rows():
     # x 4 B = 1,660,944,384, + the 512 MiB budget
     recipe = load({"model": "GLM-5", "gpu": "MI300X", "tensor-parallel-size": 8, "vllm-version": "0.30.0",
                    "speculative-config": MTP})
-    assert capacity.plan(recipe).backend("auto").reserved_bytes == 1_660_944_384 + 512 * 2**20
+    assert planning.plan(recipe).backend("auto").reserved_bytes == 1_660_944_384 + 512 * 2**20
 
 
 def test_a_headroom_measured_for_one_working_set_stays_with_it():
     # Measured for auto (6 B an element) only: deep_select (2 B) has its own working set, so only the 512 MiB budget;
     # with two FP32-copy backends measured, the others take the first given
-    plan = capacity.plan(load_recipe(SEED, ["memory.indexer_headroom_bytes={auto: 3091880448}"]))
+    plan = planning.plan(load_recipe(SEED, ["memory.indexer_headroom_bytes={auto: 3091880448}"]))
     assert (plan.backend("deep_select").indexer_headroom_bytes, plan.backend("torch").indexer_headroom_bytes) == (
         512 * 2**20, 3_091_880_448)
-    plan = capacity.plan(load_recipe(SEED, ["memory.indexer_headroom_bytes={auto: 3091880448, persistent: 3000000000}"]))
+    plan = planning.plan(load_recipe(SEED, ["memory.indexer_headroom_bytes={auto: 3091880448, persistent: 3000000000}"]))
     assert plan.backend("torch").indexer_headroom_bytes == 3_091_880_448
 
 
@@ -383,7 +383,7 @@ def test_releases_that_estimate_no_graphs_size_the_kv_cache_without_them():
     # 36,314,644,480 B of KV; the 10 GiB of graphs are not subtracted (vllm==0.19.1 vllm/envs.py:1654-1655)
     recipe = load(V32_H200 | {"vllm-version": "0.19.1", "memory": {"weights_gib": 80, "peak_activation_gib": 10,
                                                                    "non_torch_gib": 2, "cudagraph_gib": 10}})
-    assert capacity.plan(recipe).backend("auto").kv_cache_bytes == 36_314_644_480
+    assert planning.plan(recipe).backend("auto").kv_cache_bytes == 36_314_644_480
 
 
 def test_the_seeds_concurrency_and_its_budget_fix():
@@ -393,58 +393,58 @@ def test_the_seeds_concurrency_and_its_budget_fix():
     # margin = 9,672,589,312 B; the budget raises the room by what it reserves beyond the seed's 3,091,880,448 B of
     # headroom, so it takes 9,672,589,312 - 4,907,972,772 + 3,091,880,448 = 7,856,496,988 B: 7,493 MiB (7,492.5 up)
     base = load_base(SEED)
-    plan = capacity.plan(load_recipe(SEED))
+    plan = planning.plan(load_recipe(SEED))
     auto = plan.backend("auto")
     assert auto.max_concurrency == 39.15 and auto.selected
     budget = next(f for f in fixes(base, plan, auto) if f.name == "budget")
     assert (budget.key, budget.value) == ("env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB", 7493) and not budget.plan.oom.at_risk
-    assert not any(b.selected for b in capacity.plan(load_recipe(SEED)).backends if b.backend != "auto")
+    assert not any(b.selected for b in planning.plan(load_recipe(SEED)).backends if b.backend != "auto")
 
 
 def test_on_main_the_fix_is_the_release_itself():
-    main = capacity.plan(load_recipe(SEED, ["vllm-version=main"])).backend("auto")
+    main = planning.plan(load_recipe(SEED, ["vllm-version=main"])).backend("auto")
     assert main.with_fix is main.release and main.with_fix.reserved_bytes == 9_668_395_008  # the seed: 9.0 GiB
 
 
 def test_weights_that_fill_the_gpu_refuse_the_plan_unless_the_kv_is_pinned_to_an_estimate():
     # vLLM refuses to start with no memory left for the cache: weights + non-torch = requested leaves none
-    plan = capacity.plan(load(V32_H200))
+    plan = planning.plan(load(V32_H200))
     left = plan.memory.requested_bytes - plan.memory.non_torch.bytes
     full = {"memory": {"weights_bytes": left}}
     with pytest.raises(RecipeError, match="memory.weights_gib"):
-        capacity.plan(load(V32_H200 | full))
-    capacity.plan(load(V32_H200 | {"memory": {"weights_bytes": left - 1}}))
+        planning.plan(load(V32_H200 | full))
+    planning.plan(load(V32_H200 | {"memory": {"weights_bytes": left - 1}}))
     with pytest.raises(RecipeError, match="memory.weights_gib"):  # measured: vLLM's own figure, pinned or not
-        capacity.plan(load(V32_H200 | full | {"kv-cache-memory-bytes": GIB}))
+        planning.plan(load(V32_H200 | full | {"kv-cache-memory-bytes": GIB}))
     # TP 1's 630.3 GiB of derived weights are plan's figure, not vLLM's: a pinned KV cache plans, an unpinned one not
     with pytest.raises(RecipeError, match="needs 630.3 GiB"):
-        capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200"}))
-    capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "kv-cache-memory-bytes": GIB}))
+        planning.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200"}))
+    planning.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "kv-cache-memory-bytes": GIB}))
 
 
 def test_a_pool_given_as_one_number_is_the_recipes_backends():
     # memory.cudagraph_gib: 1 is auto's pool, which holds 9.0 GiB of logits; a 5 GiB deep_select pool holds its
     # 1536 x 1,049,088 x 2 B = 3.0 GiB
     with pytest.raises(RecipeError, match=r"^memory.cudagraph_gib: 1.00 GiB is less than the 9.00 GiB"):
-        capacity.plan(load_recipe(SEED, ["memory.cudagraph_gib=1"]))
-    capacity.plan(load_recipe(SEED, ["memory.cudagraph_gib.deep_select=5"]))
+        planning.plan(load_recipe(SEED, ["memory.cudagraph_gib=1"]))
+    planning.plan(load_recipe(SEED, ["memory.cudagraph_gib.deep_select=5"]))
 
 
 def test_a_plan_of_some_backends_shows_auto_beside_them():
-    assert [b.backend for b in capacity.plan(load_recipe(SEED), {"deep_select"}).backends] == ["auto", "deep_select"]
+    assert [b.backend for b in planning.plan(load_recipe(SEED), {"deep_select"}).backends] == ["auto", "deep_select"]
 
 
 def test_defaults_that_move_the_tokens():
     # V3.2 on H200 with 10 GiB of KV: bf16 blocks of 64 x 78,324 B: 2,142 of them, 137,088 tokens; fp8_ds_mla blocks
     # of 64 x 48,068 B: 3,490, 223,360 tokens: +62.93 %. The batch defaults do not move a pinned MLA cache.
-    impacts = capacity.default_impacts(load(V32_H200 | {"kv-cache-memory-bytes": 10 * GIB}))
+    impacts = planning.default_impacts(load(V32_H200 | {"kv-cache-memory-bytes": 10 * GIB}))
     assert [(i.field, i.value, i.other, i.tokens_change) for i in impacts] == [("kv_cache_dtype", "auto", "fp8", 0.6293)]
     # B200 (>= 160 GiB) defaults to 16,384 batched tokens (vllm==0.28.0 vllm/engine/arg_utils.py:2582-2601), which
     # DeepSeek-V4's windows feel: 2048 and 8192 are named
-    v4 = capacity.default_impacts(load({"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4}))
+    v4 = planning.default_impacts(load({"model": "DeepSeek-V4-Flash", "gpu": "B200", "tensor-parallel-size": 4}))
     assert {(i.value, i.other) for i in v4 if i.field == "max_num_batched_tokens"} == {(16384, 2048), (16384, 8192)}
     # no KV tokens at all: nothing to compare, not a division by zero
-    assert capacity.default_impacts(load(V32_H200 | {"memory": {"peak_activation_gib": 200}})) == []
+    assert planning.default_impacts(load(V32_H200 | {"memory": {"peak_activation_gib": 200}})) == []
 
 
 def test_rocms_locked_workspace_leaves_no_decode_logits_to_allocate_at_run_time():
@@ -453,7 +453,7 @@ def test_rocms_locked_workspace_leaves_no_decode_logits_to_allocate_at_run_time(
     # columns x 4 B = 671,088,640 B, "locked after profiling": nothing is allocated beside it at run time, so no
     # shortfall, although #62860's decode term, 4096 x 163,840 x 4 = 2,684,354,560 B, is more than the budget +
     # workspace (536,870,912 + 671,088,640 = 1,207,959,552 B)
-    plan = capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "MI355X", "tensor-parallel-size": 8,
+    plan = planning.plan(load({"model": "DeepSeek-V3.2", "gpu": "MI355X", "tensor-parallel-size": 8,
                                "vllm-version": "0.30.0", "max-num-seqs": 1024, "max-num-batched-tokens": 1024,
                                "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}))
     auto = plan.backend("auto")
@@ -464,7 +464,7 @@ def test_rocms_locked_workspace_leaves_no_decode_logits_to_allocate_at_run_time(
 def test_a_graph_pool_measured_for_a_backend_this_engine_does_not_run_is_not_checked():
     # DeepInfer's top-k never runs on vLLM: a pool measured for it (0 GiB here) holds none of this recipe's logits, so
     # it is no measurement plan checks against them
-    plan = capacity.plan(load(V32_H200 | {"memory": {"cudagraph_gib": {"deepinfer": 0}}}))
+    plan = planning.plan(load(V32_H200 | {"memory": {"cudagraph_gib": {"deepinfer": 0}}}))
     assert plan.backend("auto").available
 
 
@@ -498,10 +498,10 @@ def test_v41_plain_rows_take_plain_dtypes_and_refuse_only_the_packed_names_from_
            "attention-backend": "FLASHINFER_MLA_SPARSE_DSV41"}
     for version in ("0.31.0", "0.33.0"):
         for dtype in ("auto", "fp8"):
-            assert capacity.plan(load(v41 | {"vllm-version": version, "kv-cache-dtype": dtype})).memory.kv.block_bytes
+            assert planning.plan(load(v41 | {"vllm-version": version, "kv-cache-dtype": dtype})).memory.kv.block_bytes
         with pytest.raises(RecipeError, match="fp8_ds_mla is a packed FlashMLA DeepSeek V4.1 KV cache format"):
-            capacity.plan(load(v41 | {"vllm-version": version, "kv-cache-dtype": "fp8_ds_mla"}))
-    assert capacity.plan(load(v41 | {"vllm-version": "0.30.0", "kv-cache-dtype": "fp8_ds_mla"})).memory.kv.block_bytes
+            planning.plan(load(v41 | {"vllm-version": version, "kv-cache-dtype": "fp8_ds_mla"}))
+    assert planning.plan(load(v41 | {"vllm-version": "0.30.0", "kv-cache-dtype": "fp8_ds_mla"})).memory.kv.block_bytes
 
 
 def test_a_peak_measured_at_the_budget_it_runs_with_already_holds_mains_reservation():
@@ -513,5 +513,5 @@ def test_a_peak_measured_at_the_budget_it_runs_with_already_holds_mains_reservat
               "env": {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": 2048},
               "memory": {"weights_gib": 80, "peak_activation_gib": 6, "non_torch_gib": 2, "cudagraph_gib": 1}}
     for version in ("0.33.0", "main"):
-        backends = capacity.plan(load(recipe | {"vllm-version": version})).backends
+        backends = planning.plan(load(recipe | {"vllm-version": version})).backends
         assert {b.kv_cache_bytes for b in backends if b.available} == {42_538_067_559}, version

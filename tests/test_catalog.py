@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc import capacity, deployment, memory_terms, weights
+from dsa_kvcalc import capacity, deployment, memory_terms, planning, weights
 from dsa_kvcalc.catalog import GPUS, KPOOL_INDEXER, LAYOUTS, MODELS
 from dsa_kvcalc.recipe import RecipeError, load
 from dsa_kvcalc.vllm_log import read_log_file
@@ -75,7 +75,7 @@ def test_deepseek_v4_windows_and_indexer_keys(model):
     # 262,144 columns
     assert config(f"deepseek-ai/{model}")["max_position_embeddings"] // 4 == 262_144
     for engine in ("vllm", "deepinfer"):
-        plan = capacity.plan(load({"model": model, "gpu": "B300", "tensor-parallel-size": 8, "engine": engine}))
+        plan = planning.plan(load({"model": model, "gpu": "B300", "tensor-parallel-size": 8, "engine": engine}))
         assert plan.backends[0].decode_logits.columns == 262_144
 
 
@@ -91,7 +91,7 @@ def test_v4_pro_compresses_as_its_config_lists():
     # config.json's compress_ratios: 128, 128, then 29 pairs of 4, 128, then 4 (and the MTP layer's 0): 30 ratio-4
     # layers of (37,440 + 8,640) B and 31 ratio-128 layers of 1,728 B a 256-token block: 1,435,968 B, the largest group
     assert config("deepseek-ai/DeepSeek-V4-Pro")["compress_ratios"] == [128, 128] + [4, 128] * 29 + [4, 0]
-    plan = capacity.plan(load({"model": "DeepSeek-V4-Pro", "gpu": "B200", "tensor-parallel-size": 8,
+    plan = planning.plan(load({"model": "DeepSeek-V4-Pro", "gpu": "B200", "tensor-parallel-size": 8,
                                "kv-cache-dtype": "fp8", "vllm-version": "0.28.0"}))
     assert plan.memory.kv.block_bytes == 30 * (37_440 + 8640) + 31 * 1728
 
@@ -200,7 +200,7 @@ def test_only_glm5_runs_fp8_for_auto_on_sm10x():
 
 def test_deepinfer_scores_every_key_of_an_mla_model():
     # the seed: max_kv_len = max_model_len // kv_compress_ratio; V3.2 compresses no keys: all 163,840
-    plan = capacity.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8,
+    plan = planning.plan(load({"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8,
                                "engine": "deepinfer"}))
     assert plan.backends[0].decode_logits.columns == 163_840
 

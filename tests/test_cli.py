@@ -49,13 +49,20 @@ BASE = "model: DeepSeek-V3.2\ngpu: H200\ntensor-parallel-size: 8\n"
     (BASE + "pipeline-parallel-size: 2000\n", "pipeline-parallel-size:"),
     ("gpu: H200\n", "model: missing"),
     ("- a\n- list\n", "recipe:"),
-    ("model: DeepSeek-V3.2\ngpu: H100\n", "model: deepseek-ai/DeepSeek-V3.2 needs"),  # 671B on one 80 GB GPU
 ])
 def test_bad_input_is_one_line_naming_the_field(tmp_path, text, field):
     result = run("plan", write(tmp_path, text))
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], result.output
+
+
+def test_weights_that_leave_no_room_are_a_refusal(tmp_path):
+    # DeepSeek-V3.2's 671B parameters (690 GB of FP8 checkpoint) on one 80 GB H100: vLLM finds no memory for the
+    # cache blocks and refuses to start (vllm==0.33.0 vllm/v1/core/kv_cache_planning.py:50-58): exit 4, one line
+    result = run("plan", write(tmp_path, "model: DeepSeek-V3.2\ngpu: H100\n"))
+    assert result.exit_code == 4, result.output
+    assert result.output.startswith("error: model: deepseek-ai/DeepSeek-V3.2 needs") and result.output.count("\n") == 1
 
 
 def test_a_missing_recipe_file_exits_2(tmp_path):

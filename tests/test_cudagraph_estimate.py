@@ -8,7 +8,7 @@ import re
 import pytest
 
 from conftest import ROOT, SEED
-from dsa_kvcalc import capacity, report
+from dsa_kvcalc import planning, report
 from dsa_kvcalc.deployment import on_model_runner_v2, resolve
 from dsa_kvcalc.graphs import GraphEstimate, capture_sizes, runner_capture_sizes, whole_requests
 from dsa_kvcalc.recipe import load, load_recipe
@@ -47,12 +47,12 @@ def test_the_seed_extrapolates_113_full_graphs_from_its_1536_and_1524_token_samp
     # multiples of 8 -> 12, 18, 24, 36, ...; the 81 multiples of 16 from 256 -> 258, 276, ..., 1524, 1536: 113 FULL
     # graphs. The two largest are captured (:916, 995): 1536 and 1520 -> 1524; the other 112 count at the 1 MiB floor
     # (:918, 1038), the second sample holding no logits of its own.
-    estimate = capacity.plan(load_recipe(SEED)).cudagraph_estimate
+    estimate = planning.plan(load_recipe(SEED)).cudagraph_estimate
     assert estimate.method is GraphEstimate.EXTRAPOLATED
     assert estimate.graphs == {"PIECEWISE": 115, "FULL": 113}
     assert estimate.sampled_rows == (1536, 1524)
     assert (estimate.extrapolated_graphs, estimate.floor_bytes) == (112, 112 * MIB)
-    data = report.plan_json(capacity.plan(load_recipe(SEED)))["cudagraph_estimate"]
+    data = report.plan_json(planning.plan(load_recipe(SEED)))["cudagraph_estimate"]
     assert (data["method"], data["sampled_graph_tokens"], data["floor_bytes"]) == ("EXTRAPOLATED", [1536, 1524],
                                                                                   117_440_512)
 
@@ -104,7 +104,7 @@ def test_the_graph_term_of_a_backend_is_its_fp32_copy_once(settings, rows):
     # The estimate's backend term is the first sample's logits, once; the per-graph floors are the same for every
     # backend. With auto's graphs measured alone, deep_select's are derived from them and differ by the FP32 copy of
     # the largest FULL decode graph: rows x 1,049,088 x 4 B, 6,445,596,672 B at 1536 rows and 3,222,798,336 B at 768
-    plan = capacity.plan(load_recipe(SEED, ["memory.cudagraph_gib=18.40", *settings]))
+    plan = planning.plan(load_recipe(SEED, ["memory.cudagraph_gib=18.40", *settings]))
     auto, deep_select = plan.backend("auto"), plan.backend("deep_select")
     assert auto.cudagraph_subtracted_bytes - deep_select.cudagraph_subtracted_bytes == rows * 1_049_088 * 4
 
@@ -118,7 +118,7 @@ def test_neither_reading_of_the_release_code_reaches_the_seeds_deep_select():
     1,048,576) = 49,707,469 tokens. The seed's 48,253,887 lies between, 6.0 % above one and 2.9 % below the other."""
     seed = 48_253_887
     graphs = '{"auto": 19756849562, "deep_select": 6858064527}'
-    plain, eager = (capacity.plan(load_recipe(SEED, settings)).backend("deep_select").kv_cache_tokens
+    plain, eager = (planning.plan(load_recipe(SEED, settings)).backend("deep_select").kv_cache_tokens
                     for settings in ([], [f"memory.cudagraph_bytes={graphs}"]))
     assert (plain, eager) == (45_381_423, 49_707_469)
     assert plain < seed < eager and min(abs(plain / seed - 1), abs(eager / seed - 1)) > 0.001

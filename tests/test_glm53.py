@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import fails, run
-from dsa_kvcalc import capacity, kv_cache, report
+from dsa_kvcalc import kv_cache, planning, report
 from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load
@@ -32,7 +32,7 @@ def write_recipe(folder: Path, raw: dict) -> Path:
 
 def flash(**keys):
     recipe = load(FLASH | keys)
-    return recipe, capacity.plan(recipe)
+    return recipe, planning.plan(recipe)
 
 
 def mtp(k: int) -> dict:
@@ -53,7 +53,7 @@ def row_id(row: dict) -> str:
 @pytest.mark.parametrize("row", PLANNER_ROWS, ids=row_id)
 def test_plan_gives_what_each_releases_own_planner_gave(row):
     recipe = load(planner_recipe(row))
-    kv = capacity.plan(recipe).memory.kv
+    kv = planning.plan(recipe).memory.kv
     if "refused" in row:  # vLLM's "X GiB KV cache is needed, ... larger than the available (Y GiB)"
         assert round(kv.request_bytes / GIB, 2) == row["refused"]["needed_gib"]
         assert round((row["avail"] - kv.block_bytes) / GIB, 2) == row["refused"]["available_gib"]
@@ -61,7 +61,7 @@ def test_plan_gives_what_each_releases_own_planner_gave(row):
         return
     assert next(g.block for g in kv.groups if g.kind == "full") == row["B"]
     assert row["avail"] // kv.block_bytes == row["num_blocks"]
-    assert [kv_cache.group_pages(recipe, g, 0, 0) for g in kv.groups] == row["pages_per_group"]
+    assert [kv_cache.group_pages(kv_cache.CacheConfig.of(recipe), g, 0, 0) for g in kv.groups] == row["pages_per_group"]
     assert (kv.pages_per_request, kv.tokens(row["avail"])) == (row["pages_per_req"], row["tokens"])
     if row["bytes_per_block"] is not None:
         assert kv.block_bytes == row["bytes_per_block"]
@@ -71,7 +71,8 @@ def test_plan_gives_what_each_releases_own_planner_gave(row):
     # conv (3 + k) x 24,576 / TP x 2 B + recurrent 64 / TP x 128 x 128 x 4 B (glm53.md section 3d)
     (1, 0, 4_341_760), (1, 3, 4_489_216), (2, 1, 2_195_456), (4, 0, 1_085_440), (4, 3, 1_122_304), (8, 1, 548_864)])
 def test_kda_state_splits_over_the_tensor_parallel_ranks(tp, k, state):
-    assert kv_cache.kda_state_bytes(load(FLASH | mtp(k) | {"tensor-parallel-size": tp})) == state
+    config = kv_cache.CacheConfig.of(load(FLASH | mtp(k) | {"tensor-parallel-size": tp}))
+    assert kv_cache.kda_state_bytes(config) == state
 
 
 @pytest.mark.parametrize("tp, k, dtype, block", [
@@ -80,7 +81,7 @@ def test_kda_state_splits_over_the_tensor_parallel_ranks(tp, k, state):
     (4, 1, "fp8", 2176), (4, 3, "auto", 1152), (4, 3, "fp8", 2304), (8, 0, "auto", 640), (8, 3, "fp8", 1152)])
 def test_attention_block_holds_a_kda_state(tp, k, dtype, block):
     recipe = load(FLASH | mtp(k) | {"tensor-parallel-size": tp, "kv-cache-dtype": dtype})
-    assert kv_cache.attention_block(recipe) == block
+    assert kv_cache.attention_block(kv_cache.CacheConfig.of(recipe)) == block
 
 
 @pytest.mark.parametrize("version", ["0.30.0", "0.32.0"])
@@ -116,7 +117,7 @@ def test_pages_a_request_by_release_and_prefix_caching(version, prefix_caching, 
 def test_prefix_caching_is_on_by_default_and_vllms_negative_turns_it_off():
     assert load(FLASH).enable_prefix_caching
     off = load(FLASH | MTP3 | {"no-enable-prefix-caching": True, "vllm-version": "0.30.0"})
-    assert not off.enable_prefix_caching and capacity.plan(off).memory.kv.pages_per_request == 114 + 1 + 3 * 4
+    assert not off.enable_prefix_caching and planning.plan(off).memory.kv.pages_per_request == 114 + 1 + 3 * 4
     assert load(FLASH | {"no-enable-prefix-caching": False}).enable_prefix_caching  # vLLM drops --no-no-...
     with pytest.raises(RecipeError, match="no-enable-prefix-caching: true contradicts enable-prefix-caching"):
         load(FLASH | {"enable-prefix-caching": True, "no-enable-prefix-caching": True})
@@ -135,7 +136,7 @@ def test_tail_ring_holds_the_drafts_from_031(version, slots):
 def test_record_shape_reserves_the_budget_and_a_large_batch_its_decode_logits():
     # min(3 x 4, 8192) = 12 rows x 131,072 x 4 B = 6 MiB < 512 MiB (0.30.0); 1,024 sequences, 8,192 batched tokens,
     # k = 3: 4,096 rows x 131,072 x 4 B = 2 GiB (0.30.0: every token a column), x 32,768 = 512 MiB (0.31.0: pools)
-    record = capacity.plan(load(RECORD | {"vllm-version": "0.30.0"})).backend("auto")
+    record = planning.plan(load(RECORD | {"vllm-version": "0.30.0"})).backend("auto")
     assert (record.decode_logits.rows, record.decode_logits.columns, record.reserved_bytes) == (12, 131072, 512 * MIB)
     large = {"max-num-seqs": 1024, "max-num-batched-tokens": 8192}
     for version, columns, reserved in (("0.30.0", 131072, 2 * GIB), ("0.31.0", 32768, 512 * MIB)):
@@ -202,10 +203,10 @@ def test_a_cache_dtype_flashinfer_refuses_falls_to_flashmla_sparse_from_032():
     # 512 B a token; the stride aligned to 64-token pages of 41,984 B).
     raw = FLASH | {"kv-cache-dtype": "fp8_ds_mla", "gpu": "H100", "data-parallel-size": 4,
                    "enable-expert-parallel": True, "max-model-len": 133311}
-    plan = capacity.plan(load(raw | {"vllm-version": "0.32.0"}))
+    plan = planning.plan(load(raw | {"vllm-version": "0.32.0"}))
     assert (plan.memory.sparse_mla_backend, plan.memory.kv.block_bytes) == ("FLASHMLA_SPARSE", 16_625_664)
     with pytest.raises(RecipeError, match="kv-cache-dtype: vLLM 0.31.0 refuses to start: no valid attention backend found for cuda .* fp8_ds_mla on H100"):
-        capacity.plan(load(raw | {"vllm-version": "0.31.0"}))
+        planning.plan(load(raw | {"vllm-version": "0.31.0"}))
 
 
 def test_kpool_width_and_gather_by_release():
@@ -225,7 +226,7 @@ def test_glm53_is_glm52s_shape_and_takes_fp8_on_sm10x_from_032():
     # so the block stays 3,098,112 (rounding the sum to 18,432 would give 169 x 18,432 = 3,115,008)
     recipe = load({"model": "GLM-5.3", "gpu": "B200", "tensor-parallel-size": 8, "vllm-version": "0.32.0"} | MTP3)
     assert recipe.cache_dtype == "fp8_e4m3"
-    assert capacity.plan(recipe).memory.kv.block_bytes == 79 * 36_864 + 22 * 8_448
+    assert planning.plan(recipe).memory.kv.block_bytes == 79 * 36_864 + 22 * 8_448
     assert load({"model": "zai-org/GLM-5.3", "gpu": "B200", "vllm-version": "0.31.0"}).cache_dtype == "auto"
 
 
@@ -252,12 +253,12 @@ def test_local_configs_flat_and_nested_give_the_catalogs_kv_cache(tmp_path):
                                              "enable-expert-parallel": True})]
     # The catalog's GLM-5.3-Flash at 0.30.0, as test_block_price_by_release derives it: 12 x 1,152 x 1,024 +
     # 12 x 288 x 132 = 14,611,968 B a block; cdiv(1,048,576, 1,152) = 911 pages + 1 tail + 3 KDA groups x 5 = 927
-    kv = capacity.plan(load(shape | MTP3 | {"model": "GLM-5.3-Flash", "vllm-version": "0.30.0"})).memory.kv
+    kv = planning.plan(load(shape | MTP3 | {"model": "GLM-5.3-Flash", "vllm-version": "0.30.0"})).memory.kv
     assert (kv.block_bytes, kv.pages_per_request) == (14_611_968, 927)
     for catalog, local, keys in cases:
         for version in ("0.30.0", "0.33.0"):
-            a = capacity.plan(load(shape | keys | {"model": catalog, "vllm-version": version})).memory.kv
-            b = capacity.plan(load(shape | keys | {"model": str(tmp_path / local), "vllm-version": version})).memory.kv
+            a = planning.plan(load(shape | keys | {"model": catalog, "vllm-version": version})).memory.kv
+            b = planning.plan(load(shape | keys | {"model": str(tmp_path / local), "vllm-version": version})).memory.kv
             assert (a.block_bytes, a.pages_per_request, [g.page_bytes for g in a.groups]) == \
                 (b.block_bytes, b.pages_per_request, [g.page_bytes for g in b.groups]), (local, version)
 
@@ -278,11 +279,11 @@ def test_the_held_out_031_log_is_a_run_with_prefix_caching_off():
     # The log's 0.96 % more tokens is 4 pages fewer, 410 + 1 + 4 x 1 = 415: mamba_cache_mode 'none', prefix caching off.
     held_out = {"model": "GLM-5.3-Flash", "gpu": "H100", "tensor-parallel-size": 8, "enable-expert-parallel": True,
                 "max-model-len": 262144, "vllm-version": "0.31.0", "kv-cache-memory-bytes": 40_000_000_000}
-    default = capacity.plan(load(held_out))
+    default = planning.plan(load(held_out))
     assert default.recipe.enable_prefix_caching
     assert default.memory.kv.pages_per_request == 410 + 1 + 4 * 2
     assert default.memory.kv.block_bytes == 7_441_280 and 40_000_000_000 // 7_441_280 == 5375
     assert default.backend("auto").kv_cache_tokens == 5375 * 262144 // 419 == 3_362_825
-    off = capacity.plan(load(held_out | {"enable-prefix-caching": False}))
+    off = planning.plan(load(held_out | {"enable-prefix-caching": False}))
     assert off.memory.kv.pages_per_request == 410 + 1 + 4 * 1
     assert off.backend("auto").kv_cache_tokens == 5375 * 262144 // 415 == 3_395_238  # 0.96 % more

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SEED
-from dsa_kvcalc.deployment import kv_spec, sparse_mla_backend
+from dsa_kvcalc.deployment import draft_layers, kv_spec, on_model_runner_v2, sparse_mla_backend
 from dsa_kvcalc.kv_init_buffers import kv_init_buffer_bytes
 from dsa_kvcalc.recipe import load, read_recipe
 
@@ -28,7 +28,8 @@ def figure(raw: dict, **engine_rules) -> int:
     recipe = load(raw)
     if engine_rules:
         recipe = replace(recipe, engine=replace(recipe.engine, **engine_rules))
-    size = kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe))).bytes
+    size = kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe)), on_model_runner_v2(recipe),
+                                draft_layers(recipe)).bytes
     assert isinstance(size, int)
     return size
 
@@ -271,7 +272,8 @@ def test_rocm_gets_the_common_builder_from_0_32_0():
 
 def test_the_term_is_derived_and_cites_the_rules():
     recipe = load(read_recipe(SEED))
-    term = kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe)))
+    term = kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe)), on_model_runner_v2(recipe),
+                                draft_layers(recipe))
     assert term.provenance == "derived"
     assert "Model Runner V2" in term.source and "sliding-window indices (11 builders) 92,274,688 B" in term.source
     assert "vllm==0.33.0 vllm/v1/worker/gpu/model_runner.py:623-826" in term.source
@@ -282,7 +284,8 @@ def test_the_term_is_derived_and_cites_the_rules():
 
 def pieces_of(raw: dict) -> str:
     recipe = load(raw)
-    return kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe))).source
+    return kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe)), on_model_runner_v2(recipe),
+                                draft_layers(recipe)).source
 
 
 def test_the_workspace_rows_where_length_or_sequences_bind():
@@ -308,7 +311,8 @@ def test_the_sparse_scratch_rows_and_sparse_blocks():
     # 16 / 16 = 2048 sparse blocks a row, not 4096
     recipe = load(read_recipe(SEED))
     recipe = replace(recipe, model=replace(recipe.model, candidate_block_size=16))
-    source = kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe))).source
+    source = kv_init_buffer_bytes(recipe, kv_spec(recipe, sparse_mla_backend(recipe)), on_model_runner_v2(recipe),
+                                draft_layers(recipe)).source
     assert f"V4.1 sparse-indexer row scratch (2) {2 * 8192 * (2048 + 512) * 4:,} B" in source
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc import capacity, estimates, fits, fitting
+from dsa_kvcalc import capacity, estimates, fits, fitting, planning
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.records import RECORDS, record
 from dsa_kvcalc.report import summary
@@ -65,7 +65,7 @@ def test_the_fit_names_its_points_and_residuals():
 
 def test_the_error_bar_is_the_fits_residuals_over_the_kv_memory():
     # GLM-5.1-FP8 TP8 on H200, vLLM 0.20.0: weights derived, peak and non-torch fitted, eager (no graph estimate)
-    plan = capacity.plan(load(record("GLM-5.1-FP8 8xH200 TP8 bf16 KV, vLLM 0.20.0").recipe))
+    plan = planning.plan(load(record("GLM-5.1-FP8 8xH200 TP8 bf16 KV, vLLM 0.20.0").recipe))
     b = plan.backend("auto")
     stored = fits.stored()
     bar = error_bar(plan, b)
@@ -78,7 +78,7 @@ def test_the_error_bar_is_the_fits_residuals_over_the_kv_memory():
 def test_measured_terms_carry_no_error_bar():
     raw = record("GLM-5.1-FP8 8xH200 TP8 bf16 KV, vLLM 0.20.0").recipe | {"memory": {
         "weights_gib": 89.39, "peak_activation_gib": 2.5, "non_torch_gib": 1.0}}
-    plan = capacity.plan(load(raw))
+    plan = planning.plan(load(raw))
     assert error_bar(plan, plan.backend("auto")) is None
     assert summary(plan)["kv_cache_tokens_error"] is None
 
@@ -88,7 +88,7 @@ def test_a_unified_memory_gpu_widens_the_bar_by_the_unified_spread(gpu, unified)
     raw = dict(model="deepseek-ai/DeepSeek-V4-Flash", gpu=gpu, **{"tensor-parallel-size": 2,
                                                                    "enable-expert-parallel": True,
                                                                    "kv-cache-dtype": "fp8", "max-model-len": 262144})
-    plan = capacity.plan(load(raw))
+    plan = planning.plan(load(raw))
     bar = error_bar(plan, plan.backend("auto"))
     without = bar.bytes - (estimates.UNIFIED_NON_TORCH_SPREAD.value if unified else 0)
     stored = fits.stored()

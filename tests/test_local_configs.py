@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import runner
-from dsa_kvcalc import capacity, report
+from dsa_kvcalc import planning, report
 from dsa_kvcalc.cli import app
 from dsa_kvcalc.recipe import load
 
@@ -243,7 +243,7 @@ def test_no_consistent_hybrid_config_gives_a_negative_figure(tmp_path, config, g
     raw = {"model": str(checkpoint(config, tmp_path)), "gpu": gpu, "vllm-version": version, "tensor-parallel-size": tp,
            "enable-prefix-caching": prefix_caching, "kv-cache-dtype": dtype,
            "speculative-config": {"method": "mtp", "num_speculative_tokens": k}}
-    plan = capacity.plan(load(raw))
+    plan = planning.plan(load(raw))
     data = report.plan_json(plan)
     assert all(n >= 0 for n in integers(data)), data
     kv = plan.memory.kv

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import SEED, fails, run
-from dsa_kvcalc import capacity
+from dsa_kvcalc import planning
 from dsa_kvcalc.recipe import load_recipe
 
 
@@ -43,7 +43,7 @@ def test_plans_seqs_fix_is_fits_largest_safe_max_num_seqs_and_one_more_is_at_ris
     safe = next(a for a in answers if a["question"] == "max-num-seqs")
     assert safe["largest"] == fix["value"] and not safe["oom"]["at_risk"]
     assert "OOM risk" in safe["one_more"]
-    one_more = capacity.plan(load_recipe(SEED, [f"max-num-seqs={fix['value'] + 1}"])).backend("auto")
+    one_more = planning.plan(load_recipe(SEED, [f"max-num-seqs={fix['value'] + 1}"])).backend("auto")
     assert one_more.oom.at_risk
 
 
@@ -52,9 +52,9 @@ def test_recommend_serves_a_pick_plan_calls_safe():
     assert result.exit_code == 0 and "WARNING" not in result.stdout
     seqs = int(result.stdout.split("--max-num-seqs ")[1].split()[0])
     backend = result.stdout.split("--sparse-indexer-topk-backend ")[1].split()[0]
-    picked = capacity.plan(load_recipe(SEED, [f"max-num-seqs={seqs}", f"sparse-indexer-topk-backend={backend}"]))
+    picked = planning.plan(load_recipe(SEED, [f"max-num-seqs={seqs}", f"sparse-indexer-topk-backend={backend}"]))
     assert not picked.backend(backend).oom.at_risk
-    above = capacity.plan(load_recipe(SEED, [f"max-num-seqs={seqs + 1}", f"sparse-indexer-topk-backend={backend}"]))
+    above = planning.plan(load_recipe(SEED, [f"max-num-seqs={seqs + 1}", f"sparse-indexer-topk-backend={backend}"]))
     assert above.backend(backend).oom.at_risk or above.backend(backend).kv_cache_tokens < 1_000_000
 
 
@@ -64,13 +64,13 @@ def test_main_with_62860_stays_at_risk_where_the_room_is_below_the_indexer_headr
     logits only where the room without the reservation covers that headroom. At utilisation 0.995 it does not:
     total x 0.005 = 957,512,418 B - 1,351,223,296 B of KV-init buffers + 514,121,565 B of credit = 120,410,687 B,
     less than 3,091,880,448 B."""
-    fixed = capacity.plan(load_recipe(SEED, ["vllm-version=main", "gpu-memory-utilization=0.995"])).backend("auto")
+    fixed = planning.plan(load_recipe(SEED, ["vllm-version=main", "gpu-memory-utilization=0.995"])).backend("auto")
     assert fixed.release.reserves_decode_logits and fixed.reserved_bytes == 9_668_395_008
-    rise = fixed.peak_activation_bytes - capacity.plan(load_recipe(
+    rise = fixed.peak_activation_bytes - planning.plan(load_recipe(
         SEED, ["vllm-version=main", "gpu-memory-utilization=0.995"])).memory.base_peak.bytes
     assert rise == 9_668_395_008 - 3_091_880_448
     assert fixed.oom.room_bytes - rise < 3_091_880_448 and fixed.oom.at_risk
-    at_097 = capacity.plan(load_recipe(SEED, ["vllm-version=main"])).backend("auto")
+    at_097 = planning.plan(load_recipe(SEED, ["vllm-version=main"])).backend("auto")
     assert not at_097.oom.at_risk  # 4,907,972,772 B of room before the rise covers the headroom
 
 
@@ -84,5 +84,5 @@ def test_plans_budget_and_kv_fixes_are_the_edge_one_mib_or_byte_short_is_at_risk
     fixes = {f["name"]: f for f in plan["summary"]["oom"]["fixes"]}
     for name, past in (("budget", -1), ("kv", 1)):
         key, value = fixes[name]["key"], fixes[name]["value"]
-        assert not capacity.plan(load_recipe(SEED, [*sets, f"{key}={value}"])).backend("auto").oom.at_risk, name
-        assert capacity.plan(load_recipe(SEED, [*sets, f"{key}={value + past}"])).backend("auto").oom.at_risk, name
+        assert not planning.plan(load_recipe(SEED, [*sets, f"{key}={value}"])).backend("auto").oom.at_risk, name
+        assert planning.plan(load_recipe(SEED, [*sets, f"{key}={value + past}"])).backend("auto").oom.at_risk, name

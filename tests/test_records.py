@@ -10,7 +10,7 @@ gives, or within the tolerance.
 
 import pytest
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc import capacity, planning
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.records import RECORDS, Record, record
 from dsa_kvcalc.units import GIB
@@ -20,7 +20,7 @@ MLA_TOLERANCE = 0.001  # V3.2 and GLM-5.x
 
 
 def plan_of(record: Record) -> capacity.Plan:
-    return capacity.plan(load(record.recipe))
+    return planning.plan(load(record.recipe))
 
 
 def tokens_at(plan: capacity.Plan, gib: float) -> int:
@@ -57,7 +57,7 @@ def test_glm53_flash_record_exactly_under_030_and_031_rules_only(version, tokens
     # 6 GiB // 14,611,968 B = 440 blocks over 114 + 1 + 3 x (2 + 3) = 130 pages: int(440 / 130 x 131,072) = 443,628,
     # the record's "GPU KV cache size" to the token; 0.32.0's rules (14,631,936 B, 133 pages) would not give it
     glm53 = next(r for r in RECORDS if r.name.startswith("GLM-5.3-Flash"))
-    plan = capacity.plan(load(glm53.recipe | {"vllm-version": version}))
+    plan = planning.plan(load(glm53.recipe | {"vllm-version": version}))
     assert tokens_at(plan, glm53.available_gib) == tokens
     assert plan.backend(plan.recipe.topk_backend).kv_cache_tokens == tokens  # kv-cache-memory-bytes pins the 6 GiB
 
@@ -72,7 +72,7 @@ def test_glm51_moves_by_the_default_utilisation_between_019_and_020():
 def test_gh200_refusal_needs_the_logged_bytes_per_request():
     # vllm-project/vllm#44376 (the error message): "To serve at least one request with the model's max seq len (30000),
     # (6.66 GiB KV cache is needed ...". LLM() defaults to 16384 batched tokens on a >= 70 GiB GPU (vLLM 0.22).
-    plan = capacity.plan(load(dict(model="deepseek-ai/DeepSeek-V4-Flash", gpu="GH200", **{
+    plan = planning.plan(load(dict(model="deepseek-ai/DeepSeek-V4-Flash", gpu="GH200", **{
         "tensor-parallel-size": 2, "enable-expert-parallel": True, "kv-cache-dtype": "fp8", "max-model-len": 30000,
         "max-num-batched-tokens": 16384, "vllm-version": "0.22.0"})))
     assert round(plan.memory.kv.request_bytes / GIB, 2) == 6.66

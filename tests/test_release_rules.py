@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LOGS
-from dsa_kvcalc import capacity, deployment
+from dsa_kvcalc import capacity, deployment, planning
 from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc.keys import RecipeError, Refusal
 from dsa_kvcalc.recipe import load
@@ -16,7 +16,7 @@ from dsa_kvcalc.vllm_log import read_log_file
 
 def planned(**keys) -> tuple:
     recipe = load(keys)
-    return recipe, capacity.plan(recipe)
+    return recipe, planning.plan(recipe)
 
 
 GLM5_B200 = {"model": "GLM-5", "gpu": "B200", "tensor-parallel-size": 8}
@@ -193,8 +193,8 @@ def test_block_stride_aligned_to_656_bytes_from_031_on_sm10x_flashmla():
     # fp8_ds_mla on FlashMLA-sparse, SM10x: 61 x (656 + 132) x 64 = 3,076,352 B a block, rounded up to a multiple
     # of 656 from 0.31.0 (vllm/v1/core/kv_cache_utils.py:1622-1632): 4,690 x 656 = 3,076,640
     v32 = {"model": "DeepSeek-V3.2", "gpu": "B200", "tensor-parallel-size": 8, "kv-cache-dtype": "fp8_ds_mla"}
-    assert capacity.plan(load(v32 | {"vllm-version": "0.30.0"})).memory.kv.block_bytes == 3_076_352
-    assert capacity.plan(load(v32 | {"vllm-version": "0.31.0"})).memory.kv.block_bytes == 3_076_640
+    assert planning.plan(load(v32 | {"vllm-version": "0.30.0"})).memory.kv.block_bytes == 3_076_352
+    assert planning.plan(load(v32 | {"vllm-version": "0.31.0"})).memory.kv.block_bytes == 3_076_640
 
 
 def test_before_0201_the_logged_tokens_are_blocks_times_block_tokens_times_dcp():
@@ -203,9 +203,9 @@ def test_before_0201_the_logged_tokens_are_blocks_times_block_tokens_times_dcp()
     # 10 GiB // 6,409,728 = 1,675 blocks, one group: 1,675 x 64 = 107,200 tokens, x DCP 2 = 214,400.
     glm = {"model": "GLM-5.1-FP8", "gpu": "H200", "tensor-parallel-size": 8, "vllm-version": "0.20.0",
            "kv-cache-memory-bytes": 10 * 2**30}
-    plan = capacity.plan(load(glm))
+    plan = planning.plan(load(glm))
     assert (plan.memory.kv.block_bytes, plan.backend("auto").kv_cache_tokens) == (6_409_728, 107_200)
-    assert capacity.plan(load(glm | {"decode-context-parallel-size": 2})).backend("auto").kv_cache_tokens == 214_400
+    assert planning.plan(load(glm | {"decode-context-parallel-size": 2})).backend("auto").kv_cache_tokens == 214_400
 
 
 @pytest.mark.parametrize("log, releases", [
@@ -248,11 +248,11 @@ def test_a_default_that_moves_the_answer_is_named_with_how_far():
     # DeepSeek-V4's window pages grow with max-num-batched-tokens (cdiv(127 + 2 x tokens, 64) + 1 pages a window
     # group): at 1,048,576 tokens on H20 the default 8192 against 2048 moves the logged tokens by far more than 1 %.
     recipe = load({"model": "DeepSeek-V4-Flash", "gpu": "H20", "tensor-parallel-size": 2, "max-model-len": 131072})
-    moved = {(i.field, i.other) for i in capacity.default_impacts(recipe)}
+    moved = {(i.field, i.other) for i in planning.default_impacts(recipe)}
     assert ("max_num_batched_tokens", 2048) in moved and ("async_scheduling", False) in moved
     given = load({"model": "DeepSeek-V4-Flash", "gpu": "H20", "tensor-parallel-size": 2, "max-model-len": 131072,
                   "max-num-batched-tokens": 8192, "async-scheduling": True})
-    assert capacity.default_impacts(given) == []
+    assert planning.default_impacts(given) == []
 
 
 def test_pipeline_stages_split_the_layers_as_vllm_does_and_the_fullest_stage_decides():
@@ -264,10 +264,10 @@ def test_pipeline_stages_split_the_layers_as_vllm_does_and_the_fullest_stage_dec
     assert [len(s) for s in stage_layers(78, 2)] == [39, 39]
     v32 = {"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "pipeline-parallel-size": 4,
            "vllm-version": "0.30.0"}  # before the block stride alignments of 0.31.0
-    assert capacity.plan(load(v32)).memory.kv.block_bytes == 16 * (1152 + 132) * 64
+    assert planning.plan(load(v32)).memory.kv.block_bytes == 16 * (1152 + 132) * 64
     mtp = v32 | {"speculative-config": {"method": "mtp", "num_speculative_tokens": 1}, "pipeline-parallel-size": 2}
     # PP2: [31, 30], the one left over on the second-last (the first); the last holds 30 + the MTP layer: 31 either way
-    assert capacity.plan(load(mtp)).memory.kv.block_bytes == 31 * (1152 + 132) * 64
+    assert planning.plan(load(mtp)).memory.kv.block_bytes == 31 * (1152 + 132) * 64
 
 
 def test_glm51_pp2_record_is_one_stage_of_39_layers():
@@ -277,7 +277,7 @@ def test_glm51_pp2_record_is_one_stage_of_39_layers():
     recipe = load({"model": "GLM-5.1-FP8", "gpu": "NVIDIA H100 Mega 80GB", "tensor-parallel-size": 8,
                    "pipeline-parallel-size": 2, "kv-cache-dtype": "fp8", "vllm-version": "0.19.0",
                    "kv-cache-memory-bytes": 13_407 * 39 * 788 * 64})
-    plan = capacity.plan(recipe)
+    plan = planning.plan(recipe)
     assert plan.memory.kv.block_bytes == 39 * 788 * 64
     assert plan.backend("auto").kv_cache_tokens == 858_048
 
@@ -301,7 +301,7 @@ def test_glm51_pp2_record_is_one_stage_of_39_layers():
     ({"gpu": "B200", "kv-cache-dtype": "fp8", "vllm-version": "0.32.0"}, "FLASHINFER_MLA_SPARSE", 2_764_032),
 ])
 def test_mla_blocks_align_to_the_rows_each_backend_reads(settings, backend, block):
-    plan = capacity.plan(load({"model": "DeepSeek-V3.2", "tensor-parallel-size": 8} | settings))
+    plan = planning.plan(load({"model": "DeepSeek-V3.2", "tensor-parallel-size": 8} | settings))
     assert (plan.memory.sparse_mla_backend, plan.memory.kv.block_bytes) == (backend, block)
 
 
@@ -439,5 +439,5 @@ def test_an_mxfp4_indexer_cache_off_sm10x_is_refused_from_020():
           "kv-cache-dtype": "fp8", "attention-config": {"use_fp4_indexer_cache": True}}
     for version in ("0.20.0", "0.21.0", "0.22.0"):
         with pytest.raises(Refusal, match="use_fp4_indexer_cache: mxfp4 on H200 .sm90.: .* needs Blackwell"):
-            capacity.plan(load(v4 | {"gpu": "H200", "vllm-version": version}))
-        assert capacity.plan(load(v4 | {"gpu": "B200", "vllm-version": version})).memory.kv.block_bytes > 0
+            planning.plan(load(v4 | {"gpu": "H200", "vllm-version": version}))
+        assert planning.plan(load(v4 | {"gpu": "B200", "vllm-version": version})).memory.kv.block_bytes > 0

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc import capacity, planning
 from dsa_kvcalc.catalog import LAYOUTS
-from dsa_kvcalc.deployment import resolve, rows_rule
+from dsa_kvcalc.deployment import resolve, rows_rule, shape
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.fixes import fixes, prefill_overshoot
@@ -21,7 +21,7 @@ SEED = Path(__file__).parent.parent / "recipes" / "deepseek-v4.1-flash-4xb200-de
 
 @pytest.fixture(scope="module")
 def seed_plan():
-    return capacity.plan(load_recipe(SEED))
+    return planning.plan(load_recipe(SEED))
 
 
 def test_auto_reserves_1536_rows_of_bf16_plus_fp32_copy(seed_plan):
@@ -43,7 +43,7 @@ def test_every_other_backend_pays_the_fp32_copy(seed_plan):
 
 def test_the_oom_allocation_is_the_fp32_copy_of_131_decodes():
     recipe = load_recipe(SEED)
-    auto = capacity.decode_logits(recipe, rows_rule(recipe), topk_reads_bf16=False)  # auto: FP32
+    auto = capacity.decode_logits(shape(recipe), topk_reads_bf16=False)  # auto: FP32
     logits = dataclasses.replace(auto, rows=131 * 6)
     # "Tried to allocate 3.07 GiB": 786 rows x 1,049,088 columns x 4 B
     assert logits.copy_bytes == 3_298_332_672
@@ -64,7 +64,7 @@ def test_cuda_graph_difference_is_the_fp32_copy_at_1536_rows(seed_plan):
 
 def test_deep_select_graphs_follow_from_auto_graphs_alone():
     recipe = load_recipe(SEED, ["memory.cudagraph_gib=18.40"])
-    graphs_gib = capacity.plan(recipe).backend("deep_select").cudagraph.bytes / 2**30
+    graphs_gib = planning.plan(recipe).backend("deep_select").cudagraph.bytes / 2**30
     assert graphs_gib == pytest.approx(12.39, abs=0.01)  # measured in the seed
 
 
@@ -100,7 +100,7 @@ def test_deep_select_falls_short_of_the_seed_by_what_released_code_does_not_expl
 
 
 def test_main_after_the_fix_gives_the_seed_after_fix_figures_as_its_own():
-    fixed = capacity.plan(load_recipe(SEED, ["vllm-version=main"]))
+    fixed = planning.plan(load_recipe(SEED, ["vllm-version=main"]))
     auto = fixed.backend("auto")
     assert (auto.reserved_bytes, auto.kv_cache_tokens, auto.other.kv_cache_tokens) == (
         9_668_395_008, 36_636_372, 41_050_274)
@@ -122,11 +122,11 @@ def test_unfixed_vllm_runs_out_where_the_seeds_rank_died(seed_plan):
 
 def test_every_fix_plan_offers_clears_its_own_verdict_at_the_cost_it_printed():
     """Each fix, set as a user would with --set, re-plans to no OOM risk and the KV tokens the fix said."""
-    plan = capacity.plan(load_recipe(SEED))
+    plan = planning.plan(load_recipe(SEED))
     offered = fixes(load_base(SEED), plan, plan.backend("auto"))
     assert {f.name for f in offered} == {"seqs", "budget", "deep_select", "kv"}
     for fix in offered:
-        fixed = capacity.plan(load_recipe(SEED, [f"{fix.key}={fix.value}"]))
+        fixed = planning.plan(load_recipe(SEED, [f"{fix.key}={fix.value}"]))
         b = fixed.backend(fix.plan.backend)
         assert not b.oom.at_risk, fix
         assert b.kv_cache_tokens - plan.backend("auto").kv_cache_tokens == fix.tokens_change, fix
@@ -138,8 +138,8 @@ def test_the_budget_the_seed_thread_would_set_moves_the_risk_to_prefill_chunks()
     where the room without the reservation's rise and the fitted credit is 4,907,972,772 - 514,121,565 - 4 MiB =
     4,389,656,903 B (4,186 MiB)."""
     base = load_base(SEED, ["env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=9221"])
-    plan = capacity.plan(load_recipe(SEED))
-    fixed = capacity.plan(load_recipe(SEED, ["env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=9221"])).backend("auto")
+    plan = planning.plan(load_recipe(SEED))
+    fixed = planning.plan(load_recipe(SEED, ["env.VLLM_SPARSE_INDEXER_MAX_LOGITS_MB=9221"])).backend("auto")
     assert not fixed.oom.at_risk
     assert "4,610 MiB beyond the reservation" in prefill_overshoot(plan.backend("auto"), fixed, 9221 * MIB)
     assert "4,186 MiB is free" in prefill_overshoot(plan.backend("auto"), fixed, 9221 * MIB)
@@ -151,8 +151,8 @@ def test_same_recipe_on_h200_is_fp32_256_padded_without_copy():
     # vLLM refuses the seed's MXFP4 indexer cache off SM10x (vllm==0.33.0
     # vllm/v1/attention/backends/mla/indexer.py:95): the H200 runs the FP8 one
     with pytest.raises(RecipeError, match="requires Blackwell datacenter GPUs"):
-        capacity.plan(load_recipe(SEED, ["gpu=H200", "memory={}"]))
-    plan = capacity.plan(load_recipe(SEED, ["gpu=H200", "memory={}", "attention-config.indexer_kv_dtype=fp8"]))
+        planning.plan(load_recipe(SEED, ["gpu=H200", "memory={}"]))
+    plan = planning.plan(load_recipe(SEED, ["gpu=H200", "memory={}", "attention-config.indexer_kv_dtype=fp8"]))
     logits = plan.backend("auto").decode_logits
     assert (logits.logits_dtype, logits.padded_columns, logits.bytes_per_element, logits.copy_bytes_per_element) == (
         "fp32", 1_048_576, 4, 0)
@@ -175,7 +175,7 @@ def test_sm100_padding_holds_whole_384_splits_at_1024_byte_strides(columns, stri
 
 
 def test_older_deepgemm_pads_fp32_to_256_on_blackwell_too():
-    plan = capacity.plan(load_recipe(SEED, ["deepgemm=2.6.1", "memory={}"]))
+    plan = planning.plan(load_recipe(SEED, ["deepgemm=2.6.1", "memory={}"]))
     logits = plan.backend("auto").decode_logits
     assert (logits.logits_dtype, logits.padded_columns, logits.bytes_per_element) == ("fp32", 1_048_576, 4)
 
@@ -185,8 +185,8 @@ def test_deep_select_with_dcp_needs_the_fp32_copy():
     # DCP ranks
     # (vllm==0.33.0 vllm/v1/kv_cache_interface.py:949): the same top-k on V3.2, which has none.
     v32 = SEED.parent / "deepseek-v3.2-8xb200-tp8.yaml"
-    without = capacity.plan(load_recipe(v32, ["memory={}"]))
-    plan = capacity.plan(load_recipe(v32, ["decode-context-parallel-size=2", "memory={}"]))
+    without = planning.plan(load_recipe(v32, ["memory={}"]))
+    plan = planning.plan(load_recipe(v32, ["decode-context-parallel-size=2", "memory={}"]))
     assert (without.backend("deep_select").decode_logits.bytes_per_element,
             plan.backend("deep_select").decode_logits.bytes_per_element) == (2, 6)
     with pytest.raises(RecipeError, match="DCP not support sliding window"):
@@ -194,7 +194,7 @@ def test_deep_select_with_dcp_needs_the_fp32_copy():
 
 
 def test_deepinfer_sizes_logits_over_compressed_keys_in_bf16():
-    plan = capacity.plan(load_recipe(SEED, ["engine=deepinfer", "memory={}"]))
+    plan = planning.plan(load_recipe(SEED, ["engine=deepinfer", "memory={}"]))
     (only,) = plan.backends
     # DeepInfer: 256 x (1 + 5) rows, max_kv_len = 1,048,576 // 4 = 262,144 (a multiple of 1536? no: 262,656)
     assert only.decode_logits.rows == 1536
@@ -209,12 +209,12 @@ def test_plan_says_where_it_is_off_the_seeds_table_and_only_for_the_seeds_deploy
     # vLLM PR #62860's table: auto 41,050,274 (main) and 36,636,372 (the PR), which plan reproduces; deep_select
     # 48,253,887 and 48,163,989, which plan does not (6.0 % below: 3.99 GiB in no released vLLM's profile run).
     gaps = {(g.backend, g.reserves_decode_logits): (g.published_tokens, g.planned_tokens)
-            for g in published.gaps(capacity.plan(load_recipe(SEED)))}
+            for g in published.gaps(planning.plan(load_recipe(SEED)))}
     assert set(gaps) == {("deep_select", False), ("deep_select", True)}
     assert gaps["deep_select", False][0] == 48_253_887 and gaps["deep_select", True][0] == 48_163_989
     assert all(0.93 < planned / figure < 0.95 for figure, planned in gaps.values())
     for sets in (["max-num-seqs=128"], ["vllm-version=0.31.0"], ["gpu-memory-utilization=0.95"]):
-        assert published.gaps(capacity.plan(load_recipe(SEED, sets))) == [], sets  # not the deployment measured
+        assert published.gaps(planning.plan(load_recipe(SEED, sets))) == [], sets  # not the deployment measured
 
 
 def test_b300_runs_the_sm100_logits_layout():
@@ -222,5 +222,5 @@ def test_b300_runs_the_sm100_logits_layout():
     (vllm==0.33.0 vllm/utils/deep_gemm.py:604-606, is_device_capability_family(100): capability // 10,
     vllm/platforms/interface.py:577-588), so it writes them in whole 384-column splits at 1024-byte strides as on the
     B200, and the top-k reads an FP32 copy: 6 B over 1,049,088 columns, not SM90's 4 B over 1,048,576."""
-    logits = capacity.plan(load_recipe(SEED, ["gpu=B300", "memory={}"])).backend("auto").decode_logits
+    logits = planning.plan(load_recipe(SEED, ["gpu=B300", "memory={}"])).backend("auto").decode_logits
     assert (logits.logits_dtype, logits.padded_columns, logits.bytes_per_element) == ("bf16", 1_049_088, 6)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, SEED, cli, one_line, run, runner
-from dsa_kvcalc import capacity, report
+from dsa_kvcalc import planning, report
 from dsa_kvcalc.cli import app, console_chunks
 from dsa_kvcalc.inputs import RecipeLoader
 from dsa_kvcalc.keys import RecipeError, flatten_keys
@@ -210,8 +210,8 @@ def test_recommend_trades_spec_tokens_for_sequences():
     assert f"Recommended: max-num-seqs {pick}, speculative-config.num_speculative_tokens 0, " \
            "sparse-indexer-topk-backend deep_select" in text
     at = [f"speculative-config.num_speculative_tokens=0", "sparse-indexer-topk-backend=deep_select"]
-    assert not capacity.plan(load_recipe(SEED, at + [f"max-num-seqs={pick}"])).backend("deep_select").oom.at_risk
-    assert capacity.plan(load_recipe(SEED, at + [f"max-num-seqs={pick + 1}"])).backend("deep_select").oom.at_risk
+    assert not planning.plan(load_recipe(SEED, at + [f"max-num-seqs={pick}"])).backend("deep_select").oom.at_risk
+    assert planning.plan(load_recipe(SEED, at + [f"max-num-seqs={pick + 1}"])).backend("deep_select").oom.at_risk
     # the seed's own setting, auto at 5 spec tokens, is plan's seqs fix
     fix = next(f for f in json.loads(run("plan", SEED, "-f", "json").stdout)["summary"]["oom"]["fixes"]
                if f["name"] == "seqs")
@@ -368,7 +368,7 @@ def test_a_point_resolves_as_a_recipe_loaded_at_it(point):
     assert at_point != base.recipe  # the point moves the recipe: a point that kept the base's values would fail
     if "max-num-seqs" in point or "max-model-len" in point:
         assert at_point.max_num_batched_tokens == point.get("max-num-seqs", 1_024) * point.get("max-model-len", 1_024)
-    assert report.plan_json(capacity.plan(at_point)) == report.plan_json(capacity.plan(fresh))
+    assert report.plan_json(planning.plan(at_point)) == report.plan_json(planning.plan(fresh))
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "recipes").glob("*.yaml")), ids=lambda path: path.stem)

@@ -18,7 +18,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from conftest import cli, one_line
-from dsa_kvcalc import capacity, estimates, verify
+from dsa_kvcalc import capacity, estimates, planning, verify
 from dsa_kvcalc.render import verify as verify_render
 from dsa_kvcalc.cli import app
 from dsa_kvcalc.recipe import load
@@ -62,7 +62,7 @@ def recorded_recipe(entry: dict):
 def replay(entry: dict) -> list[verify.BackendVerdict]:
     """Today's plan for the recorded recipe against the recorded measurements."""
     recipe = recorded_recipe(entry)
-    plan = capacity.plan(recipe)
+    plan = planning.plan(recipe)
     measured = verify.PassMeasurement.from_json(entry["measured"][0])
     return [verify.backend_result(verify.Shape(entry["name"], recipe, recipe, ()), plan, plan, b["backend"],
                                   measured if b["agree"] is not None else None, "2.8.2")
@@ -91,7 +91,7 @@ def test_recorded_widths_that_are_not_multiples_of_256():
                                      ("DeepSeek-V4-Flash, max-model-len 400004 (indexer width 100001), 3 MTP tokens", 512, 100096,
                                       98 * 2 * 2**20)):
         entry = shape(builtin(), name)
-        logits = capacity.plan(recorded_recipe(entry)).backend("auto").decode_logits
+        logits = planning.plan(recorded_recipe(entry)).backend("auto").decode_logits
         predicted = verify.predicted_pass(logits, rows)
         assert (predicted["row_stride"], predicted["storage_bytes"], predicted["peak_bytes"]) == (
             stride, rows * stride * 4, peak)
@@ -161,8 +161,8 @@ def test_b200_recipe_on_h200_says_what_it_cannot_show():
     target = verify.local_target(H200_ENV)
     [seed] = verify.recipe_shapes(SEED_RECIPE, target, as_local=False)
     assert seed.planned.gpu.name == "H200" and seed.named.gpu.name == "B200"
-    lines = verify.cannot_show(capacity.plan(seed.named).backend("auto").decode_logits,
-                               capacity.plan(seed.planned).backend("auto").decode_logits, seed.named, seed.planned)
+    lines = verify.cannot_show(planning.plan(seed.named).backend("auto").decode_logits,
+                               planning.plan(seed.planned).backend("auto").decode_logits, seed.named, seed.planned)
     # The seed: 1536 rows x 1,049,088 BF16 columns x (2 + 4) B = 9,668,395,008 B.
     assert len(lines) == 1 and "bf16 logits" in lines[0] and "1,049,088" in lines[0] and "9,668,395,008" in lines[0]
     [local] = verify.recipe_shapes(SEED_RECIPE, target, as_local=True)
@@ -180,13 +180,13 @@ def test_pass_requests_follow_each_arch_s_kernel_interface():
             (seed.planned, "auto", dict(rows=1536, batch=1536, next_n=1, fp32_copy=False, mx_inputs=False)),
             (seed.named, "auto", dict(rows=1536, batch=1536, next_n=1, fp32_copy=True, mx_inputs=True)),
             (seed.named, "deep_select", dict(rows=1536, batch=1536, next_n=1, fp32_copy=False, mx_inputs=True))):
-        dl = capacity.plan(recipe).backend(backend).decode_logits
+        dl = planning.plan(recipe).backend(backend).decode_logits
         request = verify.pass_request(recipe, dl, dl.rows, "fp8_fp4_paged_mqa_logits")
         assert request == verify.PassRequest(heads=32, head_dim=128, max_context_len=1_048_576, topk=512,
                                              entry_point="fp8_fp4_paged_mqa_logits", **expected)
     # GLM-5 with 1 MTP token on SM90: 2 tokens a sequence fit next_n 2 natively.
     [glm] = [s for s in verify.builtin_shapes(target) if s.name.startswith("GLM-5, max-model-len 5000")]
-    dl = capacity.plan(glm.planned).backend("auto").decode_logits
+    dl = planning.plan(glm.planned).backend("auto").decode_logits
     request = verify.pass_request(glm.planned, dl, dl.rows, "fp8_fp4_paged_mqa_logits")
     assert (request.rows, request.batch, request.next_n, request.max_context_len) == (128, 64, 2, 5000)
 
@@ -205,7 +205,7 @@ def test_the_step_fails_on_the_h200_within_plans_margin_of_its_edge(path):
     [entry] = json.loads(path.read_text())["shapes"]
     recorded = entry["reproduce_oom"]
     run = verify.OomRun.from_json(recorded["run"])
-    plan = capacity.plan(recorded_recipe(entry))
+    plan = planning.plan(recorded_recipe(entry))
     verdict = verify.oom_verdict(plan, recorded["backend"], run)
     assert verdict.agree, verdict.verdict
     assert verdict.predicted_safe_decodes < run.first_failing_decodes <= verdict.predicted_max_decodes + 1
@@ -229,7 +229,7 @@ def test_profile_replays_the_recorded_measurements():
     live = verify.LiveMemory(total_memory_bytes=150_109_880_320, free_at_start_bytes=recorded["free_at_start_bytes"],
                              cuda_context_bytes=recorded["cuda_context_bytes"],
                              non_torch_bytes=recorded["non_torch_bytes"])
-    plan = capacity.plan(recorded_recipe(entry))
+    plan = planning.plan(recorded_recipe(entry))
     replayed = verify.profile_replay(plan, "auto", verify.PassMeasurement.from_json(entry["measured"][0]), live)
     assert replayed.requested_bytes == 145_606_583_911
     assert replayed.indexer_reservation_bytes == 6_442_450_944

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dsa_kvcalc import capacity
+from dsa_kvcalc import planning
 from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc.keys import Refusal
 from dsa_kvcalc.recipe import load
@@ -66,10 +66,10 @@ def release_text(version: str, path: str) -> str:
 @pytest.mark.parametrize("what, refused, started, key, words, path", REFUSED, ids=[r[0] for r in REFUSED])
 def test_plan_refuses_with_the_releases_reason(what, refused, started, key, words, path):
     with pytest.raises(Refusal) as error:
-        capacity.plan(load(refused))
+        planning.plan(load(refused))
     assert error.value.key == key
     assert words in error.value.problem and path in error.value.problem, error.value.problem
-    capacity.plan(load(refused | started))  # the setup beside it starts
+    planning.plan(load(refused | started))  # the setup beside it starts
 
 
 @pytest.mark.parametrize("what, refused, started, key, words, path", REFUSED, ids=[r[0] for r in REFUSED])
@@ -87,9 +87,9 @@ def test_flashmla_sparses_bf16_path_refuses_dcp_from_029():
     raw = {"model": "GLM-5.1-NVFP4", "gpu": "H100", "tensor-parallel-size": 8, "enable-expert-parallel": True,
            "decode-context-parallel-size": 2, "kv-cache-dtype": "bfloat16"}
     with pytest.raises(Refusal, match="decode-context-parallel-size: 2 with a bfloat16 cache on FLASHMLA_SPARSE"):
-        capacity.plan(load(raw | {"vllm-version": "0.33.0"}))
-    assert capacity.plan(load(raw | {"vllm-version": "0.28.0"})).memory.sparse_mla_backend == "FLASHMLA_SPARSE"
-    assert capacity.plan(load(raw | {"vllm-version": "0.33.0", "kv-cache-dtype": "fp8_ds_mla"}))
+        planning.plan(load(raw | {"vllm-version": "0.33.0"}))
+    assert planning.plan(load(raw | {"vllm-version": "0.28.0"})).memory.sparse_mla_backend == "FLASHMLA_SPARSE"
+    assert planning.plan(load(raw | {"vllm-version": "0.33.0", "kv-cache-dtype": "fp8_ds_mla"}))
     assert "DCP for FlashMLA sparse requires an fp8_ds_mla kv-cache" in re.sub(
         r'"\s*\n\s*f?"', "", release_text("0.33.0", "vllm/v1/attention/backends/mla/flashmla_sparse.py"))
 
@@ -117,8 +117,8 @@ def test_v4_on_sm12x_stores_fp8_ds_mla_too():
     # (vllm/models/deepseek_v4/attention.py:106-117), as FlashMLA's does on SM90 and SM10x
     raw = {"model": "DeepSeek-V4-Flash", "gpu": "RTX PRO 6000", "tensor-parallel-size": 8, "vllm-version": "0.31.0"}
     with pytest.raises(Refusal, match="kv-cache-dtype: bfloat16: vLLM 0.31.0 refuses to start: .* fp8_ds_mla"):
-        capacity.plan(load(raw | {"kv-cache-dtype": "bfloat16"}))
-    capacity.plan(load(raw | {"kv-cache-dtype": "fp8"}))
+        planning.plan(load(raw | {"kv-cache-dtype": "bfloat16"}))
+    planning.plan(load(raw | {"kv-cache-dtype": "fp8"}))
     source = release_text("0.31.0", "vllm/models/deepseek_v4/nvidia/flashinfer_sparse.py")
     sm120 = source.split("class DeepseekV4FlashInferSM120Attention")[1].split("\nclass ")[0]
     assert "use_fp8_ds_mla_layout: ClassVar[bool] = True" in sm120
@@ -141,9 +141,9 @@ def test_v32_takes_a_bfloat16_cache_as_auto_so_sm120_starts_on_fp8_ds_mla():
     raw = {"model": "DeepSeek-V3.2", "gpu": "RTX PRO 6000", "tensor-parallel-size": 4, "data-parallel-size": 8,
            "kv-cache-dtype": "bfloat16", "max-model-len": 76589, "vllm-version": "0.33.0"}
     recipe = load(raw)
-    assert recipe.cache_dtype == "auto" and capacity.plan(recipe).memory.kv.block_bytes == 3_076_352
+    assert recipe.cache_dtype == "auto" and planning.plan(recipe).memory.kv.block_bytes == 3_076_352
     with pytest.raises(Refusal, match="no valid attention backend"):
-        capacity.plan(load(raw | {"model": "GLM-5", "tensor-parallel-size": 8, "data-parallel-size": 4}))
+        planning.plan(load(raw | {"model": "GLM-5", "tensor-parallel-size": 8, "data-parallel-size": 4}))
     hook = release_text("0.19.0", "vllm/model_executor/models/config.py").split("class DeepseekV32ForCausalLM")[1]
     assert 'if cache_config.cache_dtype == "bfloat16":\n            cache_config.cache_dtype = "auto"' in hook
 

@@ -3,7 +3,7 @@ against the seed or a vLLM release."""
 
 import pytest
 
-from dsa_kvcalc import capacity, engine
+from dsa_kvcalc import engine, planning
 from dsa_kvcalc.recipe import load_recipe
 
 from conftest import SEED
@@ -27,7 +27,7 @@ def test_deepinfer_holds_max_num_seqs_rows_whatever_the_batched_tokens():
     # its logits BF16 over 1M // 4 = 262,144 keys, padded to 171 x 1536 = 262,656 columns on SM100. At 512 sequences
     # and 256 batched tokens that is 512 x 6 = 3072 rows (vLLM would cap them at 256 x 6 = 1536), and the profile
     # holds them: 3072 x 262,656 x 2 B = 1,613,758,464 B reserved, on either side of #62860.
-    plan = capacity.plan(load_recipe(SEED, ["engine=deepinfer", "memory={}", "max-num-seqs=512",
+    plan = planning.plan(load_recipe(SEED, ["engine=deepinfer", "memory={}", "max-num-seqs=512",
                                             "max-num-batched-tokens=256"]))
     (deepinfer,) = plan.backends
     assert deepinfer.decode_logits.rows == 3072

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc import capacity, memory_terms, weights
+from dsa_kvcalc import memory_terms, planning, weights
 from dsa_kvcalc.catalog import MODELS
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.deployment import resolve
@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 
 def weights_of(**raw) -> int:
-    return capacity.plan(load(raw)).memory.weights.bytes
+    return planning.plan(load(raw)).memory.weights.bytes
 
 
 @pytest.mark.parametrize("layers, stages, partitions", [
@@ -45,7 +45,7 @@ def test_data_parallel_without_expert_parallel_shards_the_experts_over_dp():
     # vllm/model_executor/layers/fused_moe/config.py:1154-1159, flatten_tp_across_dp_and_pcp :1106-1114). It starts,
     # holding what -dp 8 --enable-expert-parallel holds: each rank 1/8 of the 609 GiB of routed experts.
     dp8 = dict(model="deepseek-ai/DeepSeek-V3.2", gpu="H200", **{"data-parallel-size": 8})
-    plan = capacity.plan(load(dp8))
+    plan = planning.plan(load(dp8))
     assert plan.backend("auto").kv_cache_tokens > 0
     assert plan.memory.weights.bytes == weights_of(**dp8, **{"enable-expert-parallel": True})
     experts = sum(weights.data()["models"]["deepseek-ai/DeepSeek-V3.2"]["expert_layer_bytes"])
@@ -73,7 +73,7 @@ def test_a_drafter_the_checkpoint_lacks_is_refused_with_vllms_reason(model):
     # build of it fails there (weights.json)
     assert "dspark_target_layer_ids" in str(weights.data()["models"][model]["drafts"]["dspark"]["refused"])
     with pytest.raises(RecipeError, match="no dspark drafter"):
-        capacity.plan(load(dict(model=model, gpu="H200", **{
+        planning.plan(load(dict(model=model, gpu="H200", **{
             "tensor-parallel-size": 8, "enable-expert-parallel": True, "kv-cache-dtype": "fp8",
             "speculative-config": {"method": "dspark", "num_speculative_tokens": 3}})))
 
@@ -84,7 +84,7 @@ def test_every_catalog_model_has_weights_with_their_source(model):
     raw = dict(model=model, gpu="B200", **{"tensor-parallel-size": 8})
     if family in ("deepseek_v4", "deepseek_v41"):
         raw |= {"enable-expert-parallel": True, "kv-cache-dtype": "fp8"}
-    term = capacity.plan(load(raw)).memory.weights
+    term = planning.plan(load(raw)).memory.weights
     if model in weights.data()["models"]:
         assert term.provenance == "derived" and "meta device" in term.source, term
     else:  # GLM-5.3-Flash: no config copy built (oracle/configs/SOURCES.md)
@@ -152,10 +152,10 @@ def test_v4s_drafter_adds_its_layers_and_the_mtp_hidden_state_buffer():
 
 def test_a_tensor_parallel_size_not_built_takes_the_configs_shapes_and_a_refused_one_is_refused():
     # built at TP 1, 2, 4, 8, 16: TP 32 falls back, estimated; V4.1 at TP 16 vLLM refuses (Engram hash heads)
-    term = capacity.plan(load(dict(model="DeepSeek-V3.2", gpu="B200", **{"tensor-parallel-size": 32}))).memory.weights
+    term = planning.plan(load(dict(model="DeepSeek-V3.2", gpu="B200", **{"tensor-parallel-size": 32}))).memory.weights
     assert term.provenance == "estimated" and "not built for this checkpoint at this TP size" in term.source
     with pytest.raises(RecipeError, match="Engram sharding leaves ranks without hash heads"):
-        capacity.plan(load(dict(model="DeepSeek-V4.1-Flash", gpu="B200", **{
+        planning.plan(load(dict(model="DeepSeek-V4.1-Flash", gpu="B200", **{
             "tensor-parallel-size": 16, "enable-expert-parallel": True, "kv-cache-dtype": "fp8"})))
 
 

@@ -23,49 +23,49 @@ forms the groups and cuts them by pipeline stage, and `spec` here puts them toge
 
 from collections import Counter
 
-from dsa_kvcalc.keys import Recipe
 from dsa_kvcalc.kv_cache.deepseek_v4 import V4_WINDOW_BLOCK, v4_caches
 from dsa_kvcalc.kv_cache.deepseek_v41 import V41_WINDOW_BLOCK, v41_attention, v41_caches, v41_packed
 from dsa_kvcalc.kv_cache.glm5next import PAGED_MQA_PAGE_SIZES, attention_block, glm5next_caches, kda_state_bytes
 from dsa_kvcalc.kv_cache.grouping import approximate_gcd, group, stage_groups, stage_layers
 from dsa_kvcalc.kv_cache.mla import MLA_FP8_DS_BYTES, mla_caches, mla_token_bytes, owns_indexer
-from dsa_kvcalc.kv_cache.pages import INDEXER_ENTRY_BYTES, Group, KvSpec, block_bytes, cdiv, group_pages, round_up
+from dsa_kvcalc.kv_cache.pages import (INDEXER_ENTRY_BYTES, CacheConfig, Group, KvSpec, block_bytes, cdiv, group_pages,
+                                       round_up)
 
 # spec, and what the rest of dsa_kvcalc and its tests import from the package
 __all__ = ["INDEXER_ENTRY_BYTES", "MLA_FP8_DS_BYTES", "PAGED_MQA_PAGE_SIZES", "V41_WINDOW_BLOCK", "V4_WINDOW_BLOCK",
-           "Group", "KvSpec", "approximate_gcd", "attention_block", "cdiv", "group_pages", "kda_state_bytes",
-           "mla_token_bytes", "owns_indexer", "round_up", "spec", "stage_layers", "v41_attention", "v41_caches",
-           "v41_packed"]
+           "CacheConfig", "Group", "KvSpec", "approximate_gcd", "attention_block", "cdiv", "group_pages",
+           "kda_state_bytes", "mla_token_bytes", "owns_indexer", "round_up", "spec", "stage_layers", "v41_attention",
+           "v41_caches", "v41_packed"]
 
 
-def spec(recipe: Recipe, backend: str, draft_layers: int, in_flight_tokens: int, extra_retained: int) -> KvSpec:
-    """The groups, block bytes and pages per request of a recipe under its vLLM version's rules. With pipeline
+def spec(config: CacheConfig, backend: str, draft_layers: int, in_flight_tokens: int, extra_retained: int) -> KvSpec:
+    """The groups, block bytes and pages per request of a deployment under its vLLM release's rules. With pipeline
     parallelism every stage is cut to the fewest blocks (the costliest block) and stage 0's groups are logged."""
-    family = recipe.model.family
+    family = config.model.family
     if family == "mla":
-        caches = mla_caches(recipe, backend, draft_layers)
+        caches = mla_caches(config, backend, draft_layers)
     elif family == "deepseek_v41":
-        caches = v41_caches(recipe, draft_layers)
+        caches = v41_caches(config, draft_layers)
     elif family == "glm5next":
-        caches = glm5next_caches(recipe, backend, draft_layers)
+        caches = glm5next_caches(config, backend, draft_layers)
     else:
-        caches = v4_caches(recipe, draft_layers)
-    groups = group(recipe, caches)
-    stages = stage_groups(recipe, groups)
-    stride = max(block_bytes(recipe, share) for share in stages)
+        caches = v4_caches(config, draft_layers)
+    groups = group(config, caches)
+    stages = stage_groups(config, groups)
+    stride = max(block_bytes(config, share) for share in stages)
     logged = stages[0]
-    pages = [group_pages(recipe, g, in_flight_tokens, extra_retained) for g in logged]
+    pages = [group_pages(config, g, in_flight_tokens, extra_retained) for g in logged]
     context_pages = [p if g.kind == "full" else 0 for p, g in zip(pages, logged)]
-    if recipe.engine.concurrency_counts_pages or len(logged) == 1:
+    if config.engine.concurrency_counts_pages or len(logged) == 1:
         per_request, context = sum(pages), sum(context_pages)
     else:  # a byte ratio against the full group's page (vllm==0.26.0 vllm/v1/core/kv_cache_utils.py:943-955)
         per_request = cdiv(sum(p * g.page_bytes for p, g in zip(pages, logged)), logged[0].page_bytes)
         context = cdiv(sum(p * g.page_bytes for p, g in zip(context_pages, logged)), logged[0].page_bytes)
     if len(logged) == 1:  # its pages at the block's stride, padding included (vllm==0.31.0 kv_cache_utils.py:2515-2527)
-        request = pages[0] * block_bytes(recipe, logged)
-    elif recipe.engine.kv_grouping == "packed":  # a block for each page (vllm==0.29.0 kv_cache_utils.py:2043-2070)
+        request = pages[0] * block_bytes(config, logged)
+    elif config.engine.kv_grouping == "packed":  # a block for each page (vllm==0.29.0 kv_cache_utils.py:2043-2070)
         request = per_request * stride
     else:  # _max_memory_usage_bytes_from_groups, DeepSeek-V4 branch (kv_cache_utils.py:1957-1981)
         request = sum(set(logged[0].pages)) * max(max(Counter(g.pages).values()) for g in logged) * sum(pages)
-    return KvSpec(tuple(logged), stride, per_request, per_request - context, request, recipe.max_model_len,
-                  recipe.engine.tokens_from_concurrency, recipe.decode_context_parallel_size)
+    return KvSpec(tuple(logged), stride, per_request, per_request - context, request, config.max_model_len,
+                  config.engine.tokens_from_concurrency, config.decode_context_parallel_size)

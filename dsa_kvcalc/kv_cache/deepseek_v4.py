@@ -1,8 +1,7 @@
 """DeepSeek-V4: compressed, indexer, sliding-window and compressor-state caches, in several groups."""
 
-from dsa_kvcalc.keys import Recipe
 from dsa_kvcalc.kv_cache.pages import (INDEXER_ENTRY_BYTES, INDEXER_MXFP4_ENTRY_BYTES, V4_ENTRY_BYTES, V4_HEAD_DIM,
-                                       V4_PAGE_ALIGNMENT, Cache, round_up)
+                                       V4_PAGE_ALIGNMENT, Cache, CacheConfig, round_up)
 
 V4_WINDOW_BLOCK = 64
 V4_COMPRESSED_BLOCK = 256  # --block-size, the sparse-SWA backend's preference (sparse_swa.py:127-128)
@@ -13,7 +12,7 @@ def v4_page(entries: int, entry_bytes: int, alignment: int = V4_PAGE_ALIGNMENT) 
     return round_up(entries * entry_bytes, alignment)
 
 
-def v4_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
+def v4_caches(config: CacheConfig, draft_layers: int) -> list[Cache]:
     """DeepSeek-V4, per layer (MTP and DSpark draft layers are window-only: vllm==0.26.0
     vllm/models/deepseek_v4/attention.py:187-190):
     - a sliding window of 64-token pages of 584 B entries (every layer);
@@ -22,8 +21,8 @@ def v4_caches(recipe: Recipe, draft_layers: int) -> list[Cache]:
       of coff x r tokens;
     - on ratio-4 layers: the indexer's entries (132 B, or MXFP4's 68 B from 0.27.0), 64 per 256-token page, and its
       compressor's FP32 state (2 x 2 x index_head_dim per entry, 4-token pages, window 8)."""
-    model = recipe.model
-    mxfp4 = recipe.indexer_kv_dtype == "mxfp4" and recipe.engine.v4_mxfp4_indexer_entries
+    model = config.model
+    mxfp4 = config.indexer_kv_dtype == "mxfp4" and config.engine.v4_mxfp4_indexer_entries
     indexer_entry = INDEXER_MXFP4_ENTRY_BYTES if mxfp4 else INDEXER_ENTRY_BYTES
     caches = []
     for layer in range(model.num_layers + draft_layers):

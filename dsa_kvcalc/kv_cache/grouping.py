@@ -4,8 +4,7 @@ pipeline stage's share of them."""
 from collections import Counter, defaultdict
 from dataclasses import replace
 
-from dsa_kvcalc.keys import Recipe
-from dsa_kvcalc.kv_cache.pages import Cache, Group, cdiv
+from dsa_kvcalc.kv_cache.pages import Cache, CacheConfig, Group, cdiv
 
 
 def approximate_gcd(values: list[int], lower_bound: int) -> int:
@@ -102,8 +101,8 @@ def shared_groups(caches: list[Cache]) -> list[Group]:
             *(Group("linear", states[0].block, 0, tuple(states[i::parts])) for i in range(parts))]
 
 
-def group(recipe: Recipe, caches: list[Cache]) -> list[Group]:
-    engine = recipe.engine
+def group(config: CacheConfig, caches: list[Cache]) -> list[Group]:
+    engine = config.engine
     if all(c.kind == "full" and c.block == caches[0].block for c in caches):
         return [Group("full", caches[0].block, 0, tuple(caches))]
     if engine.linear_states_share_attention_blocks and any(c.kind == "linear" for c in caches):
@@ -125,10 +124,10 @@ def stage_layers(num_layers: int, stages: int) -> list[range]:
     return [range(start, start + size) for start, size in zip(starts, sizes)]
 
 
-def stage_groups(recipe: Recipe, groups: list[Group]) -> list[list[Group]]:
+def stage_groups(config: CacheConfig, groups: list[Group]) -> list[list[Group]]:
     """Each stage's share of the groups (built once on the whole model, vllm==0.26.0
     vllm/v1/core/kv_cache_utils.py:2091): its layers, and the draft layers on the last stage."""
-    stages = stage_layers(recipe.model.num_layers, recipe.pipeline_parallel_size)
+    stages = stage_layers(config.model.num_layers, config.pipeline_parallel_size)
     if len(stages) == 1:
         return [groups]
     stages[-1] = range(stages[-1].start, stages[-1].stop + 10 ** 6)  # the drafts follow the last layer
