@@ -230,7 +230,7 @@ class Recipe:
     @property
     def measured(self) -> bool:
         """Does the memory block give any measured term?"""
-        return any(getattr(self, f) for f, k in KEYS.items() if k.kind == "memory")
+        return any(getattr(self, f) for f in MEMORY_FIELDS)
 
     @property
     def reserves_decode_logits(self) -> bool:
@@ -334,6 +334,7 @@ TEXT_KEYS = {k.name for k in KEYS.values() if k.kind in ("version", "release")}
 NESTED = {"speculative-config", "compilation-config", "attention-config", "engram-config", "kernel-config", "env",
           "memory"}
 MEMORY_TERMS = {k.name.removeprefix("memory."): k for k in KEYS.values() if k.kind == "memory"}  # weights -> its Key
+MEMORY_FIELDS = [name for name, k in KEYS.items() if k.kind == "memory"]  # weights_bytes, ...
 MEMORY_UNITS = {"gib": GIB, "bytes": 1}  # a memory block gives each term as NAME_gib or NAME_bytes
 
 

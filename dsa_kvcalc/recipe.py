@@ -71,6 +71,7 @@ class Resolved:
 
 
 FIELDS = [*KEYS, *DERIVED, "given"]
+OVERRIDES = {name: k.override for name, k in KEYS.items() if k.override}  # applied last: resolve
 
 
 def resolved_values(given: dict, recipe_dir: Path) -> Resolved:
@@ -110,7 +111,7 @@ def resolve(resolved: Resolved, ignored: dict | None = None, notes: list[str] = 
     checks across keys. notes: what reading it noted, to which a model name planned as another checkpoint adds its
     own."""
     values, given = resolved.values, resolved.given
-    overridden = {name: k.override(values) for name, k in KEYS.items() if k.override}
+    overridden = {name: override(values) for name, override in OVERRIDES.items()}
     ignored = ignored or {}
     model = values["model"]
     recipe = Recipe(**values | overridden, ignored_keys=tuple(ignored), passthrough=tuple(ignored.items()),
