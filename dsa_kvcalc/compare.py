@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from dsa_kvcalc import planning
 from dsa_kvcalc.capacity import Plan
-from dsa_kvcalc.engine import VLLM_RULES
+from dsa_kvcalc.engine import VLLM_RULES, plain
 from dsa_kvcalc.keys import RecipeError, Refusal, flatten_keys
 from dsa_kvcalc.report import plan_json
 from dsa_kvcalc.sweep import Base, Vary, recipe_at
@@ -124,11 +124,6 @@ def rows(columns: list[Column]) -> list[Row]:
     found += [row(f"rule.{name}", [None if j is None else j["engine"]["rules"][name]["value"] for j in planned_json],
                   columns, False) for name in VLLM_RULES]
     return found
-
-
-def plain(value):
-    """A rule's value as JSON holds it: a set of names as a sorted list."""
-    return sorted(value) if isinstance(value, frozenset) else value
 
 
 def rule_changes(columns: list[Column], name: str) -> dict:

@@ -73,6 +73,12 @@ def parsed(version: str) -> Version:
     return Version(f"{NEWEST_VLLM}+{MAIN}") if version == MAIN else Version(Version(version).public)
 
 
+def plain(value: object) -> object:
+    """A rule's value as the output shows it: a set of names as a sorted list (a set's own order changes with the
+    hash seed)."""
+    return sorted(value) if isinstance(value, frozenset) else value
+
+
 def rule(initial: object, source: str, changes: tuple[Change, ...] = ()) -> Field:
     """An Engine field that is one of vLLM's rules: its value in OLDEST_VLLM, the source, and each change (VLLM_RULES
     collects them). A dict value is left out of the hash, so that a sweep can key KV-cache specs by the engine."""

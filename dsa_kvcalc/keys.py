@@ -331,8 +331,8 @@ RESOLVED_PATHS = tuple((name, *k.name.rpartition(".")[::2], k.kind in ("model", 
 SHAPE_FIELDS = flatten_keys(nested((parent, leaf, (name, named)) for name, parent, leaf, named in RESOLVED_PATHS))
 # Versions are read as the text written: YAML would read vllm-version 0.30 as the number 0.3, deepgemm 2.10 as 2.1.
 TEXT_KEYS = {k.name for k in KEYS.values() if k.kind in ("version", "release")}
-NESTED = {"speculative-config", "compilation-config", "attention-config", "engram-config", "kernel-config", "env",
-          "memory"}
+NESTED = ("speculative-config", "compilation-config", "attention-config", "engram-config", "kernel-config", "env",
+          "memory")
 MEMORY_TERMS = {k.name.removeprefix("memory."): k for k in KEYS.values() if k.kind == "memory"}  # weights -> its Key
 MEMORY_FIELDS = [name for name, k in KEYS.items() if k.kind == "memory"]  # weights_bytes, ...
 MEMORY_UNITS = {"gib": GIB, "bytes": 1}  # a memory block gives each term as NAME_gib or NAME_bytes

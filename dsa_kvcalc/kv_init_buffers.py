@@ -33,6 +33,7 @@ counted as on one stage.
 
 import math
 
+from dsa_kvcalc.engine import plain
 from dsa_kvcalc.estimates import Term
 from dsa_kvcalc.keys import Recipe
 from dsa_kvcalc.kv_cache import (PAGED_MQA_PAGE_SIZES, V41_WINDOW_BLOCK, V4_WINDOW_BLOCK, CacheConfig, Group, KvSpec,
@@ -77,8 +78,7 @@ def kv_init_buffer_bytes(recipe: Recipe, kv: KvSpec, v2: bool, draft_layers: int
     engine = recipe.engine
     pieces = block_table_pieces(recipe, kv, v2) + builder_pieces(recipe, kv, draft_layers)
     listed = "; ".join(f"{name} {size:,} B" for name, size in pieces if size)
-    values = {name: getattr(engine, name) for name in KV_INIT_RULES}
-    rules = ", ".join(f"{name} {'/'.join(sorted(v)) if isinstance(v, frozenset) else v}" for name, v in values.items())
+    rules = ", ".join(f"{name} {plain(getattr(engine, name))}" for name in KV_INIT_RULES)
     return Term(sum(size for _, size in pieces), "derived",
                 f"Model Runner {'V2' if v2 else 'V1'}'s KV-init buffers: {listed} ({RUNNER_SOURCES[v2]} and the "
                 f"builders it makes, dsa_kvcalc/kv_init_buffers.py; engine.py rules at {engine.label}: {rules})")

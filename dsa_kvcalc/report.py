@@ -3,7 +3,7 @@ sweep read a plan through this module; it formats nothing for people."""
 
 from dsa_kvcalc import __version__, planning, published
 from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved, Sizing
-from dsa_kvcalc.engine import MAIN, NEWEST_VLLM, VLLM_RULES
+from dsa_kvcalc.engine import MAIN, NEWEST_VLLM, VLLM_RULES, plain
 from dsa_kvcalc.keys import KEYS
 from dsa_kvcalc.graphs import CudagraphEstimate
 from dsa_kvcalc.memory_terms import Term
@@ -316,8 +316,7 @@ def cudagraph_estimate_json(estimate: CudagraphEstimate) -> dict:
 def plan_json(plan: Plan, fixes: list = ()) -> dict:
     recipe, memory, engine = plan.recipe, plan.memory, plan.recipe.engine
     layout = recipe.layout
-    rules = {name: {"value": sorted(value) if isinstance(value := getattr(engine, name), frozenset) else value,
-                    "source": source} for name, source in engine.sources.items()}
+    rules = {name: {"value": plain(getattr(engine, name)), "source": source} for name, source in engine.sources.items()}
     return {
         "tool": TOOL,
         "summary": summary(plan, fixes),

@@ -99,9 +99,11 @@ MODELLED = {*BY_NAME, *NESTED, *SHORTHANDS}
 FLAG_SPELLINGS = {name: (canonical(argument.dest), dict(argument.flags)[f"--{name}"])
                   for name, argument in OPTIONS.items()
                   if argument.flags and canonical(argument.dest) in BY_NAME and name not in BY_NAME}
-# The arguments dsa-kvcalc accepts and ignores: they do not change memory per rank
-IGNORED_KEYS = frozenset(name for name, argument in OPTIONS.items()
-                         if name not in MODELLED and name not in FLAG_SPELLINGS and canonical(argument.dest) != "model")
+# The arguments dsa-kvcalc accepts and ignores: they do not change memory per rank (a dict: looked up by name, listed
+# in the order of the releases' parsers, never a set's order, which changes with the hash seed)
+IGNORED_KEYS = dict.fromkeys(
+    name for name, argument in OPTIONS.items()
+    if name not in MODELLED and name not in FLAG_SPELLINGS and canonical(argument.dest) != "model")
 # The config class of each JSON argument, by its long name
 CONFIGS = {name: argument.config for name, argument in OPTIONS.items() if argument.config}
 # The fields of a JSON argument dsa-kvcalc reads that it ignores (in any release)

@@ -20,6 +20,8 @@ import importlib
 import inspect
 import math
 
+from packaging.version import Version
+
 import stub_harness
 import platform_cuda
 
@@ -153,7 +155,7 @@ def owns_indexer(release: str, layer: int, hf: dict) -> bool:
     max(layer - index_skip_topk_offset + 1, 0) % index_topk_freq != 0, builds none, MTP layers always do
     (vllm==0.24.0 vllm/model_executor/models/deepseek_v2.py:1000-1050; vllm==0.33.0
     vllm/models/deepseek_v32/attention.py:166-200)."""
-    if stub_harness.release_tuple(release) < (0, 24, 0) or layer >= hf["num_hidden_layers"]:
+    if Version(release) < Version("0.24.0") or layer >= hf["num_hidden_layers"]:
         return True
     skipped = max(layer - hf.get("index_skip_topk_offset", 2) + 1, 0) % hf.get("index_topk_freq", 1) != 0
     return not skipped
@@ -450,7 +452,7 @@ def build_glm5next(vllm_config, serving: dict, hf: dict, classes: dict) -> tuple
     import torch
     from vllm.model_executor.layers.attention.mla_attention import MLAAttention
 
-    base = "vllm.models.glm5next.nvidia" if serving["release"] == "0.30.0" else "vllm.models.glm5next.common"
+    base = "vllm.models.glm5next.nvidia" if Version(serving["release"]) < Version("0.31.0") else "vllm.models.glm5next.common"
     attention_module = importlib.import_module(f"{base}.attention")
     kda_module = importlib.import_module(f"{base}.kda")
     cache_config = real_cache_config(vllm_config)

@@ -28,6 +28,8 @@ import traceback
 import types
 from pathlib import Path
 
+from packaging.version import Version
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -85,7 +87,7 @@ def complete_config(vllm_config, case: dict) -> None:
              types.SimpleNamespace(total_num_attention_heads=hf.get("num_attention_heads", 64)))
     for name, value in MODEL_CONFIG.get(case["model"]["model_type"], {}).items():
         set_attr(model_config.hf_config, name, value)
-    factor = 5 if stub_harness.release_tuple(serving["release"]) < (0, 32, 0) or serving["max_model_len"] <= 262_144 else 2
+    factor = 5 if Version(serving["release"]) < Version("0.32.0") or serving["max_model_len"] <= 262_144 else 2
     attention = getattr(vllm_config, "attention_config", None)
     if attention is not None and hasattr(object.__getattribute__(attention, "stub_target"),
                                          "sparse_mla_prefill_workspace_factor"):

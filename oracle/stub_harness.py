@@ -48,10 +48,6 @@ def activate(release_dir: Path) -> str:
     return release_dir.name
 
 
-def release_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in version.split("+")[0].split("."))
-
-
 # Stubs ------------------------------------------------------------------------------------------------------------
 
 class StubAttributeError(AttributeError):

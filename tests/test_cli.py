@@ -191,7 +191,10 @@ def numbers(line: str) -> list[int]:
     (RECIPES / "glm-5-8xb200-tp8.yaml", ["vllm-version=0.30.0"]),  # graphs not subtracted
     (RECIPES / "glm-5-8xb200-tp8.yaml", ["gpu=MI300X"]),  # ROCm's locked workspace
     (RECIPES / "glm-5-8xb200-tp8.yaml", ["engine=deepinfer"]),
-    (RECIPES / "glm-5-8xb200-tp8.yaml", ["vllm-version=0.20.0"])])  # tokens as blocks x block tokens
+    (RECIPES / "glm-5-8xb200-tp8.yaml", ["vllm-version=0.20.0"]),  # tokens as blocks x block tokens
+    (RECIPES / "deepseek-v4-flash-4xh200-dep4.yaml", ["vllm-version=0.20.0"]),  # five groups, the smallest block 4
+    *((RECIPES / "deepseek-v3.2-8xh200-tp8.yaml", [f"vllm-version={v}", "decode-context-parallel-size=2",
+                                                    "kv-cache-dtype=fp8"]) for v in ("0.19.0", "0.20.0", "0.33.0"))])
 def test_every_explained_line_adds_up(recipe, settings):
     """Each line's printed numbers give its printed result, redone here from the text alone."""
     text = run("plan", recipe, "--explain", *(a for s in settings for a in ("--set", s))).output
@@ -230,9 +233,12 @@ def test_every_explained_line_adds_up(recipe, settings):
         elif line.startswith("  KV tokens =") and "pages a request" in line:
             kv_bytes, block_bytes, pages, length, tokens, _ = values
             assert int(kv_bytes // block_bytes / pages * length) == tokens, line
-        elif line.startswith("  KV tokens ="):  # blocks // groups x block tokens (before vLLM 0.21)
-            kv_bytes, block_bytes, groups, block_tokens, tokens, _ = values
-            assert kv_bytes // block_bytes // groups * block_tokens == tokens, line
+        elif line.startswith("  KV tokens ="):  # blocks // groups x block tokens x DCP (before vLLM 0.20.1)
+            kv_bytes, block_bytes, groups, block_tokens, dcp, tokens, _ = values
+            assert kv_bytes // block_bytes // groups * block_tokens * dcp == tokens, line
+        elif line.startswith("  pages a request =") and "/" not in line:  # one block size among the full groups
+            pages, length, block_tokens, dcp, window_state = values
+            assert (pages - window_state) % -(-length // (block_tokens * dcp)) == 0, line
         elif line.startswith("  outside CUDA graphs:"):
             free, per_decode, decodes = values
             assert free // per_decode == decodes, line
@@ -240,6 +246,31 @@ def test_every_explained_line_adds_up(recipe, settings):
             continue
         checked += 1
     assert checked >= 5
+
+
+@pytest.mark.parametrize("release", ["0.19.0", "0.20.0", "0.33.0"])
+def test_explained_kv_tokens_hold_the_dcp_factor_of_each_release(release):
+    # DeepSeek-V3.2, one MLA group of 64-token blocks, 163,840 tokens, DCP 2 (an fp8 cache: 0.33.0's FlashMLA sparse
+    # takes no other under DCP). vLLM 0.19.0-0.20.0 log num_blocks // groups x the smallest block x pcp x dcp
+    # (vllm==0.20.0 vllm/v1/core/kv_cache_utils.py:1689-1711); from 0.20.1 int(concurrency x max_model_len), a
+    # request holding cdiv(cdiv(163,840, DCP 2), 64) = 1,280 pages (vllm==0.33.0 vllm/v1/kv_cache_interface.py:643-648;
+    # vllm==0.20.1 vllm/v1/core/kv_cache_utils.py:1699-1706)
+    settings = [f"vllm-version={release}", "decode-context-parallel-size=2", "kv-cache-dtype=fp8"]
+    args = [a for s in settings for a in ("--set", s)]
+    text = run("plan", RECIPES / "deepseek-v3.2-8xh200-tp8.yaml", "--explain", *args).output
+    planned = json.loads(run("plan", RECIPES / "deepseek-v3.2-8xh200-tp8.yaml", "--format", "json", *args).output)
+    line = next(line for line in text.splitlines() if line.startswith("  KV tokens ="))
+    values = numbers(line)
+    blocks = values[0] // values[1]
+    if release == "0.33.0":
+        pages, length = values[2:4]
+        assert (pages, length) == (1_280, 163_840) and "DCP 2)" in text
+        explained = int(blocks / pages * length)
+    else:
+        groups, block_tokens, dcp = values[2:5]
+        assert (groups, block_tokens, dcp) == (1, 64, 2), line
+        explained = blocks // groups * block_tokens * dcp
+    assert explained == values[-2] == planned["summary"]["kv_cache_tokens"]
 
 
 def test_models_gpus_and_schema_list_the_catalog_and_every_recipe_key():

@@ -9,9 +9,11 @@ import json
 import pytest
 import yaml
 
-from conftest import SEED, fails, run
-from dsa_kvcalc import engine, launch_script, vllm_cli
+from conftest import RECIPES, SEED, fails, run
+from dsa_kvcalc import engine, launch_script, planning, vllm_cli
 from dsa_kvcalc.names import find_gpu
+from dsa_kvcalc.recipe import load_recipe
+from dsa_kvcalc.render.plan import side_by_side_rows
 
 GLM = "vllm serve zai-org/GLM-5-FP8 -tp 8"
 
@@ -179,6 +181,18 @@ def test_a_prefill_decode_pair_is_planned_side_by_side(tmp_path):
     table = run("plan", path, "--set", "gpu=B300")
     assert table.exit_code == 0 and "prefill" in table.stdout and "decode" in table.stdout
     fails(run("fit", path, "--set", "gpu=B300"), "error: command: 2 vLLM servers (prefill, decode): plan plans each")
+
+
+V32_H200 = "deepseek-v3.2-8xh200-tp8.yaml"
+
+
+def test_every_side_by_side_row_is_filled_for_servers_that_start():
+    # The seed (V4.1-Flash DEP4 on B200, its decode died at 131: OOM above 129, tests/test_seed.py derives it) beside
+    # V3.2 on H200 (1,024 decodes against room for 19,100: no risk). A row that no plan fills prints nothing: each row
+    # has a figure for each server, the OOM verdict included
+    rows = side_by_side_rows([planning.plan(load_recipe(SEED)), planning.plan(load_recipe(RECIPES / V32_H200))])
+    assert [row for row in rows if not all(row[1:])] == []
+    assert ["OOM above", "129 (safe 129)", "no risk"] in rows
 
 
 # max-model-len auto ------------------------------------------------------------------------------------------------

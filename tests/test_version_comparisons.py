@@ -1,14 +1,22 @@
 """Every release threshold is a rule in engine.VLLM_RULES: no module of the package but engine.py orders versions, and
-engine.py orders them as PEP 440 does (packaging.version)."""
+engine.py orders them as PEP 440 does (packaging.version). The oracle keeps its own thresholds (it imports nothing of
+the project: tests/test_oracle_inputs.py) and orders them with packaging.version too, never by reading digits."""
 
 import ast
+import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 import dsa_kvcalc
+from conftest import ROOT
 from dsa_kvcalc import engine
+
+sys.path.insert(0, str(ROOT / "oracle"))
+
+import families  # noqa: E402
 
 PACKAGE = Path(dsa_kvcalc.__file__).parent
 # What orders versions: engine.py's own helpers, and packaging's parser ("parsed" as a plain name is also a common
@@ -67,6 +75,53 @@ def test_the_scan_finds_each_kind_of_version_comparison():
     # orderings of other numbers are none
     assert not comparisons("fits = tokens <= max_model_len and 0 < ratio")
     assert not comparisons("same = engine.version == MAIN")
+
+
+def version_object(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Version"
+
+
+def by_hand(node: ast.AST) -> bool:
+    """A hand-made parser's name (release_tuple), or an ordering or match of versions whose sides are not all
+    packaging.version.Version objects (a tuple of whole numbers, a version's text)."""
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        return "release_tuple" in (getattr(node, "id", None), getattr(node, "attr", None))
+    if not isinstance(node, ast.Compare):
+        return False
+    operands = [node.left, *node.comparators]
+    ordered = any(isinstance(op, ORDERS) for op in node.ops) and any(version_operand(o) for o in operands)
+    matched = any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops) and any(version_literal(o) for o in operands)
+    return (ordered or matched) and not all(version_object(o) for o in operands)
+
+
+def compared_by_hand(source: str) -> list[str]:
+    return [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(ast.parse(source)) if by_hand(node)]
+
+
+def test_the_oracle_scan_finds_versions_compared_by_hand():
+    # what oracle/ did before: stub_harness.release_tuple read the digits, so 0.24.0rc1 raised and 0.30.0.post1 was
+    # not 0.30.0
+    assert compared_by_hand("old = stub_harness.release_tuple(release) < (0, 24, 0)")
+    assert compared_by_hand("nvidia = serving['release'] == '0.30.0'")
+    assert compared_by_hand("new = version >= '0.32.0'")
+    assert not compared_by_hand("old = Version(release) < Version('0.24.0') or layer >= layers")
+
+
+def test_the_oracle_orders_versions_with_packaging_only():
+    found = {path.name: compared_by_hand(path.read_text()) for path in sorted((ROOT / "oracle").glob("*.py"))}
+    assert {name: lines for name, lines in found.items() if lines} == {}
+
+
+def test_the_oracle_reads_a_release_candidate_as_the_release_before():
+    # GLM-5.2's config (oracle/configs/zai-org--GLM-5.2-FP8.json: index_topk_freq 4, index_skip_topk_offset 3). From
+    # vllm==0.24.0 a layer whose top-k is skipped builds no Indexer: layer 5, max(5 - 3 + 1, 0) % 4 = 3, skips; layer
+    # 6, 4 % 4 = 0, keeps it (vllm==0.24.0 vllm/model_executor/models/deepseek_v2.py:1000-1050). Before 0.24.0 every
+    # layer builds one (vllm==0.23.0 vllm/model_executor/models/deepseek_v2.py:1009). PEP 440: 0.24.0rc1 < 0.24.0 <
+    # 0.24.0.post1
+    hf = json.loads((ROOT / "oracle" / "configs" / "zai-org--GLM-5.2-FP8.json").read_text())
+    assert not families.owns_indexer("0.24.0", 5, hf) and families.owns_indexer("0.24.0", 6, hf)
+    assert families.owns_indexer("0.23.0", 5, hf) and families.owns_indexer("0.24.0rc1", 5, hf)
+    assert not families.owns_indexer("0.24.0.post1", 5, hf)
 
 
 def test_no_module_but_engine_compares_versions():

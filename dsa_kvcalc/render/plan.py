@@ -287,13 +287,21 @@ def kv_lines(plan: Plan, b: BackendPlan) -> list[str]:
         kv_line = (f"  KV cache = {left} = {b.kv_cache_bytes:,} B ({gib(b.kv_cache_bytes)} GiB)" if b.kv_cache_bytes
                    else f"  KV cache = max(0, {left}) = 0 B")
     blocks = f"floor({b.kv_cache_bytes:,} / {kv.block_bytes:,} B a block)"
+    full_blocks = "/".join(f"{block:,}" for block in sorted({g.block for g in kv.groups if g.kind == "full"}))
+    # vLLM's "GPU KV cache size": from 0.20.1 int(concurrency x max-model-len), DCP inside a full group's pages
+    # (vllm==0.20.1 vllm/v1/core/kv_cache_utils.py:1699-1706); before, blocks // groups x the smallest block x DCP
+    # (vllm==0.20.0 vllm/v1/core/kv_cache_utils.py:1689-1711)
     tokens = (f"int({blocks} / {kv.pages_per_request:,} pages a request x {r.max_model_len:,})"
               if kv.tokens_from_concurrency else
-              f"{blocks} // {len(kv.groups)} groups x {min(g.block for g in kv.groups)} tokens a block")
+              f"{blocks} // {len(kv.groups)} groups x {min(g.block for g in kv.groups)} tokens a block x DCP {kv.dcp}")
+    pages = (f"  pages a request = {kv.pages_per_request:,}: a full-attention group's cdiv(max-model-len "
+             f"{r.max_model_len:,}, {full_blocks} tokens a block x DCP {kv.dcp}), with window and state groups' "
+             f"{kv.window_state_pages:,}")
     return [
         kv_line,
         f"  KV tokens = {tokens} = {b.kv_cache_tokens:,} ({fix_name(plan, b.other.reserves_decode_logits)}: "
         f"{b.other.kv_cache_tokens:,})",
+        *([pages] if kv.tokens_from_concurrency else []),
         f"  max concurrency = {b.kv_cache_tokens:,} / {r.max_model_len:,} = {b.max_concurrency:.2f}x",
     ]
 
@@ -387,7 +395,7 @@ def side_by_side_rows(plans: list[Plan]) -> list[list[str]]:
         ["top-k backend", *(b.backend for b in answered)],
         ["starts", *("no: " + (summary(p)["refused"] or "") if summary(p)["refused"] else "yes" for p in plans)],
     ]
-    labels = ("KV tokens/rank", "max concurrency", "KV GiB/rank", "OOM", "workaround MiB")
+    labels = ("KV tokens/rank", "max concurrency", "KV GiB/rank", "OOM above")
     return rows + [[label, *(f.get(label, "") for f in figures)] for label in labels]
 
 
