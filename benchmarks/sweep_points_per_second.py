@@ -7,7 +7,7 @@ A cold plan is `python -m dsa_kvcalc plan SEED --format json` in a new process. 
 `python -m dsa_kvcalc sweep SEED --vary max-num-seqs=... --vary speculative-config.num_speculative_tokens=...
 --backend auto --backend deep_select --format csv` in a new process, its output thrown away: start-up, validation,
 planning and CSV rendering of every point included. The split of one point is measured in-process over 2,000
-points: resolving the point (sweep.recipe_at), planning it (capacity.plan), its rows (report.backend_json, flattened)
+points: resolving the point (sweep.recipe_at), planning it (planning.plan), its rows (report.backend_json, flattened)
 and their CSV. Peak memory is measured in-process with tracemalloc over sweeps of 1,000 to 100,000 points
 (tracemalloc slows Python down, so this part takes a minute or two).
 
@@ -67,7 +67,7 @@ def split_us() -> dict[str, float]:
     shaped = time.perf_counter()
     sum(1 for _ in csv_lines(iter(rows)))
     written = time.perf_counter()
-    steps = {"resolve the point (recipe_at)": resolved - start, "plan it (capacity.plan)": planned - resolved,
+    steps = {"resolve the point (recipe_at)": resolved - start, "plan it (planning.plan)": planned - resolved,
              "its rows (backend_json, flattened)": shaped - planned, "their CSV": written - shaped}
     return {step: seconds / len(points) * 1e6 for step, seconds in steps.items()}
 

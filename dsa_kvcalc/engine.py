@@ -89,6 +89,7 @@ def within(release: str, first: str, last: str) -> bool:
     return parsed(first) <= parsed(release) <= parsed(last)
 
 
+@functools.cache
 def release_of(version: str) -> str:
     """The release whose rules and arguments a version has: itself when a release, the newest for main and newer
     releases, else the last release before it in PEP 440's order (0.20.1.post1 -> 0.20.1; 0.20.1.dev3 and 0.20.1rc1,

@@ -27,18 +27,12 @@ def capture_grid(limit: int, interactive: bool) -> tuple[set[int], range]:
 @dataclass(frozen=True)
 class Graphs:
     """Capture sizes rounded up to whole requests of per_seq tokens and kept within a bound (per_seq 1: the sizes as
-    they are), in tokens: a few listed, already rounded, and the sizes of the grid's run whose round-up is within the
-    bound. 16 apart, the run's sizes round apart where per_seq <= 16; where it is larger, they round to every multiple
-    between their ends."""
+    they are), in tokens: the sizes of the grid's run whose round-up is within the bound, and a few listed graphs,
+    already rounded, that no size of the run rounds up to. 16 apart, the run's sizes round apart where
+    per_seq <= 16; where it is larger, they round to every multiple between their ends."""
     listed: frozenset
     run: range
     per_seq: int
-
-    def run_holds(self, graph: int) -> bool:
-        """Does a size of the run round up to this graph, a multiple of per_seq: is one in (graph - per_seq, graph]?"""
-        low = max(graph - self.per_seq + 1, self.run.start)
-        first = self.run.start + -(-(low - self.run.start) // self.run.step) * self.run.step
-        return bool(self.run) and first <= min(graph, self.run[-1])
 
     def run_count(self) -> int:
         if not self.run:
@@ -48,12 +42,13 @@ class Graphs:
         return (round_up(self.run[-1], self.per_seq) - round_up(self.run[0], self.per_seq)) // self.per_seq + 1
 
     def __len__(self) -> int:
-        return self.run_count() + sum(not self.run_holds(graph) for graph in self.listed)
+        return self.run_count() + len(self.listed)
 
     @property
     def top(self) -> int:
         """The largest graph; 0 where there is none."""
-        return next(iter(self.largest(1)), 0)
+        run_top = round_up(self.run[-1], self.per_seq) if self.run else 0
+        return max(run_top, max(self.listed, default=0))
 
     def largest(self, count: int) -> list[int]:
         """The count largest graphs, largest first."""
@@ -65,11 +60,23 @@ class Graphs:
         return sorted(from_run | self.listed, reverse=True)[:count]
 
 
+def off_run(graphs: set[int], run: range, per_seq: int) -> frozenset:
+    """The graphs, multiples of per_seq, that no size of the run rounds up to: below the run, or where the run's
+    largest size up to the graph is not above graph - per_seq."""
+    if not run:
+        return frozenset(graphs)
+    start, step, last = run.start, run.step, run[-1]
+    return frozenset(graph for graph in graphs
+                     if graph < start or min(graph - (graph - start) % step, last) <= graph - per_seq)
+
+
 def whole_requests(listed: set[int], run: range, per_seq: int, bound: int) -> Graphs:
-    """Each size rounded up to a multiple of per_seq, kept where that is within bound."""
+    """Each size rounded up to a multiple of per_seq, kept where that is within bound: a size is where it is at most
+    the largest multiple within bound. A listed graph that a size of the run rounds up to is the run's."""
     top = bound // per_seq * per_seq
-    kept = frozenset(round_up(size, per_seq) for size in listed if round_up(size, per_seq) <= bound)
-    return Graphs(kept, range(run.start, min(run.stop, top + 1), run.step), per_seq)
+    kept_run = range(run.start, min(run.stop, top + 1), run.step)
+    rounded = {round_up(size, per_seq) for size in listed if size <= top}
+    return Graphs(off_run(rounded, kept_run, per_seq), kept_run, per_seq)
 
 
 # vLLM's default largest capture size off SM10x in every release modelled: capture_ceiling_sm10x's value before
@@ -100,10 +107,12 @@ def capture_sizes(recipe: Recipe) -> Graphs:
     if given_limit is None and per_seq == 1 and engine.captures_max_num_seqs:
         listed.add(seqs)
     if given_limit is None and per_seq > 1 and engine.captures_whole_requests:
-        # request counts: 1, 2, 4, multiples of 8 and 16 and the count itself, whatever the performance mode
+        # request counts: 1, 2, 4, multiples of 8 and 16 and the count itself, whatever the performance mode. Those
+        # from the grid's run (multiples of 16 from 256) make multiples of 16 from 256 tokens: sizes of the grid's
+        # run already, or above the limit, so they add none
         requests = min(seqs, ceiling)
-        request_counts, request_run = capture_grid(requests, False)
-        listed |= {n * per_seq for n in request_counts | set(request_run) | {requests}}
+        request_counts, _ = capture_grid(requests, False)
+        listed |= {n * per_seq for n in request_counts | {requests}}
     return whole_requests(listed, run, 1, limit)
 
 

@@ -230,7 +230,7 @@ class Recipe:
     @property
     def measured(self) -> bool:
         """Does the memory block give any measured term?"""
-        return any(getattr(self, f) for f, k in KEYS.items() if k.kind == "memory")
+        return any(getattr(self, f) for f in MEMORY_FIELDS)
 
     @property
     def reserves_decode_logits(self) -> bool:
@@ -266,7 +266,8 @@ class Recipe:
     @functools.cached_property
     def shape(self) -> dict:
         """resolved(), flat (dotted keys), worked out once: a sweep compares every point with one measured recipe."""
-        return flatten_keys(self.resolved())
+        return {key: shown_value(getattr(self, field_name), named)
+                for key, (field_name, named) in SHAPE_FIELDS.items()}
 
     def shape_change(self, other: "Recipe") -> str:
         """What differs from this recipe in other, as keys with their two values."""
@@ -287,29 +288,34 @@ class Recipe:
 
     def resolved(self) -> dict:
         """The recipe as vLLM would run it: every key resolved, in vLLM's spelling, nested as vLLM nests them."""
-        out: dict = {}
-        for field_name, parent, leaf, named in RESOLVED_PATHS:
-            value = getattr(self, field_name)
-            if named:
-                value = value.name
-            elif isinstance(value, tuple):
-                value = list(value)
-            (out.setdefault(parent, {}) if parent else out)[leaf] = value
-        return out
+        return nested((parent, leaf, shown_value(getattr(self, field_name), named))
+                      for field_name, parent, leaf, named in RESOLVED_PATHS)
+
+
+def shown_value(value, named: bool):
+    """A resolved key's value as resolved() shows it: a catalog entry by its name, a tuple as a list."""
+    if named:
+        return value.name
+    return list(value) if isinstance(value, tuple) else value
+
+
+def nested(items) -> dict:
+    """(parent, leaf, value) as a mapping, each value under its parent's mapping (at the top where parent is "")."""
+    out: dict = {}
+    for parent, leaf, value in items:
+        (out.setdefault(parent, {}) if parent else out)[leaf] = value
+    return out
 
 
 def flatten_keys(values: dict) -> dict:
     """{"a": {"b": 1}} -> {"a.b": 1}: the one flatten (Recipe.flat, sweep rows, plan's CSV, compare's columns)."""
     flat = {}
-
-    def walk(mapping: dict, prefix: str) -> None:
-        for key, value in mapping.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            else:
-                flat[f"{prefix}{key}"] = value
-
-    walk(values, "")
+    for key, value in values.items():
+        if isinstance(value, dict):
+            for inner, leaf in flatten_keys(value).items():
+                flat[f"{key}.{inner}"] = leaf
+        else:
+            flat[f"{key}"] = value
     return flat
 
 
@@ -320,11 +326,15 @@ BY_NAME = {k.name: name for name, k in KEYS.items()}
 # every point.
 RESOLVED_PATHS = tuple((name, *k.name.rpartition(".")[::2], k.kind in ("model", "gpu"))
                        for name, k in KEYS.items() if k.kind != "memory")
+# Recipe.shape's dotted keys in the order flatten_keys(resolved()) gives them, each with its field and whether it
+# shows a catalog entry by name: resolved()'s nesting of those, flattened once
+SHAPE_FIELDS = flatten_keys(nested((parent, leaf, (name, named)) for name, parent, leaf, named in RESOLVED_PATHS))
 # Versions are read as the text written: YAML would read vllm-version 0.30 as the number 0.3, deepgemm 2.10 as 2.1.
 TEXT_KEYS = {k.name for k in KEYS.values() if k.kind in ("version", "release")}
 NESTED = ("speculative-config", "compilation-config", "attention-config", "engram-config", "kernel-config", "env",
           "memory")
 MEMORY_TERMS = {k.name.removeprefix("memory."): k for k in KEYS.values() if k.kind == "memory"}  # weights -> its Key
+MEMORY_FIELDS = [name for name, k in KEYS.items() if k.kind == "memory"]  # weights_bytes, ...
 MEMORY_UNITS = {"gib": GIB, "bytes": 1}  # a memory block gives each term as NAME_gib or NAME_bytes
 
 

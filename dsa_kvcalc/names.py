@@ -2,6 +2,7 @@
 its Hugging Face id, the last part of a checkpoint's path, or a local config.json."""
 
 import difflib
+import functools
 import re
 from pathlib import Path
 
@@ -38,6 +39,7 @@ STAND_IN_PATHS = {n.rsplit("/", 1)[-1]: entry for n, entry in STAND_INS.items()
                   if n.rsplit("/", 1)[-1] not in MODEL_NAMES}
 
 
+@functools.cache  # a lookup in the catalog: a sweep's every point names the GPU its memory block was measured on
 def find_gpu(name: str, key: str = "gpu") -> Gpu:
     """A GPU by any of its names; '8x NVIDIA B200', 'NVIDIA DGX Spark / GB10' and marketing names with their memory
     ('NVIDIA H200 141GB HBM3e') as people list them too. A memory the GPU is not sold with is an error."""

@@ -23,38 +23,101 @@ from dsa_kvcalc.vllm_config import SPARSE_MLA_BACKENDS
 
 class WithDefaults(dict):
     """The values a recipe gives, and every other field's declared default, worked out when first read: a value, or a
-    function of the others (max-num-seqs reads max-num-batched-tokens, which reads max-model-len)."""
+    function of the others (max-num-seqs reads max-num-batched-tokens, which reads max-model-len). reads: for each
+    field worked out, the names its function read, and those that theirs read."""
+
+    def __init__(self, values: dict, reads: dict):
+        super().__init__(values)
+        self.reads = reads
 
     def __missing__(self, name: str):
+        read = self.reads[name] = set()
+        reading = Reading(self, read)
         k = KEYS.get(name)
         if k is None:
-            value = DERIVED[name](self)
+            value = DERIVED[name](reading)
         else:
-            value = k.default_from(self) if k.default_from else k.default
+            value = k.default_from(reading) if k.default_from else k.default
         self[name] = value
         return value
 
 
-def resolve(values: dict, recipe_dir: Path = Path("."), ignored: dict | None = None, notes: list[str] = (),
-            spelled: tuple = ()) -> Recipe:
-    """The recipe as vLLM runs it: each key the recipe does not give at its declared default (which may depend on the
-    GPU, the model, the vLLM version), then the declared overrides; then the checks across keys. notes: what reading
-    it noted, to which a model name planned as another checkpoint adds its own."""
+class Reading:
+    """The values as one default's function reads them: each name it reads is noted, with the names that name's own
+    default read."""
+
+    def __init__(self, values: WithDefaults, read: set):
+        self.values = values
+        self.read = read
+
+    def __getitem__(self, name: str):
+        value = self.values[name]
+        self.read.add(name)
+        self.read |= self.values.reads.get(name, set())
+        return value
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A recipe's values with every default worked out, before the overrides: what the recipe gives (field -> value,
+    as read), every field's value (with the catalog's Gpu and Model, the Engine, and `given`, the fields it gives),
+    and for each field worked out the names its function read, directly or through another default. A sweep resolves
+    its base once: at a point, resolved_at works out again only the fields that read a value the point sets."""
+    given: dict
+    values: dict
+    reads: dict
+    recipe_dir: Path
+    model_note: str | None  # a model name planned as another checkpoint (find_model)
+
+
+FIELDS = [*KEYS, *DERIVED, "given"]
+OVERRIDES = {name: k.override for name, k in KEYS.items() if k.override}  # applied last: resolve
+
+
+def resolved_values(given: dict, recipe_dir: Path) -> Resolved:
+    """Each key the recipe does not give at its declared default (which may depend on the GPU, the model, the vLLM
+    version)."""
     for required in ("model", "gpu"):
-        if required not in values:
+        if required not in given:
             raise RecipeError(required, "missing (every recipe names a model and a GPU)")
-    gpu = find_gpu(values["gpu"])
-    model, name_note = find_model(values["model"], recipe_dir)
-    check_prefix_caching(values)
-    present = {name: value for name, value in values.items() if value is not None}  # max-model-len auto: the default
-    resolving = WithDefaults(present | {"gpu": gpu, "model": model, "given": frozenset(values)})
-    declared = {name: resolving[name] for name in [*KEYS, *DERIVED, "given"]}
-    overridden = {name: k.override(resolving) for name, k in KEYS.items() if k.override}
+    gpu = find_gpu(given["gpu"])
+    model, model_note = find_model(given["model"], recipe_dir)
+    check_prefix_caching(given)
+    present = {name: value for name, value in given.items() if value is not None}  # max-model-len auto: the default
+    values = WithDefaults(present | {"gpu": gpu, "model": model, "given": frozenset(given)}, {})
+    return Resolved(given, {name: values[name] for name in FIELDS}, values.reads, recipe_dir, model_note)
+
+
+def resolved_at(base: Resolved, point: dict) -> Resolved:
+    """The base with a point's values set (field -> value, as read): the fields whose default read a name the point
+    sets are worked out again, and the rest kept as the base has them (a default is a function of the names it
+    reads, so where none of them changes, neither does it)."""
+    given = base.given | point
+    changed = set(point) | ({"given"} if given.keys() != base.given.keys() else set())
+    gpu = find_gpu(given["gpu"]) if "gpu" in point else base.values["gpu"]
+    model, model_note = find_model(given["model"], base.recipe_dir) if "model" in point else \
+        (base.values["model"], base.model_note)
+    check_prefix_caching(given)
+    stale = changed | {name for name, read in base.reads.items() if not read.isdisjoint(changed)}
+    kept = {name: value for name, value in base.values.items() if name not in stale}
+    present = {name: value for name, value in point.items() if value is not None}
+    values = WithDefaults(kept | present | {"gpu": gpu, "model": model, "given": frozenset(given)},
+                          {name: read for name, read in base.reads.items() if name not in stale})
+    return Resolved(given, {name: values[name] for name in FIELDS}, values.reads, base.recipe_dir, model_note)
+
+
+def resolve(resolved: Resolved, ignored: dict | None = None, notes: list[str] = (), spelled: tuple = ()) -> Recipe:
+    """The recipe as vLLM runs it: its values resolved (resolved_values), then the declared overrides; then the
+    checks across keys. notes: what reading it noted, to which a model name planned as another checkpoint adds its
+    own."""
+    values, given = resolved.values, resolved.given
+    overridden = {name: override(values) for name, override in OVERRIDES.items()}
     ignored = ignored or {}
-    recipe = Recipe(**declared | overridden, ignored_keys=tuple(ignored), passthrough=tuple(ignored.items()),
-                    model_arg=model.name if values["model"].lower() in MODEL_NAMES else values["model"],
-                    notes=(*([name_note] if name_note else []), *notes), fit_max_model_len=fits_to_memory(values),
-                    spelled=spelled)
+    model = values["model"]
+    recipe = Recipe(**values | overridden, ignored_keys=tuple(ignored), passthrough=tuple(ignored.items()),
+                    model_arg=model.name if given["model"].lower() in MODEL_NAMES else given["model"],
+                    notes=(*([resolved.model_note] if resolved.model_note else []), *notes),
+                    fit_max_model_len=fits_to_memory(given), spelled=spelled)
     check_across(recipe)
     if recipe.engine.name == "vllm":
         vllm_cli.check_release(ignored | given_arguments(recipe), recipe.engine)
@@ -92,12 +155,15 @@ def check_speculation(recipe: Recipe) -> None:
                                                        f"derive, is not modelled)")
 
 
+# The fields that are vLLM arguments or config fields, as vLLM spells them
+ARGUMENTS = {name: k.name for name, k in KEYS.items() if k.name.partition(".")[0] in vllm_cli.OPTIONS}
+
+
 def given_arguments(recipe: Recipe) -> dict:
     """The vLLM arguments and config fields among the keys dsa-kvcalc reads that the recipe gives (at a value other
     than the default: plan's JSON writes every key back at its default), as vLLM spells them."""
-    given = {KEYS[name].name: getattr(recipe, name) for name in recipe.given & set(KEYS)
-             if getattr(recipe, name) != KEYS[name].default}
-    return {name: value for name, value in given.items() if name.partition(".")[0] in vllm_cli.OPTIONS}
+    return {ARGUMENTS[name]: getattr(recipe, name) for name in recipe.given
+            if name in ARGUMENTS and getattr(recipe, name) != KEYS[name].default}
 
 
 def check_linear_attention(recipe: Recipe) -> None:
@@ -158,11 +224,14 @@ def check_across(recipe: Recipe) -> None:
                                     f"memory block (or measure on {gpu.name})")
 
 
-def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: dict, notes: list[str] = ()) -> Recipe:
-    """resolve(), with a check across keys naming the key as the raw recipe spells it (max_model_len)."""
+def resolve_as_written(raw: dict, values: dict, recipe_dir: Path, ignored: dict, notes: list[str] = (),
+                       base: Resolved | None = None) -> Recipe:
+    """resolve(), with a check across keys naming the key as the raw recipe spells it (max_model_len). base: a
+    sweep's base, resolved once, on which `values` are a point's."""
     spelled = tuple((canonical(k), k) for k in raw if isinstance(k, str) and canonical(k) != k)
     try:
-        return resolve(values, recipe_dir, ignored, notes, spelled)
+        resolved = resolved_values(values, recipe_dir) if base is None else resolved_at(base, values)
+        return resolve(resolved, ignored, notes, spelled)
     except RecipeError as error:
         written = dict(spelled).get(error.key)
         if written is None:

@@ -22,7 +22,8 @@ from dsa_kvcalc.keys import BY_NAME, KEYS, MEMORY_TERMS, NESTED, Recipe, RecipeE
     memory_unit, suggestion
 from dsa_kvcalc.names import model_config_path
 from dsa_kvcalc.overrides import as_written, set_value
-from dsa_kvcalc.recipe import load, load_recipe, read_command, read_recipe, resolve_as_written, with_memory_gpu
+from dsa_kvcalc.recipe import Resolved, load, load_recipe, read_command, read_recipe, resolve_as_written, \
+    resolved_values, with_memory_gpu
 from dsa_kvcalc.values import parse_size, read_values
 from dsa_kvcalc.vllm_cli import IGNORED_KEYS
 from dsa_kvcalc.report import backend_json
@@ -203,13 +204,14 @@ class Base:
     recipe_dir: Path
     recipe: Recipe  # the base itself: it must be a valid recipe
     measured_on: Recipe  # the recipe its memory block was measured on: the base, or the file under its --set
+    resolved: Resolved  # its values with every default, each with the names it read: a point works out what it moves
 
 
 def base_of(raw: dict, recipe_dir: Path, measured_on: Recipe | None = None) -> Base:
     values, ignored = read_values(raw)
     recipe = resolve_as_written(raw, values, recipe_dir, ignored)
     measured_on = measured_on or recipe
-    return Base(raw, values, ignored, recipe_dir, recipe, measured_on)
+    return Base(raw, values, ignored, recipe_dir, recipe, measured_on, resolved_values(values, recipe_dir))
 
 
 def load_base(path: Path | None, overrides: list[str] = (), command: str | None = None) -> Base:
@@ -265,7 +267,7 @@ def values_at(base: Base, point: dict) -> Recipe:
     for key, value in point.items():
         set_value(changes, key, value)
     values, _ = read_values(changes)
-    return resolve_as_written(base.raw, base.values | values, base.recipe_dir, base.ignored)
+    return resolve_as_written(base.raw, values, base.recipe_dir, base.ignored, base=base.resolved)
 
 
 @dataclass

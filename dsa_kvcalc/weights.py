@@ -83,10 +83,10 @@ def stage_bytes(recipe: Recipe, entry: dict) -> list[tuple[int, int]]:
     draft = drafter(recipe, entry)
     stages, start = [], 0
     for stage, layers in enumerate(pp_partitions(len(dense), pp)):
-        span = range(start, start + layers)
-        start += layers
-        gpu = sum(dense[i] for i in span) + expert_share(sum(experts[i] for i in span), entry, expert_ranks)
-        engram_bytes = sum(engram[i] for i in span) // expert_ranks
+        end = start + layers
+        gpu = sum(dense[start:end]) + expert_share(sum(experts[start:end]), entry, expert_ranks)
+        engram_bytes = sum(engram[start:end]) // expert_ranks
+        start = end
         host = engram_bytes if recipe.engram_cpu_offload else 0
         gpu += engram_bytes - host
         if stage == 0:

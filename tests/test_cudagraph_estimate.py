@@ -131,8 +131,9 @@ def test_graphs_counted_without_listing_them_are_those_listed_one_by_one(per_seq
     # long, so graphs.Graphs counts the run's round-ups by arithmetic: each size apart where 1 + k <= 16, every
     # multiple between the ends where it is larger. Here against every size rounded up, one by one, as vLLM rounds
     # them (vllm==0.33.0 vllm/config/compilation.py:1537-1565; vllm/v1/worker/gpu/cudagraph_utils.py:321-350).
-    # 259 rounds up to 260 with 5 tokens a request, as 256 does: the run's size 260 - 5 + 1 alone holds that graph
-    listed, run = {1, 2, 4, 8, 100, 259, 300, 1000, 1540}, range(256, 1537, 16)
+    # 259 rounds up to 260 with 5 tokens a request, as 256 does: the run's size 260 - 5 + 1 alone holds that graph;
+    # 255 rounds up to 256 with 2 tokens a request, the run's first size
+    listed, run = {1, 2, 4, 8, 100, 255, 259, 300, 1000, 1540}, range(256, 1537, 16)
     one_by_one = sorted({-(-size // per_seq) * per_seq for size in listed | set(run)
                          if -(-size // per_seq) * per_seq <= bound}, reverse=True)
     graphs = whole_requests(listed, run, per_seq, bound)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, SEED, cli, one_line, run, runner
-from dsa_kvcalc import planning
+from dsa_kvcalc import planning, report
 from dsa_kvcalc.cli import app, console_chunks
 from dsa_kvcalc.inputs import RecipeLoader
 from dsa_kvcalc.keys import RecipeError, flatten_keys
@@ -324,6 +324,60 @@ def test_each_sweep_row_is_what_plan_with_the_same_sets_says(pairs):
     else:
         auto = next(b for b in json.loads(planned.stdout)["backends"] if b["backend"] == "auto")
         assert row["kv_cache_tokens"] == auto["kv_cache_tokens"]
+
+
+# A point re-resolves what reads its values: checked against a recipe loaded fresh at that point --------------------
+
+# every other key at its default
+DEFAULTED = {"model": "DeepSeek-V3.2", "gpu": "H200", "tensor-parallel-size": 8, "max-model-len": 1024}
+# Each varied key is read by another key's default: max-num-seqs and max-num-batched-tokens by the GPU's memory tier
+# (141 GiB H200: 1,024 sequences and 8,192 tokens; 180 GiB B200 from 0.28.0: 16,384 tokens) and performance-mode
+# (throughput doubles both), max-num-batched-tokens by max-model-len (at most max-num-seqs x max-model-len: 1,024 x 4
+# = 4,096) and by max-num-seqs once given (2 x 1,024 = 2,048: the tier's 1,024 sequences until then),
+# gpu-memory-utilization and deepgemm by the release (0.90 before 0.20.0, 0.92 from it), the cache dtype run by
+# kv-cache-dtype and the model, attention-backend by attention-config.backend (vllm==0.33.0
+# vllm/engine/arg_utils.py:2961-2996).
+POINTS = [
+    {"gpu": "B200"}, {"vllm-version": "0.19.0"}, {"vllm-version": "0.27.1", "gpu": "B200"},
+    {"max-model-len": 4}, {"max-model-len": 4, "max-num-seqs": 2}, {"max-num-seqs": 2},
+    {"performance-mode": "throughput"}, {"performance-mode": "throughput", "gpu": "B200"},
+    {"kv-cache-dtype": "fp8"}, {"attention-config.backend": "FLASHMLA_SPARSE"},
+    {"engine": "deepinfer"}, {"compilation-config.cudagraph_mode": "FULL", "enforce-eager": True},
+    {"model": "zai-org/GLM-5.1-FP8"}, {"model": "/models/GLM-5.2-NVFP4"},  # a catalog name; a checkpoint path
+]
+
+
+@pytest.mark.parametrize("point", POINTS, ids=lambda point: ",".join(point))
+def test_a_point_resolves_as_a_recipe_loaded_at_it(point):
+    from dsa_kvcalc import sweep
+    from dsa_kvcalc.overrides import set_value
+    from dsa_kvcalc.recipe import load
+
+    base = sweep.base_of(dict(DEFAULTED), ROOT)
+    raw = dict(DEFAULTED)
+    for key, value in point.items():
+        set_value(raw, key, value)
+    try:
+        fresh = load(raw, ROOT)
+    except RecipeError as error:
+        with pytest.raises(RecipeError, match=error.problem):
+            sweep.recipe_at(base, point)
+        return
+    at_point = sweep.recipe_at(base, point)
+    assert at_point == fresh
+    assert at_point != base.recipe  # the point moves the recipe: a point that kept the base's values would fail
+    if "max-num-seqs" in point or "max-model-len" in point:
+        assert at_point.max_num_batched_tokens == point.get("max-num-seqs", 1_024) * point.get("max-model-len", 1_024)
+    assert report.plan_json(planning.plan(at_point)) == report.plan_json(planning.plan(fresh))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "recipes").glob("*.yaml")), ids=lambda path: path.stem)
+def test_the_shape_a_point_is_compared_at_is_the_resolved_recipe_flat_in_its_order(path):
+    # A point's shape is compared with the recipe its memory block was measured on, and a change of shape is named
+    # key by key in resolved()'s order (Recipe.shape_change): the same keys, values and order as flatten_keys gives.
+    for overrides in ([], ["max-num-seqs=3", "compilation-config.cudagraph_capture_sizes=[1,2]"]):
+        recipe = load_recipe(path, overrides)
+        assert list(recipe.shape.items()) == list(flatten_keys(recipe.resolved()).items())
 
 
 # Memory: flat in every format, whatever fails ---------------------------------------------------------------------
