@@ -343,6 +343,7 @@ class Plan:
     deployment: Deployment
     memory: RankMemory
     backends: list[BackendPlan]
+    measured_graph_logits: dict[str, int]  # per backend, the graph logits where the memory block was measured
 
     @property
     def recipe(self):
@@ -359,7 +360,7 @@ class Plan:
 
 def measured_graph_logits(deployment: Deployment) -> dict[str, int]:
     """Per backend, the graph logits at the shape the recipe's memory block was measured at: what its graph pools
-    hold at least (planning.check_graph_pools)."""
+    hold at least (planning.check_graph_pools), and what a pool carried from there sheds."""
     measured = deployment.measured
     return graph_logits_bytes(measured.cudagraph_logits_rows, backend_logits(measured.shape, deployment.backends))
 
@@ -396,4 +397,4 @@ def plan(deployment: Deployment, memory: RankMemory, only: set[str] | None = Non
     logits_then = measured_graph_logits(deployment)
     shown = [b for b in deployment.backends if only is None or b.name in only or b.name == "auto"]
     return Plan(deployment, memory, [backend_plan(deployment, memory, b, logits, graph_logits, logits_then)
-                                     for b in shown])
+                                     for b in shown], logits_then)

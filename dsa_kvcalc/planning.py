@@ -32,7 +32,7 @@ def check_weights_fit(recipe: Recipe, memory: RankMemory) -> None:
 
 def check_graph_pools(recipe: Recipe, logits_then: dict[str, int]) -> None:
     """A measured graph pool holds at least its FULL decode graphs' logits at the shape it was measured at
-    (capacity.measured_graph_logits): else it is no measurement of this recipe."""
+    (capacity.measured_graph_logits): else it is no measurement of this recipe, and its plan is not given."""
     for backend, pool in recipe.cudagraph_bytes.items():
         needed = logits_then.get(recipe.topk_backend if backend == "*" else backend, 0)
         if pool < needed:
@@ -50,9 +50,9 @@ def plan(recipe: Recipe, only: set[str] | None = None, known: Known | None = Non
     deployment = resolve(recipe, known)
     memory = rank_memory(deployment)
     check_weights_fit(recipe, memory)
-    if recipe.cudagraph_bytes:
-        check_graph_pools(recipe, capacity.measured_graph_logits(deployment))
-    return capacity.plan(deployment, memory, only)
+    planned = capacity.plan(deployment, memory, only)
+    check_graph_pools(recipe, planned.measured_graph_logits)
+    return planned
 
 
 # vLLM's fit of max-model-len -1 (auto): the profile runs at the model's maximum; where one request of that does not
