@@ -19,7 +19,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from dsa_kvcalc import capacity, planning, sweep
+from dsa_kvcalc import planning, sweep
 from dsa_kvcalc.deployment import Known
 from dsa_kvcalc.keys import flatten_keys
 from dsa_kvcalc.recipe import read_recipe

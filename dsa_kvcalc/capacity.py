@@ -10,7 +10,7 @@ Nothing here reads the recipe, compares a release or raises: bytes and tokens ar
 """
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 
 from dsa_kvcalc import estimates

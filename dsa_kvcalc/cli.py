@@ -14,7 +14,7 @@ import typer
 from typer._click._textwrap import TextWrapper
 from typer.exceptions import TyperException
 
-from dsa_kvcalc import __version__, planning
+from dsa_kvcalc import __version__
 from dsa_kvcalc.output import OutputError, Outputs, check_targets, outputs, write
 from dsa_kvcalc.keys import RecipeError, Refusal
 from dsa_kvcalc.streams import console, run, say
@@ -199,7 +199,7 @@ def plan(
     """The answer first, then decode-logits memory per top-k backend, the #62860 reservation, KV-cache tokens per
     rank and the OOM risk. --format serve prints the vllm serve command that deploys it (with --fix, fixed). Exits 4
     when vLLM would refuse to start it."""
-    from dsa_kvcalc import capacity
+    from dsa_kvcalc import planning
     from dsa_kvcalc.fixes import fixes
     from dsa_kvcalc.recipe import load_recipe, load_recipes
     from dsa_kvcalc.render import plan as render
@@ -256,7 +256,7 @@ def plan(
 def plan_servers(recipes: list, format: Format | None, output: Path | None, explain: bool) -> None:
     """A script that starts several servers (a prefill/decode pair): each planned, side by side, as a table or JSON.
     Exits 4 when vLLM would refuse to start any of them."""
-    from dsa_kvcalc import capacity
+    from dsa_kvcalc import planning
     from dsa_kvcalc.render import plan as render
     from dsa_kvcalc.report import selected_refusal
 
@@ -502,7 +502,7 @@ def recommend(
                                                                                 "vllm serve line that deploys it"),
 ):
     """The largest max-num-seqs (then spec tokens, then backend) that meets the targets, and what stops one more."""
-    from dsa_kvcalc import capacity, sweep as sweeping, values
+    from dsa_kvcalc import planning, sweep as sweeping, values
     from dsa_kvcalc.keys import KEYS
     from dsa_kvcalc.render import sweep as render
 

@@ -10,7 +10,7 @@ takes the lowest graph mode of the step (vllm/v1/worker/gpu/dp_utils.py:156-173)
 
 from dataclasses import dataclass
 
-from dsa_kvcalc import capacity, planning
+from dsa_kvcalc import planning
 from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved
 from dsa_kvcalc.fit import largest
 from dsa_kvcalc.keys import RecipeError

@@ -23,7 +23,7 @@ import yaml
 
 from conftest import LOGS, ROOT, SEED, cli, fails, one_line, run
 from dsa_kvcalc import engine as engines, planning
-from dsa_kvcalc import calibrate as cal, capacity, estimates, memory_terms
+from dsa_kvcalc import calibrate as cal, estimates, memory_terms
 from dsa_kvcalc.calibrate import headroom_from_logs, measure_kv
 from dsa_kvcalc.units import GIB
 from dsa_kvcalc.inputs import read_text, yaml_mapping

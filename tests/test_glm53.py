@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import fails, run
-from dsa_kvcalc import kv_cache, planning, report
+from dsa_kvcalc import kv_cache, planning
 from dsa_kvcalc.deployment import resolve
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.recipe import load

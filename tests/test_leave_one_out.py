@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from dsa_kvcalc import capacity, estimates, fits, fitting, planning
+from dsa_kvcalc import estimates, fits, fitting, planning
 from dsa_kvcalc.recipe import load
 from dsa_kvcalc.records import RECORDS, record
 from dsa_kvcalc.report import summary

@@ -9,7 +9,7 @@ import pytest
 
 from dsa_kvcalc import capacity, planning, report
 from dsa_kvcalc.catalog import LAYOUTS
-from dsa_kvcalc.deployment import resolve, rows_rule, shape
+from dsa_kvcalc.deployment import resolve, shape
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.fixes import fixes, prefill_overshoot
