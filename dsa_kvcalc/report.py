@@ -4,9 +4,9 @@ sweep read a plan through this module; it formats nothing for people."""
 from dsa_kvcalc import __version__, planning, published
 from dsa_kvcalc.capacity import BackendPlan, Plan, Reserved, Sizing
 from dsa_kvcalc.engine import MAIN, NEWEST_VLLM, VLLM_RULES, plain
-from dsa_kvcalc.keys import KEYS
+from dsa_kvcalc.estimates import Term
 from dsa_kvcalc.graphs import CudagraphEstimate
-from dsa_kvcalc.memory_terms import Term
+from dsa_kvcalc.keys import KEYS
 from dsa_kvcalc.uncertainty import error_bar
 from dsa_kvcalc.units import GIB, MIB
 
