@@ -15,7 +15,7 @@ from enum import Enum
 
 from dsa_kvcalc import estimates
 from dsa_kvcalc.catalog import STRIDE_ALIGNMENT_BYTES, Backend, Layout, Rows
-from dsa_kvcalc.deployment import Deployment, Shape
+from dsa_kvcalc.deployment import Deployment, LogitsShape
 from dsa_kvcalc.estimates import Term, estimated
 from dsa_kvcalc.graphs import CudagraphEstimate
 from dsa_kvcalc.kv_cache import round_up
@@ -28,7 +28,7 @@ FP32_BYTES = 4
 
 # 1. Rows: the decode worst case ---------------------------------------------------------------------------------
 
-def decode_rows(shape: Shape, rule: Rows) -> int:
+def decode_rows(shape: LogitsShape, rule: Rows) -> int:
     """rows = min(max_num_seqs, max_num_batched_tokens) x (1 + num_speculative_tokens)   (vLLM #62860)
     rows = min(max_num_seqs x (1 + num_speculative_tokens), max_num_batched_tokens)     (the kpool indexer's profile
            branch, vllm==0.30.0 vllm/model_executor/layers/sparse_attn_indexer_kpool.py:312-321)
@@ -90,7 +90,7 @@ class DecodeLogits:
         return self.rows * (self.padded_columns - self.columns) * self.bytes_per_element
 
 
-def decode_logits(shape: Shape, topk_reads_bf16: bool) -> DecodeLogits:
+def decode_logits(shape: LogitsShape, topk_reads_bf16: bool) -> DecodeLogits:
     """[rows, padded(max_model_len // ratio)] in DeepGEMM's dtype, plus the FP32 copy where the top-k reads FP32
     (deployment.reads_bf16)."""
     layout = shape.layout
@@ -101,7 +101,7 @@ def decode_logits(shape: Shape, topk_reads_bf16: bool) -> DecodeLogits:
                         DTYPE_BYTES[layout.logits_dtype], FP32_BYTES if needs_copy else 0)
 
 
-def backend_logits(shape: Shape, backends: tuple[Backend, ...]) -> dict[str, DecodeLogits]:
+def backend_logits(shape: LogitsShape, backends: tuple[Backend, ...]) -> dict[str, DecodeLogits]:
     """Each backend's decode logits: one computation per way the top-k reads them."""
     by_reader = {reads: decode_logits(shape, reads) for reads in {b.name in shape.bf16_readers for b in backends}}
     return {b.name: by_reader[b.name in shape.bf16_readers] for b in backends}
@@ -133,7 +133,7 @@ def reservation(deployment: Deployment, budget: int, logits: DecodeLogits, reser
     budget. Both are the same on either side of #62860. ROCm's workspace: its rows (deployment.py
     rocm_workspace_rows) at max_model_len FP32 columns, 32 GiB at 8192 x 1M (vLLM issue #55132). budget: the prefill
     logits budget the profile allocates (memory_terms.profile_budget_bytes)."""
-    workspace = deployment.rocm_workspace_rows * deployment.shape.max_model_len * FP32_BYTES
+    workspace = deployment.rocm_workspace_rows * deployment.logits_shape.max_model_len * FP32_BYTES
     unpadded_fp32 = logits.rows * logits.columns * FP32_BYTES
     if deployment.profile_holds_decode_logits:
         return Reservation(Reserved.HELD, budget, logits.bytes, logits.bytes)
@@ -238,7 +238,7 @@ def sizing(deployment: Deployment, memory: RankMemory, reserves_decode_logits: b
     blocks = memory.kv.blocks(kv_bytes)
     tokens = memory.kv.tokens(kv_bytes)
     return Sizing(reserves_decode_logits, reserved, peak, kv_bytes, blocks, tokens,
-                  round(tokens / deployment.shape.max_model_len, 2))
+                  round(tokens / deployment.logits_shape.max_model_len, 2))
 
 
 # The out-of-memory risk: the room a step has for the decode logits at run time ------------------------------------
@@ -273,12 +273,12 @@ class OomRisk:
     at_risk: bool  # the worst step holds more decodes than fit with the margin; never where the profile holds them
 
 
-def worst_decodes(shape: Shape) -> int:
+def worst_decodes(shape: LogitsShape) -> int:
     """One step schedules at most max_num_seqs requests and max_num_batched_tokens tokens, 1 + k a decode."""
     return min(shape.max_num_seqs, shape.max_num_batched_tokens // (1 + shape.num_speculative_tokens))
 
 
-def oom(shape: Shape, memory: RankMemory, logits: DecodeLogits, reserved: Reservation, kv_bytes: int,
+def oom(shape: LogitsShape, memory: RankMemory, logits: DecodeLogits, reserved: Reservation, kv_bytes: int,
         graph_pool_bytes: int) -> OomRisk:
     kv_init = memory.kv_init_buffers
     unprofiled = memory.unprofiled
@@ -362,7 +362,7 @@ def measured_graph_logits(deployment: Deployment) -> dict[str, int]:
     """Per backend, the graph logits at the shape the recipe's memory block was measured at: what its graph pools
     hold at least (planning.check_graph_pools), and what a pool carried from there sheds."""
     measured = deployment.measured
-    return graph_logits_bytes(measured.cudagraph_logits_rows, backend_logits(measured.shape, deployment.backends))
+    return graph_logits_bytes(measured.cudagraph_logits_rows, backend_logits(measured.logits_shape, deployment.backends))
 
 
 def backend_plan(deployment: Deployment, memory: RankMemory, backend: Backend, logits: dict[str, DecodeLogits],
@@ -377,7 +377,7 @@ def backend_plan(deployment: Deployment, memory: RankMemory, backend: Backend, l
                               reservation(deployment, memory.profile_budget_bytes, dl, reserves), headroom, subtracted)
              for reserves in (True, False)}
     release = sides[deployment.reserves_decode_logits]
-    risk = oom(deployment.shape, memory, dl, release.reservation, release.kv_cache_bytes, graphs.bytes)
+    risk = oom(deployment.logits_shape, memory, dl, release.reservation, release.kv_cache_bytes, graphs.bytes)
     return BackendPlan(
         backend=backend.name, available=backend.name in deployment.available,
         reason=deployment.reasons[backend.name],
@@ -392,7 +392,7 @@ def backend_plan(deployment: Deployment, memory: RankMemory, backend: Backend, l
 def plan(deployment: Deployment, memory: RankMemory, only: set[str] | None = None) -> Plan:
     """Every backend of the deployment's engine through the doc's steps, or those in `only` (and auto, which the
     report compares them with)."""
-    logits = backend_logits(deployment.shape, deployment.backends)
+    logits = backend_logits(deployment.logits_shape, deployment.backends)
     graph_logits = graph_logits_bytes(deployment.cudagraph_logits_rows, logits)
     logits_then = measured_graph_logits(deployment)
     shown = [b for b in deployment.backends if only is None or b.name in only or b.name == "auto"]

@@ -367,7 +367,7 @@ def reads_bf16(recipe: Recipe, backend: Backend) -> bool:
 
 
 @dataclass(frozen=True)
-class Shape:
+class LogitsShape:
     """What the decode logits' size reads of a recipe: the batch, the draft tokens, the length, DeepGEMM's layout, and
     how the profile counts the rows (capacity.py's steps 1-3)."""
     max_num_seqs: int
@@ -380,8 +380,8 @@ class Shape:
     bf16_readers: frozenset[str]  # the top-k backends that read the BF16 logits directly (reads_bf16)
 
 
-def shape(recipe: Recipe) -> Shape:
-    return Shape(recipe.max_num_seqs, recipe.max_num_batched_tokens, recipe.num_speculative_tokens,
+def logits_shape(recipe: Recipe) -> LogitsShape:
+    return LogitsShape(recipe.max_num_seqs, recipe.max_num_batched_tokens, recipe.num_speculative_tokens,
                  recipe.max_model_len, recipe.indexer_width_ratio, recipe.layout, rows_rule(recipe),
                  frozenset(b.name for b in engine_backends(recipe) if reads_bf16(recipe, b)))
 
@@ -389,7 +389,7 @@ def shape(recipe: Recipe) -> Shape:
 @dataclass(frozen=True)
 class Measured:
     """What vLLM decides at the shape a memory block was measured at, that carrying its figures re-derives."""
-    shape: Shape
+    logits_shape: LogitsShape
     cudagraph_logits_rows: int
     cudagraph_floor_bytes: int
 
@@ -424,7 +424,7 @@ class Deployment:
     draft_layers: int
     concurrent_batches: int
     kv: KvSpec
-    shape: Shape
+    logits_shape: LogitsShape
     reserves_decode_logits: bool  # the profile reserves the decode logits (vLLM #62860, engine.py)
     reserves_unpadded_fp32: bool  # the indexer reserves rows x width x 4 B itself (the kpool indexer's)
     rocm_workspace_rows: int  # the rows of ROCm's locked indexer workspace; 0 where none (rocm_workspace_rows)
@@ -464,7 +464,7 @@ def captured(recipe: Recipe) -> tuple[CudagraphEstimate, int]:
 
 def measured_at(recipe: Recipe) -> Measured:
     estimate, logits_rows = captured(recipe)
-    return Measured(shape(recipe), logits_rows, estimate.floor_bytes)
+    return Measured(logits_shape(recipe), logits_rows, estimate.floor_bytes)
 
 
 def measured_then(recipe: Recipe, known: Known | None) -> Measured:
@@ -503,7 +503,7 @@ def resolve(recipe: Recipe, known: Known | None = None) -> Deployment:
     why_not = {b.name: availability(recipe, b) for b in backends}
     notes = {b.name: b.note.format(cooperative_rows=recipe.engine.cooperative_topk_max_rows) for b in backends}
     estimate, logits_rows = captured(recipe)
-    here = shape(recipe)
+    here = logits_shape(recipe)
     measured = Measured(here, logits_rows, estimate.floor_bytes) if recipe.measured_on is None else \
         measured_then(recipe, known)
     seqs, tokens = recipe.max_num_seqs, recipe.max_num_batched_tokens
@@ -514,7 +514,7 @@ def resolve(recipe: Recipe, known: Known | None = None) -> Deployment:
         available=frozenset(name for name, reason in why_not.items() if reason is None),
         topk_backend=recipe.topk_backend, sparse_mla_backend=mla_backend, model_runner_v2=on_model_runner_v2(recipe),
         draft_layers=draft_layers(recipe), concurrent_batches=concurrent_batches(recipe),
-        kv=kv_spec(recipe, mla_backend, None if known is None else known.specs), shape=here,
+        kv=kv_spec(recipe, mla_backend, None if known is None else known.specs), logits_shape=here,
         reserves_decode_logits=recipe.reserves_decode_logits,
         reserves_unpadded_fp32=recipe.model.indexer.reserves_unpadded_fp32,
         rocm_workspace_rows=rocm_workspace_rows(recipe),

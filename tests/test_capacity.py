@@ -8,7 +8,7 @@ import pytest
 from conftest import SEED
 from dsa_kvcalc import capacity, deployment, estimates, memory_terms, planning, report, weights
 from dsa_kvcalc.catalog import LAYOUTS
-from dsa_kvcalc.deployment import resolve, rows_rule, shape
+from dsa_kvcalc.deployment import logits_shape, resolve, rows_rule
 from dsa_kvcalc.fixes import fixes
 from dsa_kvcalc.recipe import RecipeError, load, load_recipe
 from dsa_kvcalc.sweep import load_base
@@ -33,7 +33,7 @@ def test_sm12x_rows_hold_whole_128_column_splits_and_no_more():
 def test_vllm_caps_the_decode_rows_at_the_batched_tokens():
     # vLLM #62860 (the seed): rows = min(max_num_seqs, max_num_batched_tokens) x (1 + k) = min(512, 256) x 2 = 512
     recipe = load(V32_H200 | {"max-num-seqs": 512, "max-num-batched-tokens": 256, "speculative-config": MTP})
-    assert capacity.decode_rows(shape(recipe), rows_rule(recipe)) == 512
+    assert capacity.decode_rows(logits_shape(recipe), rows_rule(recipe)) == 512
 
 
 def test_the_kpool_indexer_caps_its_rows_after_the_draft_tokens():
@@ -43,7 +43,7 @@ def test_the_kpool_indexer_caps_its_rows_after_the_draft_tokens():
     recipe = load({"model": "GLM-5.3-Flash", "gpu": "B200", "tensor-parallel-size": 4, "vllm-version": "0.30.0",
                    "max-num-seqs": 1024, "max-num-batched-tokens": 2048,
                    "speculative-config": {"method": "mtp", "num_speculative_tokens": 3}})
-    assert capacity.decode_rows(shape(recipe), rows_rule(recipe)) == 2048
+    assert capacity.decode_rows(logits_shape(recipe), rows_rule(recipe)) == 2048
 
 
 # 2. Top-k backends --------------------------------------------------------------------------------------------------

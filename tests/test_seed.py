@@ -9,7 +9,7 @@ import pytest
 
 from dsa_kvcalc import capacity, planning, report
 from dsa_kvcalc.catalog import LAYOUTS
-from dsa_kvcalc.deployment import resolve, shape
+from dsa_kvcalc.deployment import logits_shape, resolve
 from dsa_kvcalc.keys import RecipeError
 from dsa_kvcalc.units import GIB, MIB
 from dsa_kvcalc.fixes import fixes, prefill_overshoot
@@ -43,7 +43,7 @@ def test_every_other_backend_pays_the_fp32_copy(seed_plan):
 
 def test_the_oom_allocation_is_the_fp32_copy_of_131_decodes():
     recipe = load_recipe(SEED)
-    auto = capacity.decode_logits(shape(recipe), topk_reads_bf16=False)  # auto: FP32
+    auto = capacity.decode_logits(logits_shape(recipe), topk_reads_bf16=False)  # auto: FP32
     logits = dataclasses.replace(auto, rows=131 * 6)
     # "Tried to allocate 3.07 GiB": 786 rows x 1,049,088 columns x 4 B
     assert logits.copy_bytes == 3_298_332_672
